@@ -1,0 +1,7 @@
+"""``python -m reliabilityd`` is the ``reliabilityd`` command."""
+
+from __future__ import annotations
+
+from reliabilityd.cli import main
+
+raise SystemExit(main())

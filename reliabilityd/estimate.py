@@ -1,0 +1,214 @@
+"""Suite-level pass@k / pass^k with a cluster-bootstrap CI and honest UNKNOWN.
+
+The value is the mean over tasks of the exact per-task estimator. It is
+UNKNOWN (``value is None`` plus a reason) whenever it would need more trials
+than a task has: strictly, any task with n < k; with ``min_coverage`` below 1,
+only when the share of tasks with n >= k falls under it, and then the tasks
+left out are counted in the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeAlias
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from reliabilityd.bootstrap import (
+    check_confidence,
+    check_n_boot,
+    percentile_interval,
+    replicate_means,
+    resampled_cell_counts,
+    wilson_interval,
+)
+from reliabilityd.estimators import ESTIMATOR_NAME, METRICS, Metric, metric_cells
+from reliabilityd.histogram import Histogram
+
+Tasks: TypeAlias = Histogram | Sequence[tuple[int, int]] | npt.NDArray[np.int64]
+
+_METRIC_OF = {name: metric for metric, name in ESTIMATOR_NAME.items()}
+
+
+class Estimate(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One suite-level estimate; ``value is None`` means UNKNOWN.
+
+    Serialises (``msgspec.json.encode``) to the wire shape used in snapshots,
+    alerts and the CLI: ``k``, ``value``, ``ci_95`` (``[low, high]`` or null),
+    ``estimator``, ``runs`` (the shortest n among the tasks used), ``tasks``
+    (tasks used), ``left_out`` (tasks with fewer than k trials) and
+    ``unknown_reason`` when UNKNOWN.
+    """
+
+    k: int
+    value: float | None
+    ci_95: tuple[float, float] | None
+    estimator: str
+    runs: int
+    tasks: int
+    left_out: int
+    unknown_reason: str | None = None
+
+    @property
+    def metric(self) -> Metric:
+        return _METRIC_OF[self.estimator]
+
+    @property
+    def ci_low(self) -> float | None:
+        return None if self.ci_95 is None else self.ci_95[0]
+
+    @property
+    def ci_high(self) -> float | None:
+        return None if self.ci_95 is None else self.ci_95[1]
+
+    @property
+    def unknown(self) -> bool:
+        return self.value is None
+
+
+def as_histogram(tasks: Tasks) -> Histogram:
+    """Accept a Histogram or per-task (n, c) pairs."""
+    if isinstance(tasks, Histogram):
+        return tasks
+    return Histogram.from_pairs(tasks)
+
+
+def _check_args(k: int, min_coverage: float, confidence: float, n_boot: int) -> None:
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got k={k}")
+    if not 0.0 < min_coverage <= 1.0:
+        raise ValueError(f"min_coverage must lie in (0, 1], got {min_coverage}")
+    check_confidence(confidence)
+    check_n_boot(n_boot)
+
+
+def _metric_label(metric: Metric, k: int) -> str:
+    return metric.replace("k", str(k))
+
+
+def _unknown_reason(
+    hist: Histogram, used: Histogram, k: int, metric: Metric, min_coverage: float
+) -> str:
+    label = _metric_label(metric, k)
+    total = hist.tasks
+    if total == 0:
+        return (
+            f"UNKNOWN: {label} has no tasks with counted trials yet. "
+            "reliabilityd does not extrapolate."
+        )
+    short = total - used.tasks
+    shortest = int(hist.n.min())
+    if min_coverage >= 1.0:
+        return (
+            f"UNKNOWN: {label} needs at least {k} trials per task; the shortest task has "
+            f"{shortest} and {short} of {total} tasks have fewer than {k}. "
+            f"Record more trials or lower k. reliabilityd does not extrapolate."
+        )
+    return (
+        f"UNKNOWN: only {used.tasks} of {total} tasks ({used.tasks / total:.0%}) have at least "
+        f"{k} trials, under min_coverage {min_coverage:.0%}; the shortest task has {shortest}. "
+        f"Record more trials or lower k. reliabilityd does not extrapolate."
+    )
+
+
+def estimate_metrics(
+    tasks: Tasks,
+    k: int,
+    metrics: Sequence[Metric] = METRICS,
+    *,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+    min_coverage: float = 1.0,
+    with_ci: bool = True,
+) -> dict[Metric, Estimate]:
+    """Several metrics at one k from one shared bootstrap draw.
+
+    With ``with_ci=False`` only the point estimates are computed (the live
+    path after every commit); ``ci_95`` is then None.
+    """
+    _check_args(k, min_coverage, confidence, n_boot)
+    for metric in metrics:
+        if metric not in METRICS:
+            raise ValueError(f"metric must be 'pass@k' or 'pass^k', got {metric!r}")
+    hist = as_histogram(tasks)
+    used = hist.at_least(k)
+    total = hist.tasks
+    left_out = total - used.tasks
+    known = used.tasks > 0 and used.tasks / total >= min_coverage
+    if not known:
+        runs = int(hist.n.min()) if total else 0
+        return {
+            metric: Estimate(
+                k=k,
+                value=None,
+                ci_95=None,
+                estimator=ESTIMATOR_NAME[metric],
+                runs=runs,
+                tasks=used.tasks,
+                left_out=left_out,
+                unknown_reason=_unknown_reason(hist, used, k, metric, min_coverage),
+            )
+            for metric in metrics
+        }
+
+    m = used.tasks
+    runs = int(used.n.min())
+    resampled = None
+    out: dict[Metric, Estimate] = {}
+    for metric in metrics:
+        per_cell = metric_cells(metric, used.n, used.c, k)
+        value = float(per_cell @ used.count) / m
+        # Float sums can leave 1 + 1e-16; the estimand lives in [0, 1].
+        value = min(1.0, max(0.0, value))
+        ci: tuple[float, float] | None = None
+        if with_ci:
+            if bool((per_cell == per_cell[0]).all()):
+                # Every task has the same value: the bootstrap collapses to a
+                # point, which would claim certainty the data does not have.
+                ci = wilson_interval(value, m, confidence)
+            else:
+                if resampled is None:
+                    resampled = resampled_cell_counts(
+                        used.count, n_boot, np.random.default_rng(seed)
+                    )
+                ci = percentile_interval(replicate_means(resampled, per_cell), confidence)
+            value = min(max(value, ci[0]), ci[1])
+        out[metric] = Estimate(
+            k=k,
+            value=value,
+            ci_95=ci,
+            estimator=ESTIMATOR_NAME[metric],
+            runs=runs,
+            tasks=m,
+            left_out=left_out,
+        )
+    return out
+
+
+def estimate(
+    tasks: Tasks,
+    k: int,
+    metric: Metric = "pass^k",
+    *,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+    min_coverage: float = 1.0,
+) -> Estimate:
+    """pass@k or pass^k over a suite with its cluster-bootstrap CI.
+
+    ``tasks`` is a Histogram or a sequence of per-task ``(n, c)`` pairs. The
+    same data and seed always give the same CI.
+    """
+    return estimate_metrics(
+        tasks,
+        k,
+        (metric,),
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        min_coverage=min_coverage,
+    )[metric]

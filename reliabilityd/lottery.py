@@ -1,0 +1,81 @@
+"""Lottery cases: tasks that pass sometimes but not reliably.
+
+Ranked by their own pass@k - pass^k gap, computed exactly, so k = 1 (where
+the gap is zero for every task) lists none; ties go to the task with more
+trials, then to the task name.
+
+The gap depends only on a task's (n, c) cell, so ranking the histogram's
+cells tells which cells hold the top tasks without looking at every task;
+the daemon uses that to keep lottery ranking off the O(tasks) path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from itertools import groupby
+
+import msgspec
+
+from reliabilityd.estimators import lottery_gap
+from reliabilityd.histogram import Histogram
+
+
+class LotteryCase(msgspec.Struct, frozen=True):
+    """One row: the task's name, its trials n and its passes c."""
+
+    task: str
+    n: int
+    c: int
+
+
+def _check_k(k: int) -> None:
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got k={k}")
+
+
+def is_candidate(n: int, c: int, k: int) -> bool:
+    """Whether a task can have a positive gap at k (it passes sometimes, fails sometimes)."""
+    return n >= k and 0 < c < n
+
+
+def lottery_cases(
+    task_counts: Mapping[str, tuple[int, int]], k: int, limit: int | None = None
+) -> list[LotteryCase]:
+    """Tasks with n >= k and a positive pass@k - pass^k gap, best debugging target first."""
+    _check_k(k)
+    gaps: dict[tuple[int, int], Fraction] = {}
+    rows: list[tuple[Fraction, int, str, int]] = []
+    for task, (n, c) in task_counts.items():
+        if not is_candidate(n, c, k):
+            if n < 1 or not 0 <= c <= n:
+                raise ValueError(f"task {task!r}: need n >= 1 and 0 <= c <= n, got n={n}, c={c}")
+            continue
+        gap = gaps.get((n, c))
+        if gap is None:
+            gap = gaps[(n, c)] = lottery_gap(n, c, k)
+        if gap > 0:
+            rows.append((-gap, -n, task, c))
+    rows.sort()
+    ranked = [LotteryCase(task=task, n=-neg_n, c=c) for _, neg_n, task, c in rows]
+    return ranked if limit is None else ranked[:limit]
+
+
+def ranked_cell_groups(hist: Histogram, k: int) -> list[list[tuple[int, int]]]:
+    """The histogram's lottery cells in rank order, grouped by equal (gap, n).
+
+    Within a group the order of tasks is by name across all its cells (the
+    gap is symmetric in c and n - c, so two cells can tie).
+    """
+    _check_k(k)
+    keyed: list[tuple[Fraction, int, int]] = []
+    for n, c, _count in hist.cells():
+        if is_candidate(n, c, k):
+            gap = lottery_gap(n, c, k)
+            if gap > 0:
+                keyed.append((-gap, -n, c))
+    keyed.sort()
+    return [
+        [(-neg_n, c) for _, neg_n, c in group]
+        for _, group in groupby(keyed, key=lambda row: (row[0], row[1]))
+    ]

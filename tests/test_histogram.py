@@ -1,0 +1,63 @@
+"""The histogram is canonical, vectorised to build, and adds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reliabilityd import Histogram
+
+
+def test_canonical_form_merges_and_sorts() -> None:
+    h = Histogram.from_pairs([(5, 3), (2, 1), (5, 3), (5, 0)])
+    assert h.cells() == [(2, 1, 1), (5, 0, 1), (5, 3, 2)]
+    assert h == Histogram.from_cells({(5, 3): 2, (2, 1): 1, (5, 0): 1})
+    assert h == Histogram.from_cells([(5, 3, 1), (5, 3, 1), (2, 1, 1), (5, 0, 1), (9, 9, 0)])
+    assert h.tasks == 4
+
+
+def test_histograms_add() -> None:
+    a = Histogram.from_pairs([(5, 3), (2, 1)])
+    b = Histogram.from_pairs([(5, 3), (7, 7)])
+    assert a + b == Histogram.from_pairs([(5, 3), (2, 1), (5, 3), (7, 7)])
+
+
+def test_at_least_keeps_cells_with_enough_trials() -> None:
+    h = Histogram.from_pairs([(5, 3), (2, 1), (3, 3)])
+    assert h.at_least(3).cells() == [(3, 3, 1), (5, 3, 1)]
+
+
+def test_from_numpy_pairs(rng: np.random.Generator) -> None:
+    n = rng.integers(1, 30, size=10_000)
+    c = rng.integers(0, n + 1)
+    h = Histogram.from_pairs(np.stack([n, c], axis=1))
+    assert h.tasks == 10_000
+    expected: dict[tuple[int, int], int] = {}
+    for ni, ci in zip(n.tolist(), c.tolist(), strict=True):
+        expected[(ni, ci)] = expected.get((ni, ci), 0) + 1
+    assert h == Histogram.from_cells(expected)
+
+
+def test_empty() -> None:
+    assert Histogram.from_pairs([]).tasks == 0
+    assert len(Histogram.from_cells({})) == 0
+
+
+@pytest.mark.parametrize(
+    ("cells", "message"),
+    [
+        ([(0, 0, 1)], "n >= 1"),
+        ([(3, 4, 1)], "0 <= c <= n"),
+        ([(3, 1, -1)], "negative"),
+    ],
+)
+def test_invalid_cells(cells: list[tuple[int, int, int]], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Histogram.from_cells(cells)
+
+
+def test_from_pairs_with_lifetime_counters() -> None:
+    """Large n takes the sorting path instead of counting into a dense table."""
+    pairs = [(50_000, 49_000), (3, 1), (50_000, 49_000), (70_000, 0)]
+    h = Histogram.from_pairs(pairs)
+    assert h.cells() == [(3, 1, 1), (50_000, 49_000, 2), (70_000, 0, 1)]
