@@ -39,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("example", help="print the seed document's worked example")
+    run = sub.add_parser("run", help="run the daemon")
+    run.add_argument("-c", "--config", required=True, help="TOML config file")
+    run.add_argument("--log-level", default="INFO")
+    chk = sub.add_parser("check", help="exit 0 when this instance's heartbeat is fresh")
+    chk.add_argument("-c", "--config", required=True, help="TOML config file")
     bench = sub.add_parser("bench", help="benchmarks that print their figure beside a baseline")
     bench.add_argument("what", choices=["stats"])
     return parser
@@ -48,6 +53,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "example":
         return _seed_example()
+    if args.command in ("run", "check"):
+        import asyncio
+
+        from reliabilityd import config as config_mod
+        from reliabilityd import daemon, logs
+        from reliabilityd.errors import ConfigError
+
+        try:
+            cfg = config_mod.load(args.config)
+        except ConfigError as exc:
+            print(f"reliabilityd: config error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        if args.command == "check":
+            return asyncio.run(daemon.check(cfg))
+        logs.setup(args.log_level)
+        return asyncio.run(daemon.main(cfg))
     if args.command == "bench":
         from reliabilityd import bench_stats
 

@@ -1,3 +1,230 @@
-"""Fixtures that start private redis-server and mosquitto processes on free ports."""
+"""Real redis-server and mosquitto processes on free ports, started and killed by tests.
+
+Each server runs with the settings in deploy/ (append-only file, broker
+persistence, deep queues) so the tests exercise what users are told to set.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _binary(name: str) -> str:
+    path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/local/sbin")
+    if path is None:
+        pytest.fail(f"{name} not found: run ./scripts/ensure-servers (make test does)")
+    return path
+
+
+def wait_port(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout} s")
+
+
+class Server:
+    """A server process that a test can stop, kill and start again on the same port."""
+
+    def __init__(self, name: str, workdir: Path, port: int) -> None:
+        self.name = name
+        self.workdir = workdir
+        self.port = port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        log = (self.workdir / f"{self.name}.log").open("ab")
+        self.proc = subprocess.Popen(
+            self.argv(), cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT
+        )
+        wait_port(self.port)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(sig)
+        self.proc.wait(timeout)
+        self.proc = None
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+class RedisServer(Server):
+    def argv(self) -> list[str]:
+        return [
+            _binary("redis-server"),
+            str(DEPLOY / "redis.conf"),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.workdir),
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "no",
+        ]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+
+class ClusterNode(RedisServer):
+    def argv(self) -> list[str]:
+        return [
+            *super().argv(),
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            f"nodes-{self.port}.conf",
+        ]
+
+
+class Mosquitto(Server):
+    def argv(self) -> list[str]:
+        conf = self.workdir / "mosquitto.conf"
+        lines = [
+            line
+            for line in (DEPLOY / "mosquitto.conf").read_text().splitlines()
+            if not line.startswith(("listener", "persistence_location"))
+        ]
+        lines += [
+            f"listener {self.port} 127.0.0.1",
+            f"persistence_location {self.workdir}/",
+            f"log_dest file {self.workdir}/mosquitto-broker.log",
+        ]
+        conf.write_text("\n".join(lines) + "\n")
+        return [_binary("mosquitto"), "-c", str(conf)]
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://127.0.0.1:{self.port}"
+
+
+ServerFactory = Callable[[], Server]
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One Redis for the whole session; tests isolate themselves by key prefix."""
+    server = RedisServer("redis", tmp_path_factory.mktemp("redis"), free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
+    server = Mosquitto("mosquitto", tmp_path_factory.mktemp("mosquitto"), free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis of this test's own, to kill and restart."""
+    workdir = tmp_path / "redis"
+    workdir.mkdir()
+    server = RedisServer("redis", workdir, free_port())
+    server.start()
+    yield server
+    server.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def private_mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
+    """A broker of this test's own, to stop and restart."""
+    workdir = tmp_path / "mosquitto"
+    workdir.mkdir()
+    server = Mosquitto("mosquitto", workdir, free_port())
+    server.start()
+    yield server
+    server.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix (and MQTT topic root) of this test's own."""
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def redis_cluster(tmp_path: Path) -> Iterator[list[ClusterNode]]:
+    """Three redis-server processes joined by `redis-cli --cluster create`."""
+    nodes = []
+    for i in range(3):
+        workdir = tmp_path / f"node{i}"
+        workdir.mkdir()
+        node = ClusterNode(f"node{i}", workdir, free_port())
+        node.start()
+        nodes.append(node)
+    try:
+        subprocess.run(
+            [
+                _binary("redis-cli"),
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{n.port}" for n in nodes),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            info = subprocess.run(
+                [_binary("redis-cli"), "-p", str(nodes[0].port), "cluster", "info"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            if "cluster_state:ok" in info:
+                break
+            time.sleep(0.1)
+        else:
+            raise TimeoutError("cluster did not reach cluster_state:ok")
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop(signal.SIGKILL)
+
+
+def env_without_proxies() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}

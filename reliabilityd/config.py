@@ -1,0 +1,224 @@
+"""Typed configuration, decoded from TOML by msgspec.
+
+Every key has a default documented in ``config.example.toml``; an unknown key
+or a bad value is a ``ConfigError`` naming the file and the field path
+(``$.stats.k[0]``), which the CLI turns into exit code 2.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import socket
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import unquote, urlsplit
+
+import msgspec
+
+from reliabilityd.errors import ConfigError
+
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+Fraction01 = Annotated[float, msgspec.Meta(gt=0, le=1)]
+
+
+class Base(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Config tables reject keys they do not know: a typo is an error, not a default."""
+
+
+class RedisConfig(Base):
+    url: str = "redis://127.0.0.1:6379/0"
+    # Key prefix: keys are <prefix>:{<suite>}:... (several deployments can share a server).
+    prefix: Annotated[str, msgspec.Meta(min_length=1, pattern=r"^[^{}\s]+$")] = "rel"
+    # Talk to a Redis Cluster (every key of a suite shares one hash tag).
+    cluster: bool = False
+    # Seconds one Redis call may take before the batch is retried.
+    timeout: PositiveFloat = 10.0
+
+
+class MqttConfig(Base):
+    enabled: bool = True
+    url: str = "mqtt://127.0.0.1:1883"
+    topic: str = "reliability/trials/#"
+    client_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] = "reliabilityd"
+    protocol: Literal["5", "3.1.1"] = "5"
+    # Seconds the broker keeps our session (and queues QoS 1 messages) while we are away.
+    session_expiry: PositiveInt = 3600
+    # Non-empty: subscribe as $share/<group>/<topic> so several daemons split the topic.
+    shared_group: str = ""
+    # MQTT 5 Receive Maximum: unacknowledged messages the broker may have in flight to us.
+    receive_maximum: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 1000
+    keepalive: PositiveInt = 30
+    # Retained snapshots go to <snapshot_topic>/<suite>.
+    snapshot_topic: str = "reliability/snapshot"
+
+
+class StreamConfig(Base):
+    enabled: bool = False
+    # The stream agents XADD to; each entry carries the wire payload in field `payload`.
+    key: str = "rel:trials"
+    group: str = "reliabilityd"
+    # Entries another consumer left pending this long (seconds) are claimed.
+    claim_idle: PositiveFloat = 60.0
+
+
+class StoreConfig(Base):
+    # Seconds a (task, trial) dedup record lives; 0 = twice mqtt.session_expiry.
+    dedup_ttl: NonNegInt = 0
+    deadletter_maxlen: PositiveInt = 10_000
+
+
+class IngestConfig(Base):
+    # Messages (or stream entries) committed in one Redis round trip at most.
+    max_batch: PositiveInt = 500
+    # Payloads larger than this many bytes are dead-lettered undecoded.
+    max_payload: PositiveInt = 1 << 20
+
+
+class SuiteOverride(Base):
+    match: Annotated[str, msgspec.Meta(min_length=1)]
+    window: NonNegInt | None = None
+    min_coverage: Fraction01 | None = None
+
+
+class StatsConfig(Base):
+    k: Annotated[list[PositiveInt], msgspec.Meta(min_length=1)] = msgspec.field(
+        default_factory=lambda: [1, 5]
+    )
+    ci_interval: PositiveFloat = 5.0
+    n_boot: PositiveInt = 2000
+    confidence: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.95
+    seed: NonNegInt = 0
+    # Keep only each task's last `window` counted trials (0 = lifetime).
+    window: NonNegInt = 0
+    min_coverage: Fraction01 = 1.0
+    lottery_limit: NonNegInt = 10
+
+
+class DaemonConfig(Base):
+    # Names this daemon's heartbeat key; empty = the host name.
+    instance: str = ""
+    heartbeat_ttl: PositiveFloat = 15.0
+
+
+class Config(Base):
+    redis: RedisConfig = msgspec.field(default_factory=RedisConfig)
+    mqtt: MqttConfig = msgspec.field(default_factory=MqttConfig)
+    stream: StreamConfig = msgspec.field(default_factory=StreamConfig)
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    ingest: IngestConfig = msgspec.field(default_factory=IngestConfig)
+    stats: StatsConfig = msgspec.field(default_factory=StatsConfig)
+    suites: list[SuiteOverride] = msgspec.field(default_factory=list)
+    daemon: DaemonConfig = msgspec.field(default_factory=DaemonConfig)
+
+    @property
+    def dedup_ttl(self) -> int:
+        return self.store.dedup_ttl or 2 * self.mqtt.session_expiry
+
+    @property
+    def instance(self) -> str:
+        return self.daemon.instance or socket.gethostname()
+
+    def suite_settings(self, suite: str) -> tuple[int, float]:
+        """(window, min_coverage) for a suite: the first matching [[suites]] wins."""
+        for override in self.suites:
+            if fnmatch.fnmatchcase(suite, override.match):
+                window = self.stats.window if override.window is None else override.window
+                cov = (
+                    self.stats.min_coverage
+                    if override.min_coverage is None
+                    else override.min_coverage
+                )
+                return window, cov
+        return self.stats.window, self.stats.min_coverage
+
+
+class MqttEndpoint(msgspec.Struct, frozen=True):
+    host: str
+    port: int
+    tls: bool
+    username: str | None
+    password: str | None
+
+
+def parse_mqtt_url(url: str) -> MqttEndpoint:
+    """mqtt://[user[:password]@]host[:port] or mqtts:// for TLS."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("mqtt", "mqtts"):
+        raise ValueError(f"scheme must be mqtt:// or mqtts://, got {url.split(':', 1)[0]!r}")
+    if not parts.hostname:
+        raise ValueError("the URL names no host")
+    tls = parts.scheme == "mqtts"
+    try:
+        port = parts.port or (8883 if tls else 1883)
+    except ValueError as exc:
+        raise ValueError(f"bad port: {exc}") from None
+    return MqttEndpoint(
+        host=parts.hostname,
+        port=port,
+        tls=tls,
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password else None,
+    )
+
+
+def _check(config: Config, path: str) -> None:
+    try:
+        parse_mqtt_url(config.mqtt.url)
+    except ValueError as exc:
+        raise ConfigError(path, "$.mqtt.url", str(exc)) from None
+    if urlsplit(config.redis.url).scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(path, "$.redis.url", "scheme must be redis://, rediss:// or unix://")
+    if not config.mqtt.topic:
+        raise ConfigError(path, "$.mqtt.topic", "must not be empty")
+    if "/" in config.mqtt.shared_group or "+" in config.mqtt.shared_group:
+        raise ConfigError(path, "$.mqtt.shared_group", "must not contain '/' or '+'")
+    if config.dedup_ttl <= config.mqtt.session_expiry:
+        raise ConfigError(
+            path,
+            "$.store.dedup_ttl",
+            f"must exceed mqtt.session_expiry ({config.mqtt.session_expiry} s): a redelivery "
+            "after the dedup record expired would be counted twice",
+        )
+    max_k = max(config.stats.k)
+    if 0 < config.stats.window < max_k:
+        raise ConfigError(
+            path, "$.stats.window", f"window {config.stats.window} is shorter than k={max_k}"
+        )
+    for i, override in enumerate(config.suites):
+        if override.window is not None and 0 < override.window < max_k:
+            raise ConfigError(
+                path, f"$.suites[{i}].window", f"window {override.window} is shorter than k={max_k}"
+            )
+
+
+ENV_OVERRIDES = {
+    "RELIABILITYD_REDIS_URL": ("redis", "url"),
+    "RELIABILITYD_MQTT_URL": ("mqtt", "url"),
+}
+
+
+def load(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> Config:
+    """Read, decode and check a config file; environment variables override the URLs."""
+    name = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(name, "", f"cannot read: {exc.strerror}") from None
+    try:
+        config = msgspec.toml.decode(raw, type=Config)
+    except msgspec.ValidationError as exc:
+        message, _, field = str(exc).rpartition(" - at `")
+        if not message:
+            raise ConfigError(name, "", str(exc)) from None
+        raise ConfigError(name, field.rstrip("`"), message) from None
+    except msgspec.DecodeError as exc:
+        raise ConfigError(name, "", f"not valid TOML: {exc}") from None
+    env = os.environ if environ is None else environ
+    for var, (table, key) in ENV_OVERRIDES.items():
+        if env.get(var):
+            setattr(getattr(config, table), key, env[var])
+    _check(config, name)
+    return config

@@ -1,0 +1,323 @@
+"""The daemon: the one module that wires sources, store, statistics and sinks.
+
+Data flows one way: messages -> decode -> one Lua call per suite batch ->
+acknowledge. After a commit the suite's point estimates are refreshed within
+``LIVE_INTERVAL``; every ``ci_interval`` the suites whose version moved past
+their snapshot get CIs, lottery cases and a new snapshot. Everything that
+must survive a crash (counts, versions, snapshots) is in Redis; the only
+in-memory state is which suites to refresh soonest, and losing it costs at
+most one ``ci_interval`` of staleness, because the version comparison finds
+every stale suite again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import TypeVar
+
+import msgspec
+import redis.exceptions
+
+from reliabilityd import mqtt, snapshot, streams
+from reliabilityd.config import Config
+from reliabilityd.events import Rejected, TrialEvent, decode
+from reliabilityd.logs import RateLimited, emit
+from reliabilityd.lottery import ranked_cell_groups
+from reliabilityd.store import Store, connect
+
+T = TypeVar("T")
+LIVE_INTERVAL = 0.2
+SHUTDOWN_GRACE = 4.0
+REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+class Daemon:
+    def __init__(self, config: Config, store: Store | None = None) -> None:
+        self.config = config
+        self.store = store or Store(
+            connect(config.redis.url, cluster=config.redis.cluster, timeout=config.redis.timeout),
+            config.redis.prefix,
+        )
+        self.instance = config.instance
+        self._live_dirty: set[str] = set()
+        self._live_wake = asyncio.Event()
+        self._deadletter_log = RateLimited()
+        self.publisher = (
+            mqtt.Publisher(config.mqtt, f"{config.mqtt.client_id}-pub-{os.getpid()}")
+            if config.mqtt.enabled
+            else None
+        )
+        self.committed_events = 0
+        self.started_at = time.time()
+
+    # --- settings ---------------------------------------------------------
+
+    def ks(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.config.stats.k)))
+
+    def settings(self, suite: str) -> snapshot.StatsSettings:
+        window, min_coverage = self.config.suite_settings(suite)
+        stats = self.config.stats
+        return snapshot.StatsSettings(
+            ks=self.ks(),
+            window=window,
+            min_coverage=min_coverage,
+            n_boot=stats.n_boot,
+            confidence=stats.confidence,
+            seed=stats.seed,
+        )
+
+    # --- ingest -----------------------------------------------------------
+
+    async def _retry(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
+        """Run a Redis operation until it succeeds; cancellation stops the retries."""
+        backoff = 0.1
+        while True:
+            try:
+                return await op()
+            except REDIS_ERRORS as exc:
+                emit(logging.WARNING, "redis_unavailable", during=what, error=exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    async def commit(self, payloads: Sequence[tuple[bytes, str]]) -> None:
+        """Decode, dead-letter the bad, apply the good; returns once Redis has it all."""
+        by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
+        rejected: dict[str, list[Rejected]] = defaultdict(list)
+        for payload, source in payloads:
+            good, bad = decode(payload, self.config.ingest.max_payload)
+            for event in good:
+                by_suite[event.suite].append(event)
+            if bad:
+                rejected[source].extend(bad)
+        for source, items in rejected.items():
+            await self._retry(
+                "deadletter",
+                partial(
+                    self.store.deadletter,
+                    items,
+                    source=source,
+                    maxlen=self.config.store.deadletter_maxlen,
+                ),
+            )
+            self._deadletter_log.emit(
+                logging.WARNING,
+                "deadletter",
+                source=source,
+                count=len(items),
+                reason=items[0].reason,
+            )
+        if not by_suite:
+            return
+        windows = {suite: self.config.suite_settings(suite)[0] for suite in by_suite}
+        applied = await self._retry(
+            "apply",
+            partial(self.store.apply, by_suite, windows=windows, dedup_ttl=self.config.dedup_ttl),
+        )
+        for result in applied:
+            self.committed_events += result.counted
+            self._live_dirty.add(result.suite)
+        self._live_wake.set()
+
+    # --- numbers out ------------------------------------------------------
+
+    async def refresh_live(self, suite: str) -> None:
+        """Point estimates and counters of the suite's current version, no CI."""
+        state = await self.store.read_state(suite)
+        c = state.counters
+        estimates = snapshot.point_estimates(state.hist, self.settings(suite))
+        values: dict[str, str | int] = {
+            **snapshot.counter_fields(state.hist, c.trials, c.errors, c.skips, c.duplicates),
+            "live_updated_at": snapshot.rfc3339(time.time()),
+            **snapshot.value_fields(estimates),
+        }
+        await self.store.write_snapshot(suite, c.version, {}, values)
+
+    async def refresh_snapshot(self, suite: str) -> snapshot.Snapshot | None:
+        """CIs, lottery cases and the whole snapshot; None if a newer one is stored."""
+        state = await self.store.read_state(suite)
+        settings = self.settings(suite)
+        estimates = await asyncio.to_thread(snapshot.full_estimates, state.hist, settings)
+        lottery_k = max(self.config.stats.k)
+        groups = ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k)
+        rows = await self.store.lottery_rows(suite, groups, self.config.stats.lottery_limit)
+        c = state.counters
+        snap = snapshot.build(
+            suite=suite,
+            hist=state.hist,
+            trials=c.trials,
+            errors=c.errors,
+            skips=c.skips,
+            duplicates=c.duplicates,
+            version=c.version,
+            settings=settings,
+            estimates=estimates,
+            lottery_k=lottery_k,
+            lottery_rows=rows,
+            now=time.time(),
+        )
+        ci, values = snapshot.redis_fields(snap)
+        wrote_ci, _ = await self.store.write_snapshot(suite, c.version, ci, values)
+        if not wrote_ci:
+            return None
+        if self.publisher is not None:
+            self.publisher.publish(
+                f"{self.config.mqtt.snapshot_topic}/{suite}", msgspec.json.encode(snap)
+            )
+        return snap
+
+    async def ci_tick(self) -> list[snapshot.Snapshot]:
+        suites = await self.store.suites()
+        versions = await self.store.versions(suites)
+        out = []
+        for suite, (data_version, snap_version) in zip(suites, versions, strict=True):
+            if data_version > snap_version:
+                snap = await self.refresh_snapshot(suite)
+                if snap is not None:
+                    out.append(snap)
+        return out
+
+    # --- loops ------------------------------------------------------------
+
+    async def _live_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self._live_wake.wait()
+            self._live_wake.clear()
+            dirty, self._live_dirty = self._live_dirty, set()
+            for suite in sorted(dirty):
+                try:
+                    await self.refresh_live(suite)
+                except REDIS_ERRORS as exc:
+                    emit(logging.WARNING, "live_refresh_failed", suite=suite, error=exc)
+                    self._live_dirty.add(suite)
+            await asyncio.sleep(LIVE_INTERVAL)
+            if self._live_dirty:
+                self._live_wake.set()
+
+    async def _ci_loop(self, stop: asyncio.Event) -> None:
+        interval = self.config.stats.ci_interval
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                await self.ci_tick()
+            except REDIS_ERRORS as exc:
+                emit(logging.WARNING, "ci_tick_failed", error=exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    stop.wait(), max(0.0, interval - (time.monotonic() - started))
+                )
+
+    async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
+        ttl = self.config.daemon.heartbeat_ttl
+        while not stop.is_set():
+            try:
+                await self.store.heartbeat(
+                    self.instance,
+                    ttl,
+                    {
+                        "at": time.time(),
+                        "pid": os.getpid(),
+                        "started_at": self.started_at,
+                        "committed_events": self.committed_events,
+                    },
+                )
+            except REDIS_ERRORS as exc:
+                emit(logging.WARNING, "heartbeat_failed", error=exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), ttl / 3)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until stop is set, then stop intake, finish the batch in flight, exit."""
+        cfg = self.config
+        intake_stop = asyncio.Event()
+        sources: list[asyncio.Task[None]] = []
+        if cfg.mqtt.enabled:
+            sources.append(
+                asyncio.create_task(
+                    mqtt.consume(
+                        cfg.mqtt, self.commit, intake_stop, max_batch=cfg.ingest.max_batch
+                    ),
+                    name="mqtt-consumer",
+                )
+            )
+        if cfg.stream.enabled:
+            sources.append(
+                asyncio.create_task(
+                    streams.consume(
+                        self.store.client,
+                        cfg.stream,
+                        self.instance,
+                        self.commit,
+                        intake_stop,
+                        max_batch=cfg.ingest.max_batch,
+                    ),
+                    name="stream-consumer",
+                )
+            )
+        background = [
+            asyncio.create_task(self._live_loop(stop), name="live"),
+            asyncio.create_task(self._ci_loop(stop), name="ci"),
+            asyncio.create_task(self._heartbeat_loop(stop), name="heartbeat"),
+        ]
+        if self.publisher is not None:
+            background.append(asyncio.create_task(self.publisher.run(stop), name="publisher"))
+        emit(logging.INFO, "started", instance=self.instance, sources=len(sources))
+        everything = [*sources, *background]
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait(
+                [stopper, *everything], return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                if task is not stopper and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            intake_stop.set()
+            stop.set()
+            # Sources finish the batch in flight (commit, then acknowledge).
+            _, late = await asyncio.wait(sources, timeout=SHUTDOWN_GRACE) if sources else ((), ())
+            for task in [*late, *background, stopper]:
+                task.cancel()
+            await asyncio.gather(*everything, stopper, return_exceptions=True)
+            emit(logging.INFO, "stopped", committed_events=self.committed_events)
+
+
+async def main(config: Config) -> int:
+    """Run a daemon with SIGTERM / SIGINT handlers on the running loop."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    daemon = Daemon(config)
+    try:
+        await daemon.run(stop)
+    finally:
+        await daemon.store.client.aclose()
+    return 0
+
+
+async def check(config: Config) -> int:
+    """0 when this instance's heartbeat is fresh, 1 otherwise."""
+    store = Store(
+        connect(config.redis.url, cluster=config.redis.cluster, timeout=3.0), config.redis.prefix
+    )
+    try:
+        age = await store.heartbeat_age(config.instance)
+    except REDIS_ERRORS as exc:
+        print(f"unhealthy: Redis unreachable: {exc}")
+        return 1
+    finally:
+        await store.client.aclose()
+    if age is None or age > config.daemon.heartbeat_ttl:
+        print(f"unhealthy: no fresh heartbeat for instance {config.instance!r}")
+        return 1
+    print(f"healthy: instance {config.instance!r} beat {age:.1f} s ago")
+    return 0

@@ -1,0 +1,24 @@
+"""The one exception hierarchy of reliabilityd; messages say what to do next."""
+
+from __future__ import annotations
+
+
+class ReliabilitydError(Exception):
+    """Base of every error reliabilityd raises on purpose."""
+
+
+class ConfigError(ReliabilitydError):
+    """A configuration file that cannot be used: names the file and the field."""
+
+    exit_code = 2
+
+    def __init__(self, path: str, field: str, message: str) -> None:
+        self.path = path
+        self.field = field
+        self.message = message
+        where = f"{path}: {field}" if field else path
+        super().__init__(f"{where}: {message}")
+
+
+class BadEvent(ReliabilitydError):
+    """A wire event that does not decode or validate; it goes to the dead-letter stream."""

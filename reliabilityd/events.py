@@ -1,0 +1,136 @@
+"""The wire format: trial events in JSON or MessagePack, decoded once by msgspec.
+
+A payload is one event object or an array of them. The format is detected
+from the first byte (JSON starts with ``{`` or ``[`` after white space;
+anything else is tried as MessagePack). A good payload decodes in one pass;
+only when that fails is it split into elements, so that in an array each bad
+element is rejected alone and the good ones still count.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import msgspec
+
+Outcome = Literal["pass", "fail", "error", "skip"]
+MAX_NAME_BYTES = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SUITE_FORBIDDEN = re.compile(r"[{}/+#]")
+_JSON_START = frozenset(b"{[")
+_WHITESPACE = b" \t\r\n"
+
+
+class TrialEvent(msgspec.Struct, frozen=True):
+    """One trial outcome. ``trial`` is unique per (suite, task)."""
+
+    suite: str
+    task: str
+    trial: str
+    outcome: Outcome
+    ts: float | None = None
+    labels: dict[str, Any] | None = None
+
+
+class Rejected(msgspec.Struct, frozen=True):
+    """An element (or a whole payload) that did not decode or validate."""
+
+    raw: bytes
+    reason: str
+
+
+_json_batch = msgspec.json.Decoder(TrialEvent | list[TrialEvent])
+_json_list = msgspec.json.Decoder(list[msgspec.Raw])
+_json_one = msgspec.json.Decoder(TrialEvent)
+_mp_batch = msgspec.msgpack.Decoder(TrialEvent | list[TrialEvent])
+_mp_list = msgspec.msgpack.Decoder(list[msgspec.Raw])
+_MSGPACK_ARRAY = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
+_mp_one = msgspec.msgpack.Decoder(TrialEvent)
+
+
+def _name_problem(field: str, value: str, *, suite: bool = False) -> str | None:
+    if not value:
+        return f"{field} is empty"
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return f"{field} is longer than {MAX_NAME_BYTES} bytes of UTF-8"
+    if _CONTROL.search(value):
+        return f"{field} contains a control character"
+    if suite and _SUITE_FORBIDDEN.search(value):
+        return "suite contains one of { } / + # (it lives in a Redis hash tag and MQTT topics)"
+    return None
+
+
+def validate(event: TrialEvent) -> str | None:
+    """The reason an event is unusable, or None when it is fine."""
+    return (
+        _name_problem("suite", event.suite, suite=True)
+        or _name_problem("task", event.task)
+        or _name_problem("trial", event.trial)
+    )
+
+
+def _is_json(payload: bytes) -> bool:
+    stripped = payload.lstrip(_WHITESPACE)
+    return bool(stripped) and stripped[0] in _JSON_START
+
+
+def _split(
+    items: Iterable[msgspec.Raw],
+    one: msgspec.json.Decoder[TrialEvent] | msgspec.msgpack.Decoder[TrialEvent],
+) -> tuple[list[TrialEvent], list[Rejected]]:
+    good: list[TrialEvent] = []
+    bad: list[Rejected] = []
+    for index, item in enumerate(items):
+        try:
+            event = one.decode(item)
+        except msgspec.ValidationError as exc:
+            bad.append(Rejected(bytes(item), f"element {index}: {exc}"))
+            continue
+        problem = validate(event)
+        if problem:
+            bad.append(Rejected(bytes(item), f"element {index}: {problem}"))
+        else:
+            good.append(event)
+    return good, bad
+
+
+def decode(payload: bytes, max_payload: int = 1 << 20) -> tuple[list[TrialEvent], list[Rejected]]:
+    """Decode a payload into good events and rejected pieces with their reasons."""
+    if len(payload) > max_payload:
+        return [], [Rejected(payload, f"payload of {len(payload)} bytes exceeds {max_payload}")]
+    if not payload:
+        return [], [Rejected(payload, "empty payload")]
+    is_json = _is_json(payload)
+    batch = _json_batch if is_json else _mp_batch
+    fmt = "JSON" if is_json else "MessagePack"
+    try:
+        decoded = batch.decode(payload)
+    except msgspec.ValidationError:
+        decoded = None  # some element is bad: find which below
+    except msgspec.DecodeError as exc:
+        return [], [Rejected(payload, f"not valid {fmt}: {exc}")]
+    if decoded is not None:
+        events = decoded if isinstance(decoded, list) else [decoded]
+        bad = [(i, validate(e)) for i, e in enumerate(events)]
+        if not any(problem for _, problem in bad):
+            return events, []
+        if not isinstance(decoded, list):
+            return [], [Rejected(payload, str(bad[0][1]))]
+    # Slow path: decode elements one by one.
+    first = payload.lstrip(_WHITESPACE)[0] if is_json else payload[0]
+    if first in (b"["[0],) or (not is_json and first in _MSGPACK_ARRAY):
+        try:
+            parts = (_json_list if is_json else _mp_list).decode(payload)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return [], [Rejected(payload, f"not valid {fmt}: {exc}")]
+        return _split(parts, _json_one if is_json else _mp_one)
+    try:
+        event = (_json_one if is_json else _mp_one).decode(payload)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return [], [Rejected(payload, f"not a trial event ({fmt}): {exc}")]
+    problem = validate(event)
+    if problem:
+        return [], [Rejected(payload, problem)]
+    return [event], []

@@ -1,0 +1,171 @@
+"""A suite's snapshot document and its flat Redis fields, computed from its state.
+
+Pure: the daemon reads the state from Redis, calls these functions, and
+writes the result. The JSON document holds values and CIs of one version;
+the flat fields are what ``redis-cli HGETALL`` users read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import msgspec
+
+from reliabilityd.estimate import Estimate, estimate_metrics
+from reliabilityd.histogram import Histogram
+from reliabilityd.lottery import LotteryCase
+
+SCHEMA = 1
+
+
+class Lottery(msgspec.Struct, frozen=True):
+    k: int
+    rows: list[LotteryCase]
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    schema: int
+    suite: str
+    tasks: int
+    trials: int
+    errors: int
+    skips: int
+    duplicates: int
+    version: int
+    window: int
+    updated_at: str
+    pass_at_k: list[Estimate]
+    pass_hat_k: list[Estimate]
+    lottery: Lottery
+
+    def estimate(self, metric: str, k: int) -> Estimate | None:
+        for est in self.pass_at_k if metric == "pass@k" else self.pass_hat_k:
+            if est.k == k:
+                return est
+        return None
+
+
+class StatsSettings(msgspec.Struct, frozen=True):
+    """What the numbers of one suite are computed with."""
+
+    ks: tuple[int, ...]
+    window: int = 0
+    min_coverage: float = 1.0
+    n_boot: int = 2000
+    confidence: float = 0.95
+    seed: int = 0
+
+
+def rfc3339(ts: float) -> str:
+    """UTC time as RFC 3339 with millisecond precision."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _fmt(x: float | None) -> str:
+    return "" if x is None else repr(x)
+
+
+def counter_fields(
+    hist: Histogram, trials: int, errors: int, skips: int, duplicates: int
+) -> dict[str, str | int]:
+    return {
+        "tasks": hist.tasks,
+        "trials": trials,
+        "errors": errors,
+        "skips": skips,
+        "duplicates": duplicates,
+    }
+
+
+def value_fields(estimates: Sequence[Estimate]) -> dict[str, str]:
+    """`pass@5`, `pass^5`, ...: the point estimates, empty when UNKNOWN."""
+    return {f"{e.metric.replace('k', str(e.k))}": _fmt(e.value) for e in estimates}
+
+
+def ci_fields(estimates: Sequence[Estimate]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for e in estimates:
+        label = e.metric.replace("k", str(e.k))
+        out[f"{label}:ci_low"] = _fmt(e.ci_low)
+        out[f"{label}:ci_high"] = _fmt(e.ci_high)
+    return out
+
+
+def point_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
+    """Every metric at every k without CIs: the cheap live path after each commit."""
+    out: list[Estimate] = []
+    for k in settings.ks:
+        out.extend(
+            estimate_metrics(hist, k, min_coverage=settings.min_coverage, with_ci=False).values()
+        )
+    return out
+
+
+def full_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
+    """Every metric at every k with its cluster-bootstrap CI."""
+    out: list[Estimate] = []
+    for k in settings.ks:
+        out.extend(
+            estimate_metrics(
+                hist,
+                k,
+                confidence=settings.confidence,
+                n_boot=settings.n_boot,
+                seed=settings.seed,
+                min_coverage=settings.min_coverage,
+            ).values()
+        )
+    return out
+
+
+def build(
+    *,
+    suite: str,
+    hist: Histogram,
+    trials: int,
+    errors: int,
+    skips: int,
+    duplicates: int,
+    version: int,
+    settings: StatsSettings,
+    estimates: Sequence[Estimate],
+    lottery_k: int,
+    lottery_rows: Sequence[LotteryCase],
+    now: float,
+) -> Snapshot:
+    return Snapshot(
+        schema=SCHEMA,
+        suite=suite,
+        tasks=hist.tasks,
+        trials=trials,
+        errors=errors,
+        skips=skips,
+        duplicates=duplicates,
+        version=version,
+        window=settings.window,
+        updated_at=rfc3339(now),
+        pass_at_k=[e for e in estimates if e.metric == "pass@k"],
+        pass_hat_k=[e for e in estimates if e.metric == "pass^k"],
+        lottery=Lottery(k=lottery_k, rows=list(lottery_rows)),
+    )
+
+
+def redis_fields(snapshot: Snapshot) -> tuple[dict[str, str | int], dict[str, str | int]]:
+    """(CI part, value part) of the snapshot hash; see Store.write_snapshot."""
+    estimates = [*snapshot.pass_at_k, *snapshot.pass_hat_k]
+    ci: dict[str, str | int] = {
+        "json": msgspec.json.encode(snapshot).decode(),
+        "updated_at": snapshot.updated_at,
+        **ci_fields(estimates),
+    }
+    values: dict[str, str | int] = {
+        "tasks": snapshot.tasks,
+        "trials": snapshot.trials,
+        "errors": snapshot.errors,
+        "skips": snapshot.skips,
+        "duplicates": snapshot.duplicates,
+        "live_updated_at": snapshot.updated_at,
+        **value_fields(estimates),
+    }
+    return ci, values
