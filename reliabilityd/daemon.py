@@ -56,6 +56,8 @@ class Daemon:
             else None
         )
         self.committed_events = 0
+        # Set once the MQTT subscription is confirmed (for tests and tools).
+        self.subscribed = asyncio.Event()
         self.started_at = time.time()
 
     # --- settings ---------------------------------------------------------
@@ -243,7 +245,11 @@ class Daemon:
             sources.append(
                 asyncio.create_task(
                     mqtt.consume(
-                        cfg.mqtt, self.commit, intake_stop, max_batch=cfg.ingest.max_batch
+                        cfg.mqtt,
+                        self.commit,
+                        intake_stop,
+                        max_batch=cfg.ingest.max_batch,
+                        subscribed=self.subscribed,
                     ),
                     name="mqtt-consumer",
                 )

@@ -93,9 +93,17 @@ def subscription(config: MqttConfig) -> str:
 
 
 async def consume(
-    config: MqttConfig, commit: Commit, stop: asyncio.Event, *, max_batch: int
+    config: MqttConfig,
+    commit: Commit,
+    stop: asyncio.Event,
+    *,
+    max_batch: int,
+    subscribed: asyncio.Event | None = None,
 ) -> None:
-    """Take trial messages until stop is set; acknowledge each after its commit."""
+    """Take trial messages until stop is set; acknowledge each after its commit.
+
+    ``subscribed`` is set once the broker has confirmed the subscription.
+    """
     backoff = BACKOFF_START
     topic = subscription(config)
     while not stop.is_set():
@@ -110,9 +118,11 @@ async def consume(
         paho.manual_ack_set(True)
         try:
             async with client:
-                emit(logging.INFO, "mqtt_connected", topic=topic, client_id=config.client_id)
                 backoff = BACKOFF_START
                 await client.subscribe(topic, qos=1)
+                emit(logging.INFO, "mqtt_subscribed", topic=topic, client_id=config.client_id)
+                if subscribed is not None:
+                    subscribed.set()
                 messages = client.messages
                 while not stop.is_set():
                     first = await _next_or_stop(messages, stop)

@@ -146,6 +146,17 @@ class Counters(msgspec.Struct, frozen=True):
     last_trial_at: float | None = None
 
 
+class DeadLetter(msgspec.Struct, frozen=True):
+    """One rejected input as stored in the dead-letter stream."""
+
+    id: str
+    payload: bytes
+    truncated: bool
+    reason: str
+    source: str
+    time: float
+
+
 class SuiteState(msgspec.Struct, frozen=True):
     suite: str
     counters: Counters
@@ -277,6 +288,29 @@ class Store:
         pipe.hincrby(self.stats_key, "deadletters", len(items))
         await pipe.execute()
         return len(items)
+
+    async def deadletters(self, count: int = 100) -> list[DeadLetter]:
+        """The oldest ``count`` dead letters still in the capped stream."""
+        entries: Any = await self.client.xrange(self.deadletter_key, count=count)
+        out = []
+        for entry_id, fields in entries:
+            f = {_text(k): v for k, v in fields.items()}
+            out.append(
+                DeadLetter(
+                    id=_text(entry_id),
+                    payload=bytes(f.get("payload", b"")),
+                    truncated=_text(f.get("truncated", b"0")) == "1",
+                    reason=_text(f.get("reason", b"")),
+                    source=_text(f.get("source", b"")),
+                    time=float(_text(f.get("time", b"0"))),
+                )
+            )
+        return out
+
+    async def deadletter_count(self) -> int:
+        """Dead letters ever written (the stream itself is capped)."""
+        raw: Any = await self.client.hget(self.stats_key, "deadletters")
+        return int(raw or 0)
 
     # --- reading ----------------------------------------------------------
 

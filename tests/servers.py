@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -53,14 +54,15 @@ class Server:
         self.workdir = workdir
         self.port = port
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log: BinaryIO | None = None
 
     def argv(self) -> list[str]:
         raise NotImplementedError
 
     def start(self) -> None:
-        log = (self.workdir / f"{self.name}.log").open("ab")
+        self._log = (self.workdir / f"{self.name}.log").open("ab")
         self.proc = subprocess.Popen(
-            self.argv(), cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT
+            self.argv(), cwd=self.workdir, stdout=self._log, stderr=subprocess.STDOUT
         )
         wait_port(self.port)
 
@@ -71,6 +73,9 @@ class Server:
             self.proc.send_signal(sig)
         self.proc.wait(timeout)
         self.proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)

@@ -1,0 +1,213 @@
+"""Event generators with ground truth, publishers, daemon runners and waits."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+import msgspec
+import numpy as np
+
+from reliabilityd.config import Config
+from reliabilityd.events import TrialEvent
+from reliabilityd.histogram import Histogram
+
+
+class Truth:
+    """What the counters must say: first write wins per (suite, task, trial)."""
+
+    def __init__(self, window: int = 0) -> None:
+        self.window = window
+        self.seen: set[tuple[str, str, str]] = set()
+        self.outcomes: dict[str, dict[str, list[int]]] = {}
+        self.errors: dict[str, int] = {}
+        self.skips: dict[str, int] = {}
+        self.duplicates: dict[str, int] = {}
+
+    def add(self, e: TrialEvent) -> None:
+        key = (e.suite, e.task, e.trial)
+        if key in self.seen:
+            self.duplicates[e.suite] = self.duplicates.get(e.suite, 0) + 1
+            return
+        self.seen.add(key)
+        if e.outcome == "error":
+            self.errors[e.suite] = self.errors.get(e.suite, 0) + 1
+        elif e.outcome == "skip":
+            self.skips[e.suite] = self.skips.get(e.suite, 0) + 1
+        else:
+            self.outcomes.setdefault(e.suite, {}).setdefault(e.task, []).append(
+                int(e.outcome == "pass")
+            )
+
+    def counts(self, suite: str) -> dict[str, tuple[int, int]]:
+        out = {}
+        for task, seq in self.outcomes.get(suite, {}).items():
+            kept = seq[-self.window :] if self.window else seq
+            out[task] = (len(kept), sum(kept))
+        return out
+
+    def hist(self, suite: str) -> Histogram:
+        return Histogram.from_pairs(list(self.counts(suite).values()))
+
+    def trials(self, suite: str) -> int:
+        return sum(len(s) for s in self.outcomes.get(suite, {}).values())
+
+
+def make_events(
+    rng: np.random.Generator,
+    *,
+    suites: Sequence[str] = ("alpha", "beta"),
+    tasks: int = 50,
+    count: int = 10_000,
+    dup_share: float = 0.1,
+    flip: bool = True,
+) -> list[TrialEvent]:
+    """Unique trials with skill per task, errors and skips, duplicates, shuffled.
+
+    With ``flip`` a duplicate carries the opposite outcome (first write must
+    win); use ``flip=False`` where delivery order is not the publish order.
+    """
+    skill = {(s, t): rng.beta(2, 0.8) for s in suites for t in range(tasks)}
+    unique = int(count * (1 - dup_share))
+    events = []
+    for i in range(unique):
+        s = suites[int(rng.integers(len(suites)))]
+        t = int(rng.integers(tasks))
+        u = rng.random()
+        outcome = (
+            "error"
+            if u < 0.03
+            else "skip"
+            if u < 0.05
+            else ("pass" if rng.random() < skill[(s, t)] else "fail")
+        )
+        events.append(TrialEvent(s, f"task {t}", f"run-{i}", outcome, ts=float(i)))  # type: ignore[arg-type]
+    dups = []
+    for _ in range(count - unique):
+        e = events[int(rng.integers(unique))]
+        if flip and e.outcome in ("pass", "fail"):
+            # A repeat with a different outcome is still the same trial.
+            e = msgspec.structs.replace(e, outcome="fail" if e.outcome == "pass" else "pass")
+        dups.append(e)
+    allev = events + dups
+    return [allev[i] for i in rng.permutation(len(allev))]
+
+
+def truth_of(events: Iterable[TrialEvent], window: int = 0) -> Truth:
+    t = Truth(window)
+    for e in events:
+        t.add(e)
+    return t
+
+
+def payloads(events: Sequence[TrialEvent], per_message: int) -> list[bytes]:
+    if per_message == 1:
+        return [msgspec.json.encode(e) for e in events]
+    return [
+        msgspec.json.encode(list(events[i : i + per_message]))
+        for i in range(0, len(events), per_message)
+    ]
+
+
+async def publish(
+    url_port: int,
+    topic: str,
+    messages: Sequence[bytes],
+    *,
+    client_id: str = "test-publisher",
+    on_progress: Callable[[int], Awaitable[None]] | None = None,
+    deadline: float = 120.0,
+) -> None:
+    """QoS 1 publisher that resends whatever the broker has not acknowledged.
+
+    Each publish waits for its PUBACK; after a broken connection it reconnects
+    and resends from the first unacknowledged message (a possible duplicate,
+    which the daemon must count once).
+    """
+    sent = 0
+    end = time.monotonic() + deadline
+    while sent < len(messages):
+        if time.monotonic() > end:
+            raise TimeoutError(f"published {sent} of {len(messages)}")
+        try:
+            async with aiomqtt.Client(
+                "127.0.0.1", url_port, identifier=client_id, timeout=5
+            ) as client:
+                client.pending_calls_threshold = 1000
+                while sent < len(messages):
+                    window = messages[sent : sent + 50]
+                    await asyncio.gather(*(client.publish(topic, m, qos=1) for m in window))
+                    sent += len(window)
+                    if on_progress is not None:
+                        await on_progress(sent)
+        except aiomqtt.MqttError:
+            await asyncio.sleep(0.2)
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool]], within: float = 30.0, interval: float = 0.05
+) -> None:
+    end = time.monotonic() + within
+    while True:
+        try:
+            if await predicate():
+                return
+        except Exception:
+            if time.monotonic() > end:
+                raise
+        if time.monotonic() > end:
+            raise TimeoutError("condition not met in time")
+        await asyncio.sleep(interval)
+
+
+def toml_of(config: Config) -> bytes:
+    return msgspec.toml.encode(config)
+
+
+class DaemonProcess:
+    """`reliabilityd run` as a child process, to terminate or kill -9."""
+
+    def __init__(self, config: Config, workdir: Path, name: str = "daemon") -> None:
+        self.path = workdir / f"{name}.toml"
+        self.path.write_bytes(toml_of(config))
+        self.log = workdir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "reliabilityd", "run", "-c", str(self.path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        code = self.proc.wait(timeout)
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+            self.proc = None
+
+    def output(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+
+def snapshot_numbers(doc: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a snapshot document that must not depend on who computed it."""
+    return {k: v for k, v in doc.items() if k not in ("updated_at", "version", "duplicates")}

@@ -1,0 +1,154 @@
+"""The Redis store against a real redis-server: exact counts, window, lottery, guards."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+import redis.asyncio as aioredis
+
+from reliabilityd.events import Rejected, TrialEvent
+from reliabilityd.lottery import lottery_cases, ranked_cell_groups
+from reliabilityd.store import Store, connect
+from tests.helpers import make_events, truth_of
+from tests.servers import RedisServer
+
+
+@pytest.fixture
+async def store(redis_server: RedisServer, prefix: str) -> AsyncIterator[Store]:
+    client = connect(redis_server.url)
+    yield Store(client, prefix)
+    await client.aclose()
+
+
+def by_suite(events: list[TrialEvent]) -> dict[str, list[TrialEvent]]:
+    out: dict[str, list[TrialEvent]] = {}
+    for e in events:
+        out.setdefault(e.suite, []).append(e)
+    return out
+
+
+async def apply_in_batches(
+    store: Store, events: list[TrialEvent], size: int, window: int = 0
+) -> None:
+    for i in range(0, len(events), size):
+        batch = by_suite(events[i : i + size])
+        await store.apply(batch, windows=dict.fromkeys(batch, window), dedup_ttl=3600)
+
+
+async def test_exact_counts_with_duplicates_errors_and_skips(
+    store: Store, rng: np.random.Generator
+) -> None:
+    events = make_events(rng, count=10_000)
+    await apply_in_batches(store, events, 97)
+    truth = truth_of(events)
+    assert await store.suites() == ["alpha", "beta"]
+    for suite in ("alpha", "beta"):
+        assert await store.task_counts(suite) == truth.counts(suite)
+        state = await store.read_state(suite)
+        assert state.hist == truth.hist(suite)
+        c = state.counters
+        assert c.trials == truth.trials(suite)
+        assert c.errors == truth.errors.get(suite, 0)
+        assert c.skips == truth.skips.get(suite, 0)
+        assert c.duplicates == truth.duplicates.get(suite, 0)
+    total_dups = sum(truth.duplicates.values())
+    assert total_dups == 1000
+
+
+async def test_replaying_everything_changes_nothing_but_duplicates(
+    store: Store, rng: np.random.Generator
+) -> None:
+    events = make_events(rng, count=2000)
+    await apply_in_batches(store, events, 100)
+    before = await store.read_state("alpha")
+    await apply_in_batches(store, events, 333)
+    after = await store.read_state("alpha")
+    assert after.hist == before.hist
+    assert after.counters.trials == before.counters.trials
+    assert after.counters.duplicates == before.counters.duplicates + sum(
+        1 for e in events if e.suite == "alpha"
+    )
+
+
+@pytest.mark.parametrize("window", [5, 12])
+async def test_window_keeps_the_last_w_outcomes(
+    store: Store, rng: np.random.Generator, window: int
+) -> None:
+    events = make_events(rng, count=3000, tasks=20)
+    await apply_in_batches(store, events, 50, window=window)
+    truth = truth_of(events, window=window)
+    for suite in ("alpha", "beta"):
+        assert await store.task_counts(suite) == truth.counts(suite)
+        assert (await store.read_state(suite)).hist == truth.hist(suite)
+
+
+async def test_window_shows_a_regression_within_w_trials(store: Store) -> None:
+    good = [TrialEvent("s", "t", f"g{i}", "pass") for i in range(100)]
+    bad = [TrialEvent("s", "t", f"b{i}", "fail") for i in range(10)]
+    await store.apply({"s": good + bad}, windows={"s": 10}, dedup_ttl=60)
+    assert await store.task_counts("s") == {"t": (10, 0)}
+
+
+async def test_errors_and_skips_never_enter_the_pool(store: Store) -> None:
+    events = [
+        TrialEvent("s", "judge-down", "1", "error"),
+        TrialEvent("s", "judge-down", "2", "skip"),
+        TrialEvent("s", "ok", "1", "pass"),
+    ]
+    applied = await store.apply({"s": events}, windows={}, dedup_ttl=60)
+    assert (applied[0].counted, applied[0].errors, applied[0].skips) == (1, 1, 1)
+    assert await store.task_counts("s") == {"ok": (1, 1)}
+    assert (await store.read_state("s")).hist.tasks == 1
+
+
+async def test_lottery_rows_match_the_exact_ranking(store: Store, rng: np.random.Generator) -> None:
+    events = make_events(rng, count=4000, tasks=60, suites=("s",))
+    await apply_in_batches(store, events, 200)
+    counts = await store.task_counts("s")
+    hist = (await store.read_state("s")).hist
+    for k in (1, 2, 5):
+        groups = ranked_cell_groups(hist.at_least(k), k)
+        rows = await store.lottery_rows("s", groups, 10)
+        assert rows == lottery_cases(counts, k, limit=10)
+
+
+async def test_snapshot_never_overwrites_newer_with_older(store: Store) -> None:
+    assert await store.write_snapshot("s", 5, {"json": "v5"}, {"pass^1": "0.5"}) == (True, True)
+    assert await store.write_snapshot("s", 3, {"json": "v3"}, {"pass^1": "0.3"}) == (False, False)
+    assert await store.write_snapshot("s", 7, {}, {"pass^1": "0.7"}) == (False, True)
+    # A CI computed for version 6 lands, but the live value of version 7 stays.
+    assert await store.write_snapshot("s", 6, {"json": "v6"}, {"pass^1": "0.6"}) == (True, False)
+    snap = await store.snapshot("s")
+    assert (snap["json"], snap["version"], snap["pass^1"], snap["live_version"]) == (
+        "v6",
+        "6",
+        "0.7",
+        "7",
+    )
+
+
+async def test_dedup_records_expire(store: Store, redis_server: RedisServer) -> None:
+    await store.apply({"s": [TrialEvent("s", "t", "1", "pass")]}, windows={}, dedup_ttl=1234)
+    raw = aioredis.Redis.from_url(redis_server.url)
+    keys = [k async for k in raw.scan_iter(match=f"{store.prefix}:{{s}}:seen:*")]
+    assert len(keys) == 1
+    assert 1200 < await raw.ttl(keys[0]) <= 1234
+    await raw.aclose()
+
+
+async def test_deadletter_stream_is_capped_and_counted(store: Store) -> None:
+    items = [Rejected(b"x" * 5000, "too long")] + [Rejected(b"y", f"r{i}") for i in range(300)]
+    await store.deadletter(items[:1], source="test", maxlen=100)
+    (first,) = await store.deadletters()
+    assert first.truncated
+    assert len(first.payload) == 2048
+    assert first.reason == "too long"
+    items = items[1:]
+    await store.deadletter(items, source="test", maxlen=100)
+    kept = await store.deadletters(count=1000)
+    assert 100 <= len(kept) < 301  # capped (approximately, as XADD MAXLEN ~ trims)
+    assert await store.deadletter_count() == 301
+    assert kept[-1].reason == "r299"
+    assert kept[-1].source == "test"
