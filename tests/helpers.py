@@ -159,6 +159,8 @@ async def wait_until(
         try:
             if await predicate():
                 return
+        except AssertionError:
+            raise
         except Exception:
             if time.monotonic() > end:
                 raise
@@ -206,6 +208,16 @@ class DaemonProcess:
 
     def output(self) -> str:
         return self.log.read_text() if self.log.exists() else ""
+
+    async def wait_subscribed(self, times: int = 1, within: float = 30.0) -> None:
+        """Until the log shows the `times`-th confirmed subscription."""
+
+        async def seen() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited early:\n{self.output()}")
+            return self.output().count("event=mqtt_subscribed") >= times
+
+        await wait_until(seen, within)
 
 
 def snapshot_numbers(doc: dict[str, Any]) -> dict[str, Any]:

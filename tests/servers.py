@@ -7,7 +7,9 @@ persistence, deep queues) so the tests exercise what users are told to set.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
+import random
 import shutil
 import signal
 import socket
@@ -28,6 +30,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_cluster_port() -> int:
+    """A free port p <= 55535 whose cluster bus port p + 10000 is free too."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(20_000, 55_535)
+        if _bindable(port) and _bindable(port + 10_000):
+            return port
+    raise RuntimeError("no free port pair for a Redis Cluster node")
 
 
 def _binary(name: str) -> str:
@@ -130,6 +151,10 @@ class Mosquitto(Server):
             f"listener {self.port} 127.0.0.1",
             f"persistence_location {self.workdir}/",
             f"log_dest file {self.workdir}/mosquitto-broker.log",
+            # Started as root, mosquitto drops to user `mosquitto`, which cannot
+            # write its persistence file here: it would lose every queued
+            # message on restart, silently. Stay the user the test runs as.
+            f"user {getpass.getuser()}",
         ]
         conf.write_text("\n".join(lines) + "\n")
         return [_binary("mosquitto"), "-c", str(conf)]
@@ -194,7 +219,7 @@ def redis_cluster(tmp_path: Path) -> Iterator[list[ClusterNode]]:
     for i in range(3):
         workdir = tmp_path / f"node{i}"
         workdir.mkdir()
-        node = ClusterNode(f"node{i}", workdir, free_port())
+        node = ClusterNode(f"node{i}", workdir, free_cluster_port())
         node.start()
         nodes.append(node)
     try:

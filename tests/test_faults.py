@@ -1,0 +1,352 @@
+"""Fault tests: the daemon, the broker and Redis die mid-stream; nothing is lost or doubled.
+
+Each test runs its own redis-server and mosquitto (deploy/ settings:
+append-only file with fsync always, broker persistence, deep queues) and
+`reliabilityd run` as a child process, and publishes with a QoS 1 publisher
+that resends whatever the broker did not acknowledge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from functools import partial
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from reliabilityd.config import MqttConfig, RedisConfig
+from reliabilityd.events import TrialEvent
+from reliabilityd.store import Store
+from tests.daemon_fixtures import make_config, running, store_for
+from tests.helpers import (
+    DaemonProcess,
+    Truth,
+    make_events,
+    payloads,
+    publish,
+    truth_of,
+    wait_until,
+)
+from tests.servers import ClusterNode, Mosquitto, RedisServer
+
+SUITES = ("alpha", "beta")
+# Their hash tags land on all three nodes of a three-node cluster.
+SUITES4 = ("alpha", "beta", "gamma", "delta")
+
+
+async def counted(store: Store, truth: Truth) -> bool:
+    for suite in SUITES:
+        c = (await store.read_state(suite)).counters
+        want = (truth.trials(suite), truth.errors.get(suite, 0), truth.skips.get(suite, 0))
+        got = (c.trials, c.errors, c.skips)
+        assert all(g <= w for g, w in zip(got, want, strict=True)), f"counted twice: {got} > {want}"
+        if got != want:
+            return False
+    return True
+
+
+async def missing_events(store: Store, events: list[TrialEvent]) -> list[int]:
+    """Positions (in publish order) of first deliveries that left no dedup record."""
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for i, e in enumerate(events):
+        if (e.suite, e.task, e.trial) in seen:
+            continue
+        seen.add((e.suite, e.task, e.trial))
+        if not await store.client.exists(store.seen_key(e.suite, e.task, e.trial)):
+            out.append(i)
+    return out
+
+
+async def assert_exact(store: Store, truth: Truth, events: list[TrialEvent]) -> None:
+    """Everything arrives; after a quiet second nothing more arrives; counts equal the truth."""
+    try:
+        await wait_until(lambda: counted(store, truth), 60)
+    except TimeoutError:
+        lost = await missing_events(store, events)
+        raise AssertionError(
+            f"{len(lost)} events never counted, at positions {lost[:20]}"
+        ) from None
+    await asyncio.sleep(1.0)
+    assert await counted(store, truth)
+    for suite in SUITES:
+        assert await store.task_counts(suite) == truth.counts(suite)
+        state = await store.read_state(suite)
+        assert state.hist == truth.hist(suite)
+        assert state.counters.duplicates >= truth.duplicates.get(suite, 0)
+
+
+def scenario(
+    rng: np.random.Generator, count: int = 6000
+) -> tuple[list[TrialEvent], Truth, list[bytes]]:
+    events = make_events(rng, count=count, suites=SUITES, tasks=40)
+    return events, truth_of(events), payloads(events, 1)
+
+
+async def test_daemon_kill_9_mid_stream_then_restart(
+    private_redis: RedisServer,
+    private_mosquitto: Mosquitto,
+    prefix: str,
+    tmp_path: Path,
+    rng: np.random.Generator,
+) -> None:
+    cfg = make_config(redis_url=private_redis.url, mqtt_url=private_mosquitto.url, prefix=prefix)
+    events, truth, messages = scenario(rng)
+    daemon = DaemonProcess(cfg, tmp_path)
+    daemon.start()
+    await daemon.wait_subscribed()
+    state = {"killed": False, "restarted": False}
+
+    async def fault(sent: int) -> None:
+        if sent >= 1500 and not state["killed"]:
+            daemon.kill()  # mid-stream: messages are in flight, some committed, not acked
+            state["killed"] = True
+        elif sent >= 3500 and not state["restarted"]:
+            daemon.start()  # the broker kept the session and queued the rest
+            state["restarted"] = True
+
+    try:
+        async with store_for(cfg) as store:
+            await publish(private_mosquitto.port, f"{prefix}/trials/x", messages, on_progress=fault)
+            assert state["restarted"]
+            await assert_exact(store, truth, events)
+    finally:
+        daemon.kill()
+
+
+async def test_sigterm_mid_stream_exits_0_within_5_s(
+    private_redis: RedisServer,
+    private_mosquitto: Mosquitto,
+    prefix: str,
+    tmp_path: Path,
+    rng: np.random.Generator,
+) -> None:
+    cfg = make_config(redis_url=private_redis.url, mqtt_url=private_mosquitto.url, prefix=prefix)
+    events, truth, messages = scenario(rng)
+    daemon = DaemonProcess(cfg, tmp_path)
+    daemon.start()
+    await daemon.wait_subscribed()
+    exits: list[tuple[int, float]] = []
+
+    async def fault(sent: int) -> None:
+        if sent >= 2000 and not exits:
+            started = time.monotonic()
+            daemon.signal(signal.SIGTERM)
+            code = await asyncio.to_thread(daemon.wait, 10)
+            exits.append((code, time.monotonic() - started))
+            daemon.start()
+            await daemon.wait_subscribed(2)
+
+    try:
+        async with store_for(cfg) as store:
+            await publish(private_mosquitto.port, f"{prefix}/trials/x", messages, on_progress=fault)
+            await assert_exact(store, truth, events)
+    finally:
+        daemon.kill()
+    ((code, took),) = exits
+    assert code == 0, daemon.output()
+    assert took < 5.0
+    assert "event=stopped" in daemon.output()
+
+
+async def test_broker_restart_mid_stream(
+    private_redis: RedisServer,
+    private_mosquitto: Mosquitto,
+    prefix: str,
+    tmp_path: Path,
+    rng: np.random.Generator,
+) -> None:
+    cfg = make_config(redis_url=private_redis.url, mqtt_url=private_mosquitto.url, prefix=prefix)
+    events, truth, messages = scenario(rng)
+    daemon = DaemonProcess(cfg, tmp_path)
+    daemon.start()
+    await daemon.wait_subscribed()
+    restarted: list[bool] = []
+
+    async def fault(sent: int) -> None:
+        if sent >= 2500 and not restarted:
+            # SIGTERM: mosquitto writes its persistence file on a clean shutdown.
+            await asyncio.to_thread(private_mosquitto.stop, signal.SIGTERM)
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(private_mosquitto.start)
+            restarted.append(True)
+
+    try:
+        async with store_for(cfg) as store:
+            await publish(private_mosquitto.port, f"{prefix}/trials/x", messages, on_progress=fault)
+            await assert_exact(store, truth, events)
+    finally:
+        daemon.kill()
+    assert restarted
+    assert daemon.output().count("event=mqtt_subscribed") >= 2  # it reconnected
+
+
+async def test_redis_kill_9_mid_stream(
+    private_redis: RedisServer,
+    private_mosquitto: Mosquitto,
+    prefix: str,
+    tmp_path: Path,
+    rng: np.random.Generator,
+) -> None:
+    cfg = make_config(redis_url=private_redis.url, mqtt_url=private_mosquitto.url, prefix=prefix)
+    events, truth, messages = scenario(rng)
+    daemon = DaemonProcess(cfg, tmp_path)
+    daemon.start()
+    await daemon.wait_subscribed()
+    killed: list[bool] = []
+
+    async def fault(sent: int) -> None:
+        if sent >= 2500 and not killed:
+            await asyncio.to_thread(private_redis.kill)  # no shutdown: only the AOF survives
+            await asyncio.sleep(1.0)
+            await asyncio.to_thread(private_redis.start)
+            killed.append(True)
+
+    try:
+        async with store_for(cfg) as store:
+            await publish(private_mosquitto.port, f"{prefix}/trials/x", messages, on_progress=fault)
+            await assert_exact(store, truth, events)
+    finally:
+        daemon.kill()
+    assert killed
+    assert "event=redis_unavailable" in daemon.output()
+
+
+async def test_two_daemons_on_a_shared_subscription_equal_one(
+    redis_server: RedisServer,
+    private_mosquitto: Mosquitto,
+    prefix: str,
+    tmp_path: Path,
+    rng: np.random.Generator,
+) -> None:
+    """Replicas A and B split the topic; C alone reads all of it into its own keys."""
+    events = make_events(rng, count=6000, suites=SUITES, tasks=40, flip=False)
+    truth = truth_of(events)
+    base = make_config(redis_url=redis_server.url, mqtt_url=private_mosquitto.url, prefix=prefix)
+    shared = msgspec.structs.replace(base.mqtt, shared_group="replicas", client_id=f"{prefix}-a")
+    a_cfg = msgspec.structs.replace(base, mqtt=shared)
+    b_cfg = msgspec.structs.replace(
+        base, mqtt=msgspec.structs.replace(shared, client_id=f"{prefix}-b")
+    )
+    solo_prefix = f"{prefix}solo"
+    c_cfg = msgspec.structs.replace(
+        base,
+        redis=RedisConfig(url=redis_server.url, prefix=solo_prefix),
+        mqtt=MqttConfig(
+            url=private_mosquitto.url,
+            topic=base.mqtt.topic,
+            client_id=f"{prefix}-c",
+            snapshot_topic=f"{solo_prefix}/snapshot",
+        ),
+    )
+    a = DaemonProcess(a_cfg, tmp_path, "a")
+    b = DaemonProcess(b_cfg, tmp_path, "b")
+    c = DaemonProcess(c_cfg, tmp_path, "c")
+    for d in (a, b, c):
+        d.start()
+    try:
+        for d in (a, b, c):
+            await d.wait_subscribed()
+        async with store_for(a_cfg) as pair, store_for(c_cfg) as solo:
+            await publish(private_mosquitto.port, f"{prefix}/trials/x", payloads(events, 5))
+            await assert_exact(pair, truth, events)
+            await assert_exact(solo, truth, events)
+            for suite in SUITES:
+                for store in (pair, solo):
+                    await wait_until(partial(current, store, suite), 30)
+                docs = [
+                    msgspec.json.decode((await s.snapshot(suite))["json"]) for s in (pair, solo)
+                ]
+                for doc in docs:
+                    del doc["updated_at"], doc["version"], doc["duplicates"]
+                assert docs[0] == docs[1]
+        # Both replicas did part of the work.
+        for d in (a, b):
+            assert "event=mqtt_subscribed" in d.output()
+    finally:
+        for d in (a, b, c):
+            d.kill()
+
+
+async def current(store: Store, suite: str) -> bool:
+    state = await store.read_state(suite)
+    return (await store.snapshot(suite)).get("version") == str(state.counters.version)
+
+
+@pytest.mark.slow
+async def test_redis_cluster_gives_the_same_snapshot_as_one_node(
+    redis_cluster: list[ClusterNode],
+    redis_server: RedisServer,
+    mosquitto: Mosquitto,
+    prefix: str,
+    rng: np.random.Generator,
+) -> None:
+    events = make_events(rng, count=4000, suites=SUITES4, tasks=30)
+    truth = truth_of(events)
+    single = make_config(
+        redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix, client_id=f"{prefix}-1"
+    )
+    cluster = msgspec.structs.replace(
+        single,
+        redis=RedisConfig(url=redis_cluster[0].url, prefix=prefix, cluster=True),
+        mqtt=msgspec.structs.replace(
+            single.mqtt, client_id=f"{prefix}-3", snapshot_topic=f"{prefix}/cluster-snapshot"
+        ),
+    )
+    async with (
+        running(single),
+        running(cluster),
+        store_for(single) as one,
+        store_for(cluster) as many,
+    ):
+        await publish(mosquitto.port, f"{prefix}/trials/x", payloads(events, 10))
+        for suite in SUITES4:
+            for store in (one, many):
+                await wait_until(partial(is_complete, store, suite, truth), 60)
+                await wait_until(partial(current, store, suite), 30)
+            docs = [msgspec.json.decode((await s.snapshot(suite))["json"]) for s in (one, many)]
+            for doc in docs:
+                del doc["updated_at"]
+            assert docs[0] == docs[1]
+            assert await many.task_counts(suite) == truth.counts(suite)
+        assert sorted(await many.suites()) == ["alpha", "beta", "delta", "gamma"]
+        # The suites really are spread over the nodes.
+        assert isinstance(many.client, RedisCluster)
+        nodes = {many.client.get_node_from_key(many.key(s, "meta")).name for s in SUITES4}
+        assert len(nodes) == 3
+
+
+async def is_complete(store: Store, suite: str, truth: Truth) -> bool:
+    c = (await store.read_state(suite)).counters
+    return c.trials == truth.trials(suite) and c.errors == truth.errors.get(suite, 0)
+
+
+async def test_broker_restart_keeps_what_it_queued_for_an_absent_daemon(
+    private_redis: RedisServer,
+    private_mosquitto: Mosquitto,
+    prefix: str,
+    tmp_path: Path,
+    rng: np.random.Generator,
+) -> None:
+    """Daemon away, broker restarted: the queued messages come back from its persistence."""
+    cfg = make_config(redis_url=private_redis.url, mqtt_url=private_mosquitto.url, prefix=prefix)
+    events, truth, messages = scenario(rng, count=3000)
+    daemon = DaemonProcess(cfg, tmp_path)
+    daemon.start()
+    await daemon.wait_subscribed()
+    try:
+        async with store_for(cfg) as store:
+            await publish(private_mosquitto.port, f"{prefix}/trials/x", messages[:1000])
+            daemon.signal(signal.SIGTERM)
+            assert await asyncio.to_thread(daemon.wait, 10) == 0
+            await publish(private_mosquitto.port, f"{prefix}/trials/x", messages[1000:])
+            await asyncio.to_thread(private_mosquitto.stop, signal.SIGTERM)
+            await asyncio.to_thread(private_mosquitto.start)
+            daemon.start()
+            await assert_exact(store, truth, events)
+    finally:
+        daemon.kill()
