@@ -17,6 +17,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
+from redis.asyncio.cluster import RedisCluster
 
 from reliabilityd.config import MqttConfig, RedisConfig
 from reliabilityd.events import TrialEvent
