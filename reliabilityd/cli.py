@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     chk = sub.add_parser("check", help="exit 0 when this instance's heartbeat is fresh")
     chk.add_argument("-c", "--config", required=True, help="TOML config file")
     bench = sub.add_parser("bench", help="benchmarks that print their figure beside a baseline")
-    bench.add_argument("what", choices=["stats"])
+    bench.add_argument("what", choices=["stats", "ingest"])
     return parser
 
 
@@ -70,9 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         logs.setup(args.log_level)
         return asyncio.run(daemon.main(cfg))
     if args.command == "bench":
-        from reliabilityd import bench_stats
+        if args.what == "stats":
+            from reliabilityd import bench_stats
 
-        bench_stats.main()
+            bench_stats.main()
+        else:
+            from reliabilityd import bench_ingest
+
+            bench_ingest.main()
         return 0
     raise AssertionError(args.command)  # argparse enforces the choices
 

@@ -1,170 +1,24 @@
-"""Real redis-server and mosquitto processes on free ports, started and killed by tests.
-
-Each server runs with the settings in deploy/ (append-only file, broker
-persistence, deep queues) so the tests exercise what users are told to set.
-"""
+"""Fixtures that start private redis-server and mosquitto processes on free ports."""
 
 from __future__ import annotations
 
-import contextlib
-import getpass
-import os
-import random
-import shutil
 import signal
-import socket
-import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-DEPLOY = ROOT / "deploy"
+from reliabilityd.devservers import (
+    ClusterNode,
+    Mosquitto,
+    RedisServer,
+    cluster_create,
+    free_cluster_port,
+    free_port,
+)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_cluster_port() -> int:
-    """A free port p <= 55535 whose cluster bus port p + 10000 is free too."""
-    rng = random.Random()
-    for _ in range(1000):
-        port = rng.randrange(20_000, 55_535)
-        if _bindable(port) and _bindable(port + 10_000):
-            return port
-    raise RuntimeError("no free port pair for a Redis Cluster node")
-
-
-def _binary(name: str) -> str:
-    path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/local/sbin")
-    if path is None:
-        pytest.fail(f"{name} not found: run ./scripts/ensure-servers (make test does)")
-    return path
-
-
-def wait_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.02)
-    raise TimeoutError(f"nothing listens on port {port} after {timeout} s")
-
-
-class Server:
-    """A server process that a test can stop, kill and start again on the same port."""
-
-    def __init__(self, name: str, workdir: Path, port: int) -> None:
-        self.name = name
-        self.workdir = workdir
-        self.port = port
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log: BinaryIO | None = None
-
-    def argv(self) -> list[str]:
-        raise NotImplementedError
-
-    def start(self) -> None:
-        self._log = (self.workdir / f"{self.name}.log").open("ab")
-        self.proc = subprocess.Popen(
-            self.argv(), cwd=self.workdir, stdout=self._log, stderr=subprocess.STDOUT
-        )
-        wait_port(self.port)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(sig)
-        self.proc.wait(timeout)
-        self.proc = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def kill(self) -> None:
-        self.stop(signal.SIGKILL)
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-
-class RedisServer(Server):
-    def argv(self) -> list[str]:
-        return [
-            _binary("redis-server"),
-            str(DEPLOY / "redis.conf"),
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(self.workdir),
-            "--daemonize",
-            "no",
-            "--protected-mode",
-            "no",
-        ]
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-
-class ClusterNode(RedisServer):
-    def argv(self) -> list[str]:
-        return [
-            *super().argv(),
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            f"nodes-{self.port}.conf",
-        ]
-
-
-class Mosquitto(Server):
-    def argv(self) -> list[str]:
-        conf = self.workdir / "mosquitto.conf"
-        lines = [
-            line
-            for line in (DEPLOY / "mosquitto.conf").read_text().splitlines()
-            if not line.startswith(("listener", "persistence_location"))
-        ]
-        lines += [
-            f"listener {self.port} 127.0.0.1",
-            f"persistence_location {self.workdir}/",
-            f"log_dest file {self.workdir}/mosquitto-broker.log",
-            # Started as root, mosquitto drops to user `mosquitto`, which cannot
-            # write its persistence file here: it would lose every queued
-            # message on restart, silently. Stay the user the test runs as.
-            f"user {getpass.getuser()}",
-        ]
-        conf.write_text("\n".join(lines) + "\n")
-        return [_binary("mosquitto"), "-c", str(conf)]
-
-    @property
-    def url(self) -> str:
-        return f"mqtt://127.0.0.1:{self.port}"
-
-
-ServerFactory = Callable[[], Server]
+__all__ = ["ClusterNode", "Mosquitto", "RedisServer"]
 
 
 @pytest.fixture(scope="session")
@@ -223,38 +77,8 @@ def redis_cluster(tmp_path: Path) -> Iterator[list[ClusterNode]]:
         node.start()
         nodes.append(node)
     try:
-        subprocess.run(
-            [
-                _binary("redis-cli"),
-                "--cluster",
-                "create",
-                *(f"127.0.0.1:{n.port}" for n in nodes),
-                "--cluster-replicas",
-                "0",
-                "--cluster-yes",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=30,
-        )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            info = subprocess.run(
-                [_binary("redis-cli"), "-p", str(nodes[0].port), "cluster", "info"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            if "cluster_state:ok" in info:
-                break
-            time.sleep(0.1)
-        else:
-            raise TimeoutError("cluster did not reach cluster_state:ok")
+        cluster_create(nodes)
         yield nodes
     finally:
         for node in nodes:
             node.stop(signal.SIGKILL)
-
-
-def env_without_proxies() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
