@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 import msgspec
 
+from reliabilityd.alerts import Rule
 from reliabilityd.errors import ConfigError
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -97,6 +98,83 @@ class StatsConfig(Base):
     lottery_limit: NonNegInt = 10
 
 
+# Rule names live in Redis keys and MQTT topic levels.
+RuleName = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=r"^[^{}/+#\s]+$")]
+Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
+NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class AlertRuleConfig(Base, kw_only=True):
+    name: RuleName
+    # Glob over suite names.
+    suite: str = "*"
+    metric: Literal["pass^k", "pass@k"] = "pass^k"
+    k: PositiveInt
+    # Fires when the CI lower bound is below this (equal is not a breach).
+    below: Probability
+    # The bound must reach this to resolve; defaults to `below`; must be >= below.
+    resolve_above: Probability | None = None
+    # Seconds the breach must hold before firing.
+    for_seconds: NonNegFloat = msgspec.field(default=0.0, name="for")
+    # No verdict while fewer tasks have n >= k.
+    min_tasks: PositiveInt = 1
+    # Re-notify every `repeat` seconds while firing; 0 = never.
+    repeat: NonNegFloat = 0.0
+    on_unknown: Literal["ignore", "alert"] = "ignore"
+    severity: Annotated[str, msgspec.Meta(min_length=1)] = "page"
+    # Notify when the suite has had no counted trial for this many seconds.
+    stale_after: PositiveFloat | None = None
+
+    def rule(self) -> Rule:
+        return Rule(
+            name=self.name,
+            suite=self.suite,
+            metric=self.metric,
+            k=self.k,
+            below=self.below,
+            resolve_above=self.resolve_above,
+            for_seconds=self.for_seconds,
+            min_tasks=self.min_tasks,
+            repeat=self.repeat,
+            on_unknown=self.on_unknown,
+            severity=self.severity,
+            stale_after=self.stale_after,
+        )
+
+
+class MqttSinkConfig(Base):
+    # Retained JSON state per rule on <topic>/<suite>/<rule>.
+    topic: str = "reliability/alerts"
+
+
+class RedisSinkConfig(Base):
+    enabled: bool = True
+    # The history stream; "" = <redis.prefix>:alerts.
+    key: str = ""
+    maxlen: PositiveInt = 10_000
+
+
+class AlertmanagerSinkConfig(Base):
+    # Base URL, e.g. http://alertmanager:9093 ; "" = off.
+    url: str = ""
+    # Firing alerts are re-sent this often, as Alertmanager expects of its clients.
+    resend_interval: PositiveFloat = 60.0
+    timeout: PositiveFloat = 5.0
+
+
+class WebhookSinkConfig(Base):
+    # Receives each notification as a JSON POST; "" = off.
+    url: str = ""
+    timeout: PositiveFloat = 5.0
+
+
+class SinksConfig(Base):
+    mqtt: MqttSinkConfig = msgspec.field(default_factory=MqttSinkConfig)
+    redis: RedisSinkConfig = msgspec.field(default_factory=RedisSinkConfig)
+    alertmanager: AlertmanagerSinkConfig = msgspec.field(default_factory=AlertmanagerSinkConfig)
+    webhook: WebhookSinkConfig = msgspec.field(default_factory=WebhookSinkConfig)
+
+
 class DaemonConfig(Base):
     # Names this daemon's heartbeat key; empty = the host name.
     instance: str = ""
@@ -112,6 +190,17 @@ class Config(Base):
     stats: StatsConfig = msgspec.field(default_factory=StatsConfig)
     suites: list[SuiteOverride] = msgspec.field(default_factory=list)
     daemon: DaemonConfig = msgspec.field(default_factory=DaemonConfig)
+    alerts: list[AlertRuleConfig] = msgspec.field(default_factory=list)
+    sinks: SinksConfig = msgspec.field(default_factory=SinksConfig)
+    # Base URL for links in notifications (Alertmanager generatorURL); "" = none.
+    external_url: str = ""
+
+    def rules(self) -> list[Rule]:
+        return [a.rule() for a in self.alerts]
+
+    @property
+    def alerts_key(self) -> str:
+        return self.sinks.redis.key or f"{self.redis.prefix}:alerts"
 
     @property
     def dedup_ttl(self) -> int:
@@ -182,7 +271,26 @@ def _check(config: Config, path: str) -> None:
             f"must exceed mqtt.session_expiry ({config.mqtt.session_expiry} s): a redelivery "
             "after the dedup record expired would be counted twice",
         )
-    max_k = max(config.stats.k)
+    max_k = max([*config.stats.k, *(a.k for a in config.alerts)])
+    names: set[str] = set()
+    for i, alert in enumerate(config.alerts):
+        if alert.name in names:
+            raise ConfigError(path, f"$.alerts[{i}].name", f"duplicate rule name {alert.name!r}")
+        names.add(alert.name)
+        if alert.resolve_above is not None and alert.resolve_above < alert.below:
+            raise ConfigError(
+                path,
+                f"$.alerts[{i}].resolve_above",
+                f"{alert.resolve_above} is below `below` ({alert.below}): hysteresis needs "
+                "resolve_above >= below",
+            )
+    for field, url in (
+        ("$.sinks.alertmanager.url", config.sinks.alertmanager.url),
+        ("$.sinks.webhook.url", config.sinks.webhook.url),
+        ("$.external_url", config.external_url),
+    ):
+        if url and urlsplit(url).scheme not in ("http", "https"):
+            raise ConfigError(path, field, "must be an http:// or https:// URL")
     if 0 < config.stats.window < max_k:
         raise ConfigError(
             path, "$.stats.window", f"window {config.stats.window} is shorter than k={max_k}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import logging
 import os
 import signal
@@ -27,10 +28,12 @@ import msgspec
 import redis.exceptions
 
 from reliabilityd import mqtt, snapshot, streams
+from reliabilityd.alerts import Observation, step
 from reliabilityd.config import Config
 from reliabilityd.events import Rejected, TrialEvent, decode
 from reliabilityd.logs import RateLimited, emit
 from reliabilityd.lottery import ranked_cell_groups
+from reliabilityd.notify import Notifier, parse_time
 from reliabilityd.store import Store, connect
 
 T = TypeVar("T")
@@ -55,6 +58,9 @@ class Daemon:
             if config.mqtt.enabled
             else None
         )
+        self.rules = config.rules()
+        self.notifier = Notifier(config, self.store, self.publisher, self.instance)
+        self._snapshots: dict[str, snapshot.Snapshot] = {}
         self.committed_events = 0
         # Set once the MQTT subscription is confirmed (for tests and tools).
         self.subscribed = asyncio.Event()
@@ -63,7 +69,8 @@ class Daemon:
     # --- settings ---------------------------------------------------------
 
     def ks(self) -> tuple[int, ...]:
-        return tuple(sorted(set(self.config.stats.k)))
+        """The configured k values and every k an alert rule names."""
+        return tuple(sorted({*self.config.stats.k, *(r.k for r in self.rules)}))
 
     def settings(self, suite: str) -> snapshot.StatsSettings:
         window, min_coverage = self.config.suite_settings(suite)
@@ -165,11 +172,14 @@ class Daemon:
             lottery_k=lottery_k,
             lottery_rows=rows,
             now=time.time(),
+            last_trial_at=c.last_trial_at,
         )
         ci, values = snapshot.redis_fields(snap)
         wrote_ci, _ = await self.store.write_snapshot(suite, c.version, ci, values)
         if not wrote_ci:
+            self._snapshots.pop(suite, None)  # a newer one is stored: read it when needed
             return None
+        self._snapshots[suite] = snap
         if self.publisher is not None:
             self.publisher.publish(
                 f"{self.config.mqtt.snapshot_topic}/{suite}", msgspec.json.encode(snap)
@@ -186,6 +196,101 @@ class Daemon:
                 if snap is not None:
                     out.append(snap)
         return out
+
+    # --- alerts -----------------------------------------------------------
+
+    async def _snapshot_for(self, suite: str) -> snapshot.Snapshot | None:
+        snap = self._snapshots.get(suite)
+        if snap is None:
+            raw = (await self.store.snapshot(suite)).get("json")
+            if raw is None:
+                return None
+            try:
+                snap = msgspec.json.decode(raw, type=snapshot.Snapshot)
+            except msgspec.ValidationError:
+                return None  # written by another schema version; wait for ours
+            self._snapshots[suite] = snap
+        return snap
+
+    async def evaluate_alerts(self, now: float | None = None) -> int:
+        """Step every (suite, rule) pair; returns how many notifications were decided."""
+        if not self.rules:
+            return 0
+        now = time.time() if now is None else now
+        suites = await self.store.suites()
+        pairs = [(s, r) for s in suites for r in self.rules if fnmatch.fnmatchcase(s, r.suite)]
+        states = await self.store.alert_states([(s, r.name) for s, r in pairs])
+        sinks = list(self.notifier.sinks)
+        decided = 0
+        for (suite, rule), stored_state in zip(pairs, states, strict=True):
+            snap = await self._snapshot_for(suite)
+            est = None if snap is None else snap.estimate(rule.metric, rule.k)
+            if snap is None or est is None:
+                continue  # no snapshot with this k yet: no verdict
+            obs = Observation(
+                value=est.value,
+                ci_low=est.ci_low,
+                ci_high=est.ci_high,
+                tasks=est.tasks,
+                runs=est.runs,
+                last_trial_at=parse_time(snap.last_trial_at),
+            )
+            current = stored_state
+            t = step(rule, current, obs, now)
+            if t.new != current:
+                new = msgspec.structs.replace(t.new, seq=current.seq + 1)
+                note = None
+                if t.notify is not None:
+                    note = self.notifier.build(
+                        rule=rule,
+                        suite=suite,
+                        state=new,
+                        estimate=est,
+                        snap=snap,
+                        now=now,
+                        repeat=t.notify == "repeat",
+                    )
+                payload = None if note is None else msgspec.json.encode(note)
+                if await self.store.alert_cas(
+                    suite,
+                    rule.name,
+                    expected=current,
+                    new=t.new,
+                    notification=payload,
+                    sinks=sinks,
+                ):
+                    current = new
+                    if note is not None:
+                        decided += 1
+                        emit(
+                            logging.WARNING if new.state == "firing" else logging.INFO,
+                            "alert",
+                            rule=rule.name,
+                            suite=suite,
+                            state=new.state,
+                            reason=new.reason,
+                            ci_low=est.ci_low,
+                        )
+                        for sink in sinks:
+                            self.notifier.kick(suite, rule.name, sink)
+            if current.state == "firing" and t.notify is None:
+                self.notifier.resend_firing(
+                    self.notifier.build(
+                        rule=rule,
+                        suite=suite,
+                        state=current,
+                        estimate=est,
+                        snap=snap,
+                        now=now,
+                        repeat=True,
+                    )
+                )
+        # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
+        triples = [(s, r.name, sink) for s, r in pairs for sink in sinks]
+        for triple, length in zip(triples, await self.store.outbox_lengths(triples), strict=True):
+            if length:
+                self.notifier.kick(*triple)
+        return decided
 
     # --- loops ------------------------------------------------------------
 
@@ -210,6 +315,7 @@ class Daemon:
             started = time.monotonic()
             try:
                 await self.ci_tick()
+                await self.evaluate_alerts()
             except REDIS_ERRORS as exc:
                 emit(logging.WARNING, "ci_tick_failed", error=exc)
             with contextlib.suppress(TimeoutError):
@@ -293,6 +399,7 @@ class Daemon:
             for task in [*late, *background, stopper]:
                 task.cancel()
             await asyncio.gather(*everything, stopper, return_exceptions=True)
+            await self.notifier.close()
             emit(logging.INFO, "stopped", committed_events=self.committed_events)
 
 

@@ -164,7 +164,15 @@ class Publisher:
         self.identifier = identifier
         self._pending: dict[str, tuple[bytes, bool]] = {}
         self._wake = asyncio.Event()
+        self._client: aiomqtt.Client | None = None
         self.published = 0
+
+    async def send(self, topic: str, payload: bytes, *, retain: bool = True) -> None:
+        """Publish now at QoS 1 and wait for the broker's PUBACK; MqttError when away."""
+        client = self._client
+        if client is None:
+            raise aiomqtt.MqttError("the publisher is not connected to the broker")
+        await client.publish(topic, payload, qos=1, retain=retain)
 
     def publish(self, topic: str, payload: bytes, *, retain: bool = True) -> None:
         self._pending[topic] = (payload, retain)
@@ -181,6 +189,7 @@ class Publisher:
             try:
                 async with client:
                     backoff = BACKOFF_START
+                    self._client = client
                     while not stop.is_set():
                         while self._pending:
                             topic = next(iter(self._pending))
@@ -194,6 +203,9 @@ class Publisher:
                         await _wait_either(self._wake, stop)
             except aiomqtt.MqttError as exc:
                 emit(logging.WARNING, "publisher_disconnected", error=exc)
+            finally:
+                self._client = None
+            if not stop.is_set():
                 await _sleep_or_stop(stop, backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
 

@@ -35,6 +35,8 @@ class Snapshot(msgspec.Struct, frozen=True):
     version: int
     window: int
     updated_at: str
+    # When the last counted trial was committed (RFC 3339), null before any.
+    last_trial_at: str | None
     pass_at_k: list[Estimate]
     pass_hat_k: list[Estimate]
     lottery: Lottery
@@ -133,6 +135,7 @@ def build(
     lottery_k: int,
     lottery_rows: Sequence[LotteryCase],
     now: float,
+    last_trial_at: float | None = None,
 ) -> Snapshot:
     return Snapshot(
         schema=SCHEMA,
@@ -145,6 +148,7 @@ def build(
         version=version,
         window=settings.window,
         updated_at=rfc3339(now),
+        last_trial_at=None if last_trial_at is None else rfc3339(last_trial_at),
         pass_at_k=[e for e in estimates if e.metric == "pass@k"],
         pass_hat_k=[e for e in estimates if e.metric == "pass^k"],
         lottery=Lottery(k=lottery_k, rows=list(lottery_rows)),

@@ -28,6 +28,7 @@ import msgspec
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
+from reliabilityd.alerts import AlertState
 from reliabilityd.events import Rejected, TrialEvent
 from reliabilityd.histogram import Histogram
 from reliabilityd.lottery import LotteryCase
@@ -132,6 +133,42 @@ if #ARGV > 2 + 2 * nci and v >= tonumber(redis.call('HGET', KEYS[1], 'live_versi
   wrote = wrote + 2
 end
 return wrote
+"""
+
+
+# Alert transition by compare-and-set. KEYS: the rule's state hash, then one
+# outbox list per sink. ARGV: expected seq, new state document, notification
+# ("" for none). The state and the notification's place in every sink's
+# outbox are written together or not at all, so a crash between deciding
+# and sending loses nothing, and two daemons never both decide.
+ALERT_CAS = r"""
+local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
+if seq ~= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'seq', seq + 1, 'doc', ARGV[2])
+if ARGV[3] ~= '' then
+  for i = 2, #KEYS do redis.call('RPUSH', KEYS[i], ARGV[3]) end
+end
+return 1
+"""
+
+# Drop the head of an outbox only if it is still the entry just delivered.
+OUTBOX_POP = r"""
+if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then
+  redis.call('LPOP', KEYS[1])
+  return 1
+end
+return 0
+"""
+
+# Extend (ARGV[2] > 0) or release (ARGV[2] = 0) a lease we hold.
+LEASE = r"""
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if tonumber(ARGV[2]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1
 """
 
 
@@ -414,6 +451,77 @@ class Store:
             args += [field, value]
         wrote = int(await self.client.eval(WRITE_SNAPSHOT, 1, self.key(suite, "snapshot"), *args))
         return bool(wrote & 1), bool(wrote & 2)
+
+    # --- alerts -----------------------------------------------------------
+
+    def alert_key(self, suite: str, rule: str) -> str:
+        return self.key(suite, f"alert:{rule}")
+
+    def outbox_key(self, suite: str, rule: str, sink: str) -> str:
+        return self.key(suite, f"alert:{rule}:outbox:{sink}")
+
+    async def alert_states(self, pairs: Sequence[tuple[str, str]]) -> list[AlertState]:
+        """The stored state of each (suite, rule); inactive when none is stored."""
+        if not pairs:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for suite, rule in pairs:
+            pipe.hmget(self.alert_key(suite, rule), ["seq", "doc"])
+        out = []
+        for seq, doc in await pipe.execute():
+            if doc is None:
+                out.append(AlertState(seq=int(seq or 0)))
+            else:
+                state = msgspec.json.decode(doc, type=AlertState)
+                out.append(msgspec.structs.replace(state, seq=int(seq or 0)))
+        return out
+
+    async def alert_cas(
+        self,
+        suite: str,
+        rule: str,
+        *,
+        expected: AlertState,
+        new: AlertState,
+        notification: bytes | None,
+        sinks: Sequence[str],
+    ) -> bool:
+        """Store `new` if the stored state is still `expected`; queue the notification."""
+        keys = [self.alert_key(suite, rule), *(self.outbox_key(suite, rule, s) for s in sinks)]
+        doc = msgspec.json.encode(msgspec.structs.replace(new, seq=expected.seq + 1))
+        won = await self.client.eval(
+            ALERT_CAS, len(keys), *keys, expected.seq, doc, notification or b""
+        )
+        return bool(int(won))
+
+    async def outbox_lengths(self, triples: Sequence[tuple[str, str, str]]) -> list[int]:
+        if not triples:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for suite, rule, sink in triples:
+            pipe.llen(self.outbox_key(suite, rule, sink))
+        return [int(n) for n in await pipe.execute()]
+
+    async def outbox_head(self, suite: str, rule: str, sink: str) -> bytes | None:
+        head: Any = await self.client.lindex(self.outbox_key(suite, rule, sink), 0)
+        return None if head is None else bytes(head)
+
+    async def outbox_pop(self, suite: str, rule: str, sink: str, entry: bytes) -> bool:
+        key = self.outbox_key(suite, rule, sink)
+        return bool(int(await self.client.eval(OUTBOX_POP, 1, key, entry)))
+
+    async def lease(self, key: str, owner: str, ttl: float) -> bool:
+        """Take a lease (SET NX PX) for exclusive work such as draining one outbox."""
+        return bool(await self.client.set(key, owner, nx=True, px=int(ttl * 1000)))
+
+    async def lease_keep(self, key: str, owner: str, ttl: float) -> bool:
+        return bool(int(await self.client.eval(LEASE, 1, key, owner, int(ttl * 1000))))
+
+    async def lease_release(self, key: str, owner: str) -> None:
+        await self.client.eval(LEASE, 1, key, owner, 0)
+
+    async def append_alert_history(self, key: str, notification: bytes, maxlen: int) -> None:
+        await self.client.xadd(key, {"notification": notification}, maxlen=maxlen, approximate=True)
 
     # --- liveness ---------------------------------------------------------
 

@@ -9,7 +9,6 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import aiomqtt
 import msgspec
@@ -218,8 +217,3 @@ class DaemonProcess:
             return self.output().count("event=mqtt_subscribed") >= times
 
         await wait_until(seen, within)
-
-
-def snapshot_numbers(doc: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a snapshot document that must not depend on who computed it."""
-    return {k: v for k, v in doc.items() if k not in ("updated_at", "version", "duplicates")}

@@ -112,3 +112,62 @@ def test_cli_exits_2_with_file_and_field(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert str(path) in proc.stderr
     assert "$.stats.n_boot" in proc.stderr
+
+
+def test_alert_rules_decode_with_defaults(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        'external_url = "https://rel.example"\n'
+        "[[alerts]]\nname = 'deploy'\nk = 5\nbelow = 0.75\nfor = 30\n"
+        "[[alerts]]\nname = 'canary'\nsuite = 'canary-*'\nmetric = 'pass@k'\nk = 1\n"
+        "below = 0.5\nresolve_above = 0.6\nstale_after = 600\non_unknown = 'alert'\n",
+    )
+    cfg = load(path, environ={})
+    deploy, canary = cfg.rules()
+    assert (deploy.suite, deploy.metric, deploy.for_seconds, deploy.resolve_at) == (
+        "*",
+        "pass^k",
+        30.0,
+        0.75,
+    )
+    assert (deploy.min_tasks, deploy.repeat, deploy.on_unknown, deploy.severity) == (
+        1,
+        0.0,
+        "ignore",
+        "page",
+    )
+    assert (canary.resolve_at, canary.stale_after, canary.on_unknown) == (0.6, 600.0, "alert")
+    assert cfg.alerts_key == "rel:alerts"
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        (
+            "[[alerts]]\nname = 'a'\nk = 5\nbelow = 0.8\nresolve_above = 0.7\n",
+            "$.alerts[0].resolve_above",
+            "hysteresis",
+        ),
+        ("[[alerts]]\nname = 'a'\nk = 5\nbelow = 1.5\n", "$.alerts[0].below", "<= 1"),
+        ("[[alerts]]\nname = 'a'\nbelow = 0.5\n", "$.alerts[0]", "missing required field `k`"),
+        ("[[alerts]]\nname = 'a/b'\nk = 1\nbelow = 0.5\n", "$.alerts[0].name", "matching regex"),
+        (
+            "[[alerts]]\nname = 'a'\nk = 1\nbelow = 0.5\n" * 2,
+            "$.alerts[1].name",
+            "duplicate",
+        ),
+        ("[[alerts]]\nname = 'a'\nk = 1\nbelow = 0.5\nfor = -1\n", "$.alerts[0].for", ">= 0"),
+        (
+            "[stats]\nk = [1]\nwindow = 4\n[[alerts]]\nname = 'a'\nk = 5\nbelow = 0.5\n",
+            "$.stats.window",
+            "shorter than k=5",
+        ),
+        ("[sinks.alertmanager]\nurl = 'am:9093'\n", "$.sinks.alertmanager.url", "http"),
+        ("[sinks.smtp]\nurl = 'x'\n", "$.sinks", "unknown field `smtp`"),
+    ],
+)
+def test_bad_alert_config(tmp_path: Path, text: str, field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(write(tmp_path, text), environ={})
+    assert info.value.field == field
+    assert words in str(info.value)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-PURE = ["estimators", "histogram", "bootstrap", "estimate", "lottery"]
+PURE = ["estimators", "histogram", "bootstrap", "estimate", "lottery", "alerts", "snapshot"]
 BANNED = {"redis", "aiomqtt", "paho", "asyncio", "socket", "urllib", "http"}
 PACKAGE = Path(__file__).resolve().parent.parent / "reliabilityd"
 

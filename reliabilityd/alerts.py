@@ -1,0 +1,147 @@
+"""Alert rules as a pure state machine: inactive -> pending -> firing -> resolved.
+
+A rule fires on the CI lower bound, never on the point estimate: a suite
+breaches when ``ci_low < below`` (equal is not a breach, as in the seed's
+gate), and a firing alert resolves only when ``ci_low >= resolve_above``
+(hysteresis: a bound hovering between the two thresholds neither fires nor
+resolves). An UNKNOWN value is a visible state, never a pass: with
+``on_unknown = "alert"`` it counts as a breach, and either way it never
+resolves a firing alert. Too few tasks with n >= k (``min_tasks``) gives no
+verdict. A suite without a counted trial for ``stale_after`` seconds
+breaches too, so a dead judge or a stopped fleet is noticed.
+
+No I/O here: the daemon persists ``AlertState`` in Redis and applies each
+transition by compare-and-set, so replicas and restarts never notify twice.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+State = Literal["inactive", "pending", "firing", "resolved"]
+Reason = Literal["below", "unknown", "stale"]
+Notify = Literal["firing", "resolved", "repeat"]
+
+
+class Rule(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    suite: str = "*"
+    metric: Literal["pass^k", "pass@k"] = "pass^k"
+    k: int
+    below: float
+    resolve_above: float | None = None
+    for_seconds: float = 0.0
+    min_tasks: int = 1
+    repeat: float = 0.0
+    on_unknown: Literal["ignore", "alert"] = "ignore"
+    severity: str = "page"
+    stale_after: float | None = None
+
+    @property
+    def resolve_at(self) -> float:
+        return self.below if self.resolve_above is None else self.resolve_above
+
+
+class Observation(msgspec.Struct, frozen=True, kw_only=True):
+    """What the latest snapshot says about a rule's metric at its k."""
+
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    tasks: int
+    runs: int
+    last_trial_at: float | None = None
+
+
+class AlertState(msgspec.Struct, frozen=True, kw_only=True):
+    state: State = "inactive"
+    # When the current breach began (pending or firing); None when not breaching.
+    started_at: float | None = None
+    ended_at: float | None = None
+    reason: Reason | None = None
+    last_notified_at: float | None = None
+    # Bumped by every stored change: the compare-and-set token.
+    seq: int = 0
+
+
+class Transition(msgspec.Struct, frozen=True):
+    """The state to store (when it differs from the current one) and what to notify."""
+
+    new: AlertState
+    notify: Notify | None
+
+
+Verdict = Literal["breach", "clear", "between", "none"]
+
+
+def verdict(rule: Rule, obs: Observation, now: float) -> tuple[Verdict, Reason | None]:
+    """How an observation stands against a rule, and why it breaches."""
+    if (
+        rule.stale_after is not None
+        and obs.last_trial_at is not None
+        and now - obs.last_trial_at > rule.stale_after
+    ):
+        return "breach", "stale"
+    if obs.value is None or obs.ci_low is None:
+        return ("breach", "unknown") if rule.on_unknown == "alert" else ("none", None)
+    if obs.tasks < rule.min_tasks:
+        return "none", None
+    if obs.ci_low < rule.below:
+        return "breach", "below"
+    if obs.ci_low >= rule.resolve_at:
+        return "clear", None
+    return "between", None
+
+
+def step(rule: Rule, current: AlertState, obs: Observation, now: float) -> Transition:
+    """The next state of one rule on one suite, and what to notify (if anything)."""
+    v, reason = verdict(rule, obs, now)
+    s = current.state
+    if s in ("inactive", "resolved"):
+        if v != "breach":
+            return Transition(current, None)
+        if rule.for_seconds <= 0:
+            return Transition(_fire(current, now, now, reason), "firing")
+        pending = msgspec.structs.replace(
+            current, state="pending", started_at=now, ended_at=None, reason=reason
+        )
+        return Transition(pending, None) if pending != current else Transition(current, None)
+    if s == "pending":
+        if v != "breach":
+            if v == "none":
+                return Transition(current, None)  # no verdict: hold the timer
+            return Transition(
+                msgspec.structs.replace(current, state="inactive", started_at=None, reason=None),
+                None,
+            )
+        started = current.started_at if current.started_at is not None else now
+        if now - started >= rule.for_seconds:
+            return Transition(_fire(current, started, now, reason), "firing")
+        return Transition(current, None)
+    # firing
+    if v == "clear":
+        resolved = msgspec.structs.replace(
+            current, state="resolved", ended_at=now, last_notified_at=now
+        )
+        return Transition(resolved, "resolved")
+    if (
+        v == "breach"
+        and rule.repeat > 0
+        and current.last_notified_at is not None
+        and now - current.last_notified_at >= rule.repeat
+    ):
+        return Transition(msgspec.structs.replace(current, last_notified_at=now), "repeat")
+    return Transition(current, None)
+
+
+def _fire(current: AlertState, started: float, now: float, reason: Reason | None) -> AlertState:
+    return msgspec.structs.replace(
+        current,
+        state="firing",
+        started_at=started,
+        ended_at=None,
+        reason=reason,
+        last_notified_at=now,
+    )

@@ -1,0 +1,308 @@
+"""Alerts end to end: real redis-server and mosquitto, an Alertmanager stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+import aiomqtt
+import msgspec
+
+from reliabilityd.config import (
+    AlertmanagerSinkConfig,
+    AlertRuleConfig,
+    Config,
+    MqttSinkConfig,
+    SinksConfig,
+    WebhookSinkConfig,
+)
+from reliabilityd.events import TrialEvent
+from reliabilityd.store import Store
+from tests.alertmanager_stub import Receiver
+from tests.daemon_fixtures import make_config, running, store_for
+from tests.helpers import payloads, publish, wait_until
+from tests.servers import Mosquitto, RedisServer
+
+SUITE = "deploy-bot"
+
+
+def alert_config(
+    redis: RedisServer,
+    broker: Mosquitto,
+    prefix: str,
+    receiver: Receiver,
+    *,
+    below: float = 0.75,
+    resolve_above: float = 0.8,
+    client_id: str | None = None,
+) -> Config:
+    cfg = make_config(
+        redis_url=redis.url,
+        mqtt_url=broker.url,
+        prefix=prefix,
+        ks=[5],
+        window=10,
+        ci_interval=0.3,
+        client_id=client_id,
+    )
+    return msgspec.structs.replace(
+        cfg,
+        alerts=[
+            AlertRuleConfig(
+                name="deploy-reliability",
+                suite="deploy-*",
+                k=5,
+                below=below,
+                resolve_above=resolve_above,
+            )
+        ],
+        sinks=SinksConfig(
+            mqtt=MqttSinkConfig(topic=f"{prefix}/alerts"),
+            alertmanager=AlertmanagerSinkConfig(url=receiver.url, resend_interval=3600),
+            webhook=WebhookSinkConfig(url=receiver.url + "/hook"),
+        ),
+        external_url="https://reliability.example",
+    )
+
+
+class Phase:
+    """Trials for `tasks` tasks, 10 each; flaky tasks pass half the time."""
+
+    counter = 0
+
+    @classmethod
+    def events(cls, tasks: range, *, flaky: bool) -> list[TrialEvent]:
+        out = []
+        for t in tasks:
+            for j in range(10):
+                cls.counter += 1
+                ok = (j % 2 == 0) if flaky and t % 4 else True
+                out.append(
+                    TrialEvent(SUITE, f"task {t}", f"r{cls.counter}", "pass" if ok else "fail")
+                )
+        return out
+
+
+@contextlib.asynccontextmanager
+async def collect(port: int, topic: str) -> AsyncIterator[list[dict[str, Any]]]:
+    """Every MQTT message on `topic` while the block runs."""
+    got: list[dict[str, Any]] = []
+    async with aiomqtt.Client("127.0.0.1", port) as client:
+        await client.subscribe(topic, qos=1)
+
+        async def read() -> None:
+            async for message in client.messages:
+                got.append(msgspec.json.decode(message.payload))
+
+        task = asyncio.create_task(read())
+        try:
+            yield got
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def history(store: Store, cfg: Config) -> list[dict[str, Any]]:
+    entries: Any = await store.client.xrange(cfg.alerts_key)
+    return [msgspec.json.decode(fields[b"notification"]) for _, fields in entries]
+
+
+async def settled(store: Store) -> bool:
+    state = await store.read_state(SUITE)
+    return (await store.snapshot(SUITE)).get("version") == str(state.counters.version)
+
+
+async def send(broker: Mosquitto, prefix: str, events: list[TrialEvent], store: Store) -> None:
+    await publish(broker.port, f"{prefix}/trials/a", payloads(events, 50))
+    await wait_until(partial(settled, store), 30)
+
+
+async def alert_state(store: Store) -> str:
+    (state,) = await store.alert_states([(SUITE, "deploy-reliability")])
+    return state.state
+
+
+async def test_degrade_fires_once_and_recovery_resolves_once(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        async with (
+            collect(mosquitto.port, f"{prefix}/alerts/#") as mqtt_msgs,
+            running(cfg),
+            store_for(cfg) as store,
+        ):
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            await asyncio.sleep(1.0)  # a few CI ticks: a reliable suite does not fire
+            assert await alert_state(store) == "inactive"
+            assert await history(store, cfg) == []
+
+            flaky = Phase.events(range(20), flaky=True)
+            await publish(mosquitto.port, f"{prefix}/trials/a", payloads(flaky, 50))
+            published = time.monotonic()
+            await wait_until(lambda: _has(mqtt_msgs, "firing"), 20)
+            latency = time.monotonic() - published
+            # Within one ci_interval plus 1 s of the commit (generously bounded here).
+            assert latency < cfg.stats.ci_interval + 5.0
+            print(f"breach published {latency * 1000:.0f} ms after the events")
+
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            await wait_until(lambda: _has(mqtt_msgs, "resolved"), 20)
+            await wait_until(lambda: _count(am.alerts, 2), 20)
+            await wait_until(lambda: _count(am.webhook, 2), 20)
+            await asyncio.sleep(1.0)  # nothing more arrives
+
+            notes = await history(store, cfg)
+            assert [n["state"] for n in notes] == ["firing", "resolved"]
+            assert [m["state"] for m in mqtt_msgs] == ["firing", "resolved"]
+            assert am.webhook == notes
+            firing = notes[0]
+            assert firing["rule"] == "deploy-reliability"
+            assert (firing["suite"], firing["metric"], firing["k"]) == (SUITE, "pass^k", 5)
+            assert firing["ci_low"] < 0.75 <= firing["below"] + 1e-12
+            assert firing["value"] >= firing["ci_low"]
+            assert firing["ci_high"] >= firing["value"]
+            assert (firing["below"], firing["resolve_above"]) == (0.75, 0.8)
+            assert (firing["tasks"], firing["runs"]) == (20, 10)
+            datetime.fromisoformat(firing["started_at"])
+            assert firing["started_at"].endswith("Z")
+            assert 1 <= len(firing["lottery"]) <= 3
+            assert set(firing["lottery"][0]) == {"task", "n", "c"}
+            assert 0 < firing["lottery"][0]["c"] < firing["lottery"][0]["n"]
+            resolved = notes[1]
+            assert resolved["ci_low"] >= 0.8
+            assert resolved["started_at"] == firing["started_at"]
+            assert resolved["ended_at"] is not None
+
+            # Alertmanager got the same two, in its own format.
+            assert am.rejected == []
+            first, second = am.alerts
+            assert first["labels"] == {
+                "alertname": "deploy-reliability",
+                "suite": SUITE,
+                "metric": "pass^k",
+                "k": "5",
+                "severity": "page",
+            }
+            assert first["startsAt"] == firing["started_at"]
+            assert first["generatorURL"].startswith("https://reliability.example/")
+            assert "below 0.750" in first["annotations"]["summary"]
+            assert second["labels"] == first["labels"]
+            assert second["endsAt"] == resolved["ended_at"]
+
+
+def _has(messages: list[dict[str, Any]], state: str) -> Any:
+    async def check() -> bool:
+        return any(m.get("state") == state for m in messages)
+
+    return check()
+
+
+def _count(items: list[Any], n: int) -> Any:
+    async def check() -> bool:
+        return len(items) >= n
+
+    return check()
+
+
+async def test_straddling_the_threshold_does_not_flap(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    """Bound between `below` and `resolve_above`: neither fires anew nor resolves."""
+    with Receiver() as am:
+        # 40 perfect tasks: Wilson lower bound 40 / (40 + 3.84) = 0.912, between the
+        # thresholds; 80 perfect tasks: 0.954, above resolve_above.
+        cfg = alert_config(redis_server, mosquitto, prefix, am, below=0.85, resolve_above=0.95)
+        async with running(cfg), store_for(cfg) as store:
+            for flaky in (False, True, False, True, False):
+                await send(mosquitto, prefix, Phase.events(range(40), flaky=flaky), store)
+                await asyncio.sleep(0.8)
+            assert await alert_state(store) == "firing"
+            assert [n["state"] for n in await history(store, cfg)] == ["firing"]
+            await send(mosquitto, prefix, Phase.events(range(40, 80), flaky=False), store)
+            await wait_until(lambda: _resolved(store), 20)
+            await asyncio.sleep(0.8)
+            assert [n["state"] for n in await history(store, cfg)] == ["firing", "resolved"]
+
+
+async def _resolved(store: Store) -> bool:
+    return await alert_state(store) == "resolved"
+
+
+async def test_restart_while_firing_does_not_refire(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        async with running(cfg), store_for(cfg) as store:
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await wait_until(partial(_firing, store), 20)
+        async with running(cfg), store_for(cfg) as store:
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await asyncio.sleep(1.5)
+            assert [n["state"] for n in await history(store, cfg)] == ["firing"]
+            assert len(am.alerts) == 1
+
+
+async def _firing(store: Store) -> bool:
+    return await alert_state(store) == "firing"
+
+
+async def test_two_daemons_notify_once(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        a = alert_config(redis_server, mosquitto, prefix, am, client_id=f"{prefix}-a")
+        b = alert_config(redis_server, mosquitto, prefix, am, client_id=f"{prefix}-b")
+        async with (
+            collect(mosquitto.port, f"{prefix}/alerts/#") as mqtt_msgs,
+            running(a),
+            running(b),
+            store_for(a) as store,
+        ):
+            # Both daemons read every message (no shared group); counting stays exact.
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await wait_until(partial(_firing, store), 20)
+            await asyncio.sleep(1.5)
+            assert [n["state"] for n in await history(store, a)] == ["firing"]
+            assert len(am.alerts) == 1
+            assert len(am.webhook) == 1
+            assert [m["state"] for m in mqtt_msgs] == ["firing"]
+            assert (await store.read_state(SUITE)).counters.trials == 200
+
+
+async def test_alertmanager_down_is_retried_while_ingest_goes_on(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        am.failing = True
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        async with running(cfg), store_for(cfg) as store:
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await wait_until(partial(_firing, store), 20)
+            # The other sinks do not wait for Alertmanager.
+            await wait_until(lambda: _history_len(store, cfg, 1), 10)
+            await wait_until(lambda: _attempts(am, 2), 20)
+            assert am.alerts == []
+            # Ingest goes on while Alertmanager is down.
+            more = Phase.events(range(20, 30), flaky=False)
+            await send(mosquitto, prefix, more, store)
+            assert (await store.read_state(SUITE)).counters.trials == 300
+            am.failing = False
+            await wait_until(lambda: _count(am.alerts, 1), 30)
+            assert am.alerts[0]["labels"]["alertname"] == "deploy-reliability"
+            assert len(am.webhook) == 1
+
+
+async def _history_len(store: Store, cfg: Config, n: int) -> bool:
+    return len(await history(store, cfg)) >= n
+
+
+async def _attempts(am: Receiver, n: int) -> bool:
+    return am.attempts >= n
