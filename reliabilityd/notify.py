@@ -144,6 +144,7 @@ def _post_json(url: str, body: bytes, timeout: float) -> None:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             status = response.status
     except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the response's socket
         raise SinkError(f"{url} answered HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise SinkError(f"{url} unreachable: {exc}") from None
