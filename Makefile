@@ -17,7 +17,7 @@ servers:
 
 ## The main job: a live demo (private redis-server and mosquitto, the daemon, events in, numbers out).
 demo: $(STAMP) servers
-	$(PY) -m reliabilityd example
+	$(PY) -m reliabilityd demo
 
 ## Everything CI checks: lint, strict types, the whole test suite against real servers.
 test: $(STAMP) servers lint typecheck unit

@@ -39,6 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("example", help="print the seed document's worked example")
+    demo = sub.add_parser(
+        "demo", help="private redis-server and mosquitto, the daemon, events in, numbers out"
+    )
+    demo.add_argument(
+        "--serve", action="store_true", help="keep the servers and the daemon running until Ctrl-C"
+    )
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument("-c", "--config", required=True, help="TOML config file")
     run.add_argument("--log-level", default="INFO")
@@ -53,6 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "example":
         return _seed_example()
+    if args.command == "demo":
+        from reliabilityd import demo
+
+        return demo.main(serve=args.serve)
     if args.command in ("run", "check"):
         import asyncio
 

@@ -23,7 +23,7 @@ _JSON_START = frozenset(b"{[")
 _WHITESPACE = b" \t\r\n"
 
 
-class TrialEvent(msgspec.Struct, frozen=True):
+class TrialEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     """One trial outcome. ``trial`` is unique per (suite, task)."""
 
     suite: str

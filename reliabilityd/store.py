@@ -523,6 +523,11 @@ class Store:
     async def append_alert_history(self, key: str, notification: bytes, maxlen: int) -> None:
         await self.client.xadd(key, {"notification": notification}, maxlen=maxlen, approximate=True)
 
+    async def alert_history(self, key: str, count: int = 1000) -> list[bytes]:
+        """The oldest `count` notifications in the alert history stream."""
+        entries: Any = await self.client.xrange(key, count=count)
+        return [bytes(fields[b"notification"]) for _, fields in entries]
+
     # --- liveness ---------------------------------------------------------
 
     async def heartbeat(self, instance: str, ttl: float, info: Mapping[str, Any]) -> None:

@@ -109,8 +109,7 @@ async def collect(port: int, topic: str) -> AsyncIterator[list[dict[str, Any]]]:
 
 
 async def history(store: Store, cfg: Config) -> list[dict[str, Any]]:
-    entries: Any = await store.client.xrange(cfg.alerts_key)
-    return [msgspec.json.decode(fields[b"notification"]) for _, fields in entries]
+    return [msgspec.json.decode(n) for n in await store.alert_history(cfg.alerts_key)]
 
 
 async def settled(store: Store) -> bool:
