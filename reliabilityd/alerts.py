@@ -16,7 +16,7 @@ transition by compare-and-set, so replicas and restarts never notify twice.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -25,19 +25,34 @@ Reason = Literal["below", "unknown", "stale"]
 Notify = Literal["firing", "resolved", "repeat"]
 
 
-class Rule(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
+# Rule names live in Redis keys and MQTT topic levels.
+RuleName = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=r"^[^{}/+#\s]+$")]
+Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One ``[[alerts]]`` table of the config."""
+
+    name: RuleName
+    # Glob over suite names.
     suite: str = "*"
     metric: Literal["pass^k", "pass@k"] = "pass^k"
-    k: int
-    below: float
-    resolve_above: float | None = None
-    for_seconds: float = 0.0
-    min_tasks: int = 1
-    repeat: float = 0.0
+    k: Annotated[int, msgspec.Meta(ge=1)]
+    # Fires when the CI lower bound is below this (equal is not a breach).
+    below: Probability
+    # The bound must reach this to resolve; defaults to `below`; must be >= below.
+    resolve_above: Probability | None = None
+    # Seconds the breach must hold before firing (`for` in the config).
+    for_seconds: Seconds = msgspec.field(default=0.0, name="for")
+    # No verdict while fewer tasks have n >= k.
+    min_tasks: Annotated[int, msgspec.Meta(ge=1)] = 1
+    # Re-notify every `repeat` seconds while firing; 0 = never.
+    repeat: Seconds = 0.0
     on_unknown: Literal["ignore", "alert"] = "ignore"
-    severity: str = "page"
-    stale_after: float | None = None
+    severity: Annotated[str, msgspec.Meta(min_length=1)] = "page"
+    # Notify when the suite has had no counted trial for this many seconds.
+    stale_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
 
     @property
     def resolve_at(self) -> float:

@@ -98,50 +98,6 @@ class StatsConfig(Base):
     lottery_limit: NonNegInt = 10
 
 
-# Rule names live in Redis keys and MQTT topic levels.
-RuleName = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=r"^[^{}/+#\s]+$")]
-Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
-NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
-
-
-class AlertRuleConfig(Base, kw_only=True):
-    name: RuleName
-    # Glob over suite names.
-    suite: str = "*"
-    metric: Literal["pass^k", "pass@k"] = "pass^k"
-    k: PositiveInt
-    # Fires when the CI lower bound is below this (equal is not a breach).
-    below: Probability
-    # The bound must reach this to resolve; defaults to `below`; must be >= below.
-    resolve_above: Probability | None = None
-    # Seconds the breach must hold before firing.
-    for_seconds: NonNegFloat = msgspec.field(default=0.0, name="for")
-    # No verdict while fewer tasks have n >= k.
-    min_tasks: PositiveInt = 1
-    # Re-notify every `repeat` seconds while firing; 0 = never.
-    repeat: NonNegFloat = 0.0
-    on_unknown: Literal["ignore", "alert"] = "ignore"
-    severity: Annotated[str, msgspec.Meta(min_length=1)] = "page"
-    # Notify when the suite has had no counted trial for this many seconds.
-    stale_after: PositiveFloat | None = None
-
-    def rule(self) -> Rule:
-        return Rule(
-            name=self.name,
-            suite=self.suite,
-            metric=self.metric,
-            k=self.k,
-            below=self.below,
-            resolve_above=self.resolve_above,
-            for_seconds=self.for_seconds,
-            min_tasks=self.min_tasks,
-            repeat=self.repeat,
-            on_unknown=self.on_unknown,
-            severity=self.severity,
-            stale_after=self.stale_after,
-        )
-
-
 class MqttSinkConfig(Base):
     # Retained JSON state per rule on <topic>/<suite>/<rule>.
     topic: str = "reliability/alerts"
@@ -190,13 +146,13 @@ class Config(Base):
     stats: StatsConfig = msgspec.field(default_factory=StatsConfig)
     suites: list[SuiteOverride] = msgspec.field(default_factory=list)
     daemon: DaemonConfig = msgspec.field(default_factory=DaemonConfig)
-    alerts: list[AlertRuleConfig] = msgspec.field(default_factory=list)
+    alerts: list[Rule] = msgspec.field(default_factory=list)
     sinks: SinksConfig = msgspec.field(default_factory=SinksConfig)
     # Base URL for links in notifications (Alertmanager generatorURL); "" = none.
     external_url: str = ""
 
     def rules(self) -> list[Rule]:
-        return [a.rule() for a in self.alerts]
+        return list(self.alerts)
 
     @property
     def alerts_key(self) -> str:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import msgspec
 
-from reliabilityd.config import AlertRuleConfig, Config, MqttConfig, RedisConfig, StatsConfig
+from reliabilityd.alerts import Rule
+from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon import Daemon
 from reliabilityd.devservers import Mosquitto, RedisServer, free_port
 from reliabilityd.events import TrialEvent
@@ -55,7 +56,7 @@ async def _run(workdir: Path, *, serve: bool) -> int:
             redis=RedisConfig(url=redis.url),
             mqtt=MqttConfig(url=broker.url, client_id="reliabilityd-demo"),
             stats=StatsConfig(k=[1, 5], ci_interval=1.0),
-            alerts=[AlertRuleConfig(name="deploy-reliability", k=5, below=0.75)],
+            alerts=[Rule(name="deploy-reliability", k=5, below=0.75)],
         )
         print(f"redis-server on port {redis.port}, mosquitto on port {broker.port}")
         daemon = Daemon(config)

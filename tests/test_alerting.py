@@ -13,9 +13,9 @@ from typing import Any
 import aiomqtt
 import msgspec
 
+from reliabilityd.alerts import Rule
 from reliabilityd.config import (
     AlertmanagerSinkConfig,
-    AlertRuleConfig,
     Config,
     MqttSinkConfig,
     SinksConfig,
@@ -53,7 +53,7 @@ def alert_config(
     return msgspec.structs.replace(
         cfg,
         alerts=[
-            AlertRuleConfig(
+            Rule(
                 name="deploy-reliability",
                 suite="deploy-*",
                 k=5,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
@@ -88,6 +89,43 @@ def scenario(
     return events, truth_of(events), payloads(events, 1)
 
 
+Fault = Callable[[DaemonProcess], Awaitable[None]]
+
+
+async def stream_with_faults(
+    redis: RedisServer,
+    broker: Mosquitto,
+    prefix: str,
+    tmp_path: Path,
+    rng: np.random.Generator,
+    *,
+    faults: dict[int, Fault],
+) -> DaemonProcess:
+    """Publish 6000 events through a daemon process; run each fault once `sent` passes its mark.
+
+    Returns the (killed) daemon for its log; asserts the counts are exact.
+    """
+    cfg = make_config(redis_url=redis.url, mqtt_url=broker.url, prefix=prefix)
+    events, truth, messages = scenario(rng)
+    daemon = DaemonProcess(cfg, tmp_path)
+    daemon.start()
+    await daemon.wait_subscribed()
+    pending = dict(sorted(faults.items()))
+
+    async def on_progress(sent: int) -> None:
+        for mark in [m for m in pending if sent >= m]:
+            await pending.pop(mark)(daemon)
+
+    try:
+        async with store_for(cfg) as store:
+            await publish(broker.port, f"{prefix}/trials/x", messages, on_progress=on_progress)
+            assert not pending, f"faults never ran: {sorted(pending)}"
+            await assert_exact(store, truth, events)
+    finally:
+        daemon.kill()
+    return daemon
+
+
 async def test_daemon_kill_9_mid_stream_then_restart(
     private_redis: RedisServer,
     private_mosquitto: Mosquitto,
@@ -95,28 +133,15 @@ async def test_daemon_kill_9_mid_stream_then_restart(
     tmp_path: Path,
     rng: np.random.Generator,
 ) -> None:
-    cfg = make_config(redis_url=private_redis.url, mqtt_url=private_mosquitto.url, prefix=prefix)
-    events, truth, messages = scenario(rng)
-    daemon = DaemonProcess(cfg, tmp_path)
-    daemon.start()
-    await daemon.wait_subscribed()
-    state = {"killed": False, "restarted": False}
+    async def kill(daemon: DaemonProcess) -> None:
+        daemon.kill()  # mid-stream: messages in flight, some committed, not acknowledged
 
-    async def fault(sent: int) -> None:
-        if sent >= 1500 and not state["killed"]:
-            daemon.kill()  # mid-stream: messages are in flight, some committed, not acked
-            state["killed"] = True
-        elif sent >= 3500 and not state["restarted"]:
-            daemon.start()  # the broker kept the session and queued the rest
-            state["restarted"] = True
+    async def restart(daemon: DaemonProcess) -> None:
+        daemon.start()  # the broker kept the session and queued what came meanwhile
 
-    try:
-        async with store_for(cfg) as store:
-            await publish(private_mosquitto.port, f"{prefix}/trials/x", messages, on_progress=fault)
-            assert state["restarted"]
-            await assert_exact(store, truth, events)
-    finally:
-        daemon.kill()
+    await stream_with_faults(
+        private_redis, private_mosquitto, prefix, tmp_path, rng, faults={1500: kill, 3500: restart}
+    )
 
 
 async def test_sigterm_mid_stream_exits_0_within_5_s(
@@ -126,28 +151,19 @@ async def test_sigterm_mid_stream_exits_0_within_5_s(
     tmp_path: Path,
     rng: np.random.Generator,
 ) -> None:
-    cfg = make_config(redis_url=private_redis.url, mqtt_url=private_mosquitto.url, prefix=prefix)
-    events, truth, messages = scenario(rng)
-    daemon = DaemonProcess(cfg, tmp_path)
-    daemon.start()
-    await daemon.wait_subscribed()
     exits: list[tuple[int, float]] = []
 
-    async def fault(sent: int) -> None:
-        if sent >= 2000 and not exits:
-            started = time.monotonic()
-            daemon.signal(signal.SIGTERM)
-            code = await asyncio.to_thread(daemon.wait, 10)
-            exits.append((code, time.monotonic() - started))
-            daemon.start()
-            await daemon.wait_subscribed(2)
+    async def terminate(daemon: DaemonProcess) -> None:
+        started = time.monotonic()
+        daemon.signal(signal.SIGTERM)
+        code = await asyncio.to_thread(daemon.wait, 10)
+        exits.append((code, time.monotonic() - started))
+        daemon.start()
+        await daemon.wait_subscribed(2)
 
-    try:
-        async with store_for(cfg) as store:
-            await publish(private_mosquitto.port, f"{prefix}/trials/x", messages, on_progress=fault)
-            await assert_exact(store, truth, events)
-    finally:
-        daemon.kill()
+    daemon = await stream_with_faults(
+        private_redis, private_mosquitto, prefix, tmp_path, rng, faults={2000: terminate}
+    )
     ((code, took),) = exits
     assert code == 0, daemon.output()
     assert took < 5.0
@@ -161,28 +177,15 @@ async def test_broker_restart_mid_stream(
     tmp_path: Path,
     rng: np.random.Generator,
 ) -> None:
-    cfg = make_config(redis_url=private_redis.url, mqtt_url=private_mosquitto.url, prefix=prefix)
-    events, truth, messages = scenario(rng)
-    daemon = DaemonProcess(cfg, tmp_path)
-    daemon.start()
-    await daemon.wait_subscribed()
-    restarted: list[bool] = []
+    async def restart_broker(_: DaemonProcess) -> None:
+        # SIGTERM: mosquitto writes its persistence file on a clean shutdown.
+        await asyncio.to_thread(private_mosquitto.stop, signal.SIGTERM)
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(private_mosquitto.start)
 
-    async def fault(sent: int) -> None:
-        if sent >= 2500 and not restarted:
-            # SIGTERM: mosquitto writes its persistence file on a clean shutdown.
-            await asyncio.to_thread(private_mosquitto.stop, signal.SIGTERM)
-            await asyncio.sleep(0.5)
-            await asyncio.to_thread(private_mosquitto.start)
-            restarted.append(True)
-
-    try:
-        async with store_for(cfg) as store:
-            await publish(private_mosquitto.port, f"{prefix}/trials/x", messages, on_progress=fault)
-            await assert_exact(store, truth, events)
-    finally:
-        daemon.kill()
-    assert restarted
+    daemon = await stream_with_faults(
+        private_redis, private_mosquitto, prefix, tmp_path, rng, faults={2500: restart_broker}
+    )
     assert daemon.output().count("event=mqtt_subscribed") >= 2  # it reconnected
 
 
@@ -193,27 +196,14 @@ async def test_redis_kill_9_mid_stream(
     tmp_path: Path,
     rng: np.random.Generator,
 ) -> None:
-    cfg = make_config(redis_url=private_redis.url, mqtt_url=private_mosquitto.url, prefix=prefix)
-    events, truth, messages = scenario(rng)
-    daemon = DaemonProcess(cfg, tmp_path)
-    daemon.start()
-    await daemon.wait_subscribed()
-    killed: list[bool] = []
+    async def kill_redis(_: DaemonProcess) -> None:
+        await asyncio.to_thread(private_redis.kill)  # no shutdown: only the AOF survives
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(private_redis.start)
 
-    async def fault(sent: int) -> None:
-        if sent >= 2500 and not killed:
-            await asyncio.to_thread(private_redis.kill)  # no shutdown: only the AOF survives
-            await asyncio.sleep(1.0)
-            await asyncio.to_thread(private_redis.start)
-            killed.append(True)
-
-    try:
-        async with store_for(cfg) as store:
-            await publish(private_mosquitto.port, f"{prefix}/trials/x", messages, on_progress=fault)
-            await assert_exact(store, truth, events)
-    finally:
-        daemon.kill()
-    assert killed
+    daemon = await stream_with_faults(
+        private_redis, private_mosquitto, prefix, tmp_path, rng, faults={2500: kill_redis}
+    )
     assert "event=redis_unavailable" in daemon.output()
 
 
