@@ -305,3 +305,24 @@ async def _history_len(store: Store, cfg: Config, n: int) -> bool:
 
 async def _attempts(am: Receiver, n: int) -> bool:
     return am.attempts >= n
+
+
+async def test_stale_suite_pages_and_recovers_when_trials_return(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        rule = msgspec.structs.replace(cfg.alerts[0], stale_after=1.5)
+        cfg = msgspec.structs.replace(cfg, alerts=[rule])
+        async with running(cfg), store_for(cfg) as store:
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            assert await alert_state(store) == "inactive"
+            await wait_until(partial(_firing, store), 10)  # nobody sends trials any more
+            await wait_until(lambda: _history_len(store, cfg, 1), 10)
+            (note,) = await history(store, cfg)
+            assert (note["state"], note["reason"]) == ("firing", "stale")
+            await wait_until(lambda: _count(am.alerts, 1), 10)
+            assert "stale suite" in am.alerts[0]["annotations"]["summary"]
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            await wait_until(partial(_resolved, store), 10)
+            assert [n["state"] for n in await history(store, cfg)] == ["firing", "resolved"]
