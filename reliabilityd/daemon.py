@@ -31,7 +31,7 @@ from reliabilityd import mqtt, snapshot, streams
 from reliabilityd.alerts import Observation, step
 from reliabilityd.config import Config
 from reliabilityd.events import Rejected, TrialEvent, decode
-from reliabilityd.logs import RateLimited, emit
+from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.lottery import ranked_cell_groups
 from reliabilityd.notify import Notifier, parse_time
 from reliabilityd.store import Store, connect
@@ -192,7 +192,15 @@ class Daemon:
         out = []
         for suite, (data_version, snap_version) in zip(suites, versions, strict=True):
             if data_version > snap_version:
-                snap = await self.refresh_snapshot(suite)
+                try:
+                    snap = await self.refresh_snapshot(suite)
+                except REDIS_ERRORS:
+                    raise
+                except Exception:
+                    # One suite's failure must not stop the others or ingest;
+                    # its version stays ahead, so the next tick tries again.
+                    log.exception("%s", kv("snapshot_failed", suite=suite))
+                    continue
                 if snap is not None:
                     out.append(snap)
         return out
@@ -235,21 +243,16 @@ class Daemon:
                 runs=est.runs,
                 last_trial_at=parse_time(snap.last_trial_at),
             )
+            note_for = partial(
+                self.notifier.build, rule=rule, suite=suite, estimate=est, snap=snap, now=now
+            )
             current = stored_state
             t = step(rule, current, obs, now)
             if t.new != current:
                 new = msgspec.structs.replace(t.new, seq=current.seq + 1)
                 note = None
                 if t.notify is not None:
-                    note = self.notifier.build(
-                        rule=rule,
-                        suite=suite,
-                        state=new,
-                        estimate=est,
-                        snap=snap,
-                        now=now,
-                        repeat=t.notify == "repeat",
-                    )
+                    note = note_for(state=new, repeat=t.notify == "repeat")
                 payload = None if note is None else msgspec.json.encode(note)
                 if await self.store.alert_cas(
                     suite,
@@ -274,17 +277,7 @@ class Daemon:
                         for sink in sinks:
                             self.notifier.kick(suite, rule.name, sink)
             if current.state == "firing" and t.notify is None:
-                self.notifier.resend_firing(
-                    self.notifier.build(
-                        rule=rule,
-                        suite=suite,
-                        state=current,
-                        estimate=est,
-                        snap=snap,
-                        now=now,
-                        repeat=True,
-                    )
-                )
+                self.notifier.resend_firing(note_for(state=current, repeat=True))
         # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
         triples = [(s, r.name, sink) for s, r in pairs for sink in sinks]
         for triple, length in zip(triples, await self.store.outbox_lengths(triples), strict=True):
