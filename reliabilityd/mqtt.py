@@ -3,8 +3,9 @@
 The consumer takes QoS 1 messages on a persistent session and acknowledges
 each one only after its events are committed to Redis, in the order received
 (MQTT requires PUBACKs in PUBLISH order). aiomqtt has no public manual-ack
-switch yet; paho's manual-ack mode underneath it does the job, and the
-daemon kill test guards that it keeps working.
+switch yet; paho's manual-ack mode underneath it does the job, and
+tests/test_faults.py::test_nothing_is_acknowledged_before_its_commit fails
+if an upgrade ever makes it acknowledge on receipt.
 
 Reconnecting is our job: a fresh client per connection inside a loop with
 capped exponential backoff. A fresh client, not a reused one, because message

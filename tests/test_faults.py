@@ -341,3 +341,38 @@ async def test_broker_restart_keeps_what_it_queued_for_an_absent_daemon(
             await assert_exact(store, truth, events)
     finally:
         daemon.kill()
+
+
+async def test_nothing_is_acknowledged_before_its_commit(
+    private_redis: RedisServer,
+    private_mosquitto: Mosquitto,
+    prefix: str,
+    tmp_path: Path,
+    rng: np.random.Generator,
+) -> None:
+    """Guards the manual-ack path: received but uncommitted messages come back.
+
+    With Redis down the daemon receives every message but cannot commit; it
+    is then killed. Had anything been acknowledged on receipt, the broker
+    would consider it delivered and it would be lost.
+    """
+    cfg = make_config(redis_url=private_redis.url, mqtt_url=private_mosquitto.url, prefix=prefix)
+    events, truth, messages = scenario(rng, count=800)
+    daemon = DaemonProcess(cfg, tmp_path)
+    daemon.start()
+    await daemon.wait_subscribed()
+    try:
+        await asyncio.to_thread(private_redis.kill)
+        await publish(private_mosquitto.port, f"{prefix}/trials/x", messages)
+
+        async def stuck() -> bool:
+            return "event=redis_unavailable during=apply" in daemon.output()
+
+        await wait_until(stuck, 20)
+        daemon.kill()
+        await asyncio.to_thread(private_redis.start)
+        daemon.start()
+        async with store_for(cfg) as store:
+            await assert_exact(store, truth, events)
+    finally:
+        daemon.kill()
