@@ -136,12 +136,19 @@ class ClusterNode(RedisServer):
 
 
 class Mosquitto(Server):
+    # Settings replaced per instance; `extra` lines come last and win.
+    _REPLACED = ("listener", "persistence_location", "allow_anonymous")
+
+    def __init__(self, name: str, workdir: Path, port: int, extra: tuple[str, ...] = ()) -> None:
+        super().__init__(name, workdir, port)
+        self.extra = extra
+
     def argv(self) -> list[str]:
         conf = self.workdir / "mosquitto.conf"
         lines = [
             line
             for line in (DEPLOY / "mosquitto.conf").read_text().splitlines()
-            if not line.startswith(("listener", "persistence_location"))
+            if not line.startswith(self._REPLACED)
         ]
         lines += [
             f"listener {self.port} 127.0.0.1",
@@ -151,6 +158,7 @@ class Mosquitto(Server):
             # write its persistence file here: it would lose every queued
             # message on restart, silently. Stay the user the test runs as.
             f"user {getpass.getuser()}",
+            *(self.extra or ("allow_anonymous true",)),
         ]
         conf.write_text("\n".join(lines) + "\n")
         return [_binary("mosquitto"), "-c", str(conf)]

@@ -18,7 +18,7 @@ from reliabilityd.devservers import (
     free_port,
 )
 
-__all__ = ["ClusterNode", "Mosquitto", "RedisServer"]
+__all__ = ["ClusterNode", "Mosquitto", "RedisServer", "free_port"]
 
 
 @pytest.fixture(scope="session")

@@ -6,20 +6,24 @@ import asyncio
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 
 import aiomqtt
 import msgspec
 import numpy as np
+import pytest
 import redis.asyncio as aioredis
 
 from reliabilityd import snapshot
+from reliabilityd.daemon import Daemon
 from reliabilityd.events import TrialEvent
 from reliabilityd.lottery import lottery_cases
 from reliabilityd.store import Store
 from tests.daemon_fixtures import make_config, running, store_for, with_stream
 from tests.helpers import Truth, make_events, payloads, publish, toml_of, truth_of, wait_until
-from tests.servers import Mosquitto, RedisServer
+from tests.servers import Mosquitto, RedisServer, free_port
 
 
 async def all_counted(store: Store, truth: Truth, suites: tuple[str, ...]) -> bool:
@@ -232,3 +236,70 @@ async def store_cleanup_heartbeat(cfg: object) -> None:
     assert isinstance(cfg, Config)
     async with store_for(cfg) as store:
         await store.client.delete(store.heartbeat_key(cfg.instance))
+
+
+async def test_mqtt_3_1_1_with_a_persistent_session(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str, rng: np.random.Generator
+) -> None:
+    """protocol = "3.1.1": clean_session false keeps what arrives while the daemon is away."""
+    cfg = make_config(redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix)
+    cfg = msgspec.structs.replace(cfg, mqtt=msgspec.structs.replace(cfg.mqtt, protocol="3.1.1"))
+    events = make_events(rng, count=1000)
+    truth = truth_of(events)
+    async with running(cfg):
+        pass  # the session and its subscription now exist at the broker
+    await publish(mosquitto.port, f"{prefix}/trials/x", payloads(events, 1))
+    async with running(cfg), store_for(cfg) as store:
+        await wait_until(lambda: all_counted(store, truth, ("alpha", "beta")), 60)
+        for suite in ("alpha", "beta"):
+            assert await store.task_counts(suite) == truth.counts(suite)
+
+
+@pytest.fixture
+def password_broker(tmp_path: Path) -> Iterator[Mosquitto]:
+    """A broker that refuses anonymous clients; user `agent`, password `s3cr3t pass`."""
+    passwords = tmp_path / "passwd"
+    passwords.touch()
+    subprocess.run(
+        ["mosquitto_passwd", "-b", str(passwords), "agent", "s3cr3t pass"],
+        check=True,
+        capture_output=True,
+    )
+    broker = Mosquitto(
+        "mosquitto",
+        tmp_path,
+        free_port(),
+        extra=("allow_anonymous false", f"password_file {passwords}"),
+    )
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+async def test_broker_with_password_from_the_url(
+    redis_server: RedisServer, prefix: str, password_broker: Mosquitto
+) -> None:
+    """mqtt://user:password@host:port reaches a broker that refuses anonymous clients."""
+    broker = password_broker
+    url = f"mqtt://agent:s3cr3t%20pass@127.0.0.1:{broker.port}"
+    cfg = make_config(redis_url=redis_server.url, mqtt_url=url, prefix=prefix)
+    async with running(cfg), store_for(cfg) as store:
+        async with aiomqtt.Client(
+            "127.0.0.1", broker.port, username="agent", password="s3cr3t pass"
+        ) as client:
+            event = TrialEvent("s", "t", "1", "pass")
+            await client.publish(f"{prefix}/trials/a", msgspec.json.encode(event), qos=1)
+        await wait_until(lambda: _eq(store, {"t": (1, 1)}), 20)
+    wrong = make_config(
+        redis_url=redis_server.url,
+        mqtt_url=f"mqtt://agent:nope@127.0.0.1:{broker.port}",
+        prefix=prefix,
+    )
+    daemon = Daemon(wrong)
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.run(stop))
+    await asyncio.sleep(1.0)
+    assert not daemon.subscribed.is_set()  # refused, retrying with backoff
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    await daemon.store.client.aclose()
