@@ -37,6 +37,8 @@ Redis = aioredis.Redis | RedisCluster
 
 _OUTCOME_CODE = {"pass": "p", "fail": "f", "error": "e", "skip": "s"}
 _CELL_PAD = 10
+# Events per EVAL: bounds how long one script call holds Redis.
+CHUNK = 2000
 
 # Apply one suite's batch atomically. KEYS: meta, tasks, hist, lottery, then
 # one dedup key per event. ARGV: dedup ttl, window, now, then (task, outcome
@@ -271,34 +273,47 @@ class Store:
         dedup_ttl: int,
         now: float | None = None,
     ) -> list[Applied]:
-        """Apply each suite's events atomically (one EVAL per suite, one round trip)."""
+        """Apply each suite's events (one round trip), atomically per chunk of a suite.
+
+        A suite's events go in chunks of at most ``CHUNK`` per EVAL, so one
+        huge batch never blocks Redis for long; each chunk is atomic, and
+        re-applying any of them is harmless (dedup).
+        """
         if not batches:
             return []
         stamp = repr(time.time() if now is None else now)
         pipe = self.client.pipeline(transaction=False)
-        suites = list(batches)
-        for suite in suites:
-            events = batches[suite]
-            keys = [
+        calls: list[str] = []
+        for suite, events in batches.items():
+            fixed = [
                 self.key(suite, "meta"),
                 self.key(suite, "tasks"),
                 self.key(suite, "hist"),
                 self.key(suite, "lottery"),
             ]
-            args: list[str | int] = [dedup_ttl, windows.get(suite, 0), stamp]
-            for event in events:
-                keys.append(self.seen_key(suite, event.task, event.trial))
-                args.append(event.task)
-                args.append(_OUTCOME_CODE[event.outcome])
-            # EVAL, not EVALSHA: redis-py refuses pipelined EVALSHA on a cluster,
-            # and Redis caches the compiled script by its hash either way.
-            pipe.eval(APPLY, len(keys), *keys, *args)
-        pipe.sadd(self.suites_key, *suites)
+            for start in range(0, len(events), CHUNK):
+                keys = list(fixed)
+                args: list[str | int] = [dedup_ttl, windows.get(suite, 0), stamp]
+                for event in events[start : start + CHUNK]:
+                    keys.append(self.seen_key(suite, event.task, event.trial))
+                    args.append(event.task)
+                    args.append(_OUTCOME_CODE[event.outcome])
+                # EVAL, not EVALSHA: redis-py refuses pipelined EVALSHA on a
+                # cluster, and Redis caches the compiled script by its hash anyway.
+                pipe.eval(APPLY, len(keys), *keys, *args)
+                calls.append(suite)
+        pipe.sadd(self.suites_key, *batches)
         replies = await pipe.execute()
-        return [
-            Applied(suite, *(int(x) for x in reply))
-            for suite, reply in zip(suites, replies[: len(suites)], strict=True)
-        ]
+        totals: dict[str, list[int]] = {}
+        for suite, reply in zip(calls, replies[: len(calls)], strict=True):
+            counted, errors, skips, dups, version = (int(x) for x in reply)
+            acc = totals.setdefault(suite, [0, 0, 0, 0, 0])
+            acc[0] += counted
+            acc[1] += errors
+            acc[2] += skips
+            acc[3] += dups
+            acc[4] = max(acc[4], version)
+        return [Applied(suite, *acc) for suite, acc in totals.items()]
 
     async def deadletter(
         self, rejected: Iterable[Rejected], *, source: str, maxlen: int, keep_bytes: int = 2048

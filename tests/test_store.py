@@ -152,3 +152,15 @@ async def test_deadletter_stream_is_capped_and_counted(store: Store) -> None:
     assert await store.deadletter_count() == 301
     assert kept[-1].reason == "r299"
     assert kept[-1].source == "test"
+
+
+async def test_a_batch_larger_than_one_chunk(store: Store) -> None:
+    from reliabilityd import store as store_module
+
+    n = store_module.CHUNK * 2 + 7
+    events = [TrialEvent("s", f"t{i % 10}", str(i), "pass" if i % 3 else "fail") for i in range(n)]
+    (applied,) = await store.apply({"s": events + events[:5]}, windows={}, dedup_ttl=60)
+    assert (applied.counted, applied.duplicates) == (n, 5)
+    counts = await store.task_counts("s")
+    assert sum(c[0] for c in counts.values()) == n
+    assert sum(c[1] for c in counts.values()) == sum(1 for i in range(n) if i % 3)
