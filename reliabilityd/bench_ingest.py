@@ -30,10 +30,11 @@ from reliabilityd.events import TrialEvent
 from reliabilityd.mqtt import make_client
 from reliabilityd.store import Store, connect
 
-SINGLE_MESSAGES = 30_000
+SINGLE_MESSAGES = 20_000
 BATCH_MESSAGES = 1_000
 BATCH_SIZE = 100
 MEMORY_TASKS = 100_000
+ROUNDS = 3
 
 
 def _events(count: int, offset: int = 0) -> list[TrialEvent]:
@@ -53,8 +54,8 @@ async def _fill(port: int, topic: str, messages: list[bytes]) -> float:
     started = time.perf_counter()
     async with aiomqtt.Client("127.0.0.1", port, identifier="bench-publisher") as client:
         client.pending_calls_threshold = 10_000
-        for i in range(0, len(messages), 500):
-            await asyncio.gather(*(client.publish(topic, m, qos=1) for m in messages[i : i + 500]))
+        for i in range(0, len(messages), 100):
+            await asyncio.gather(*(client.publish(topic, m, qos=1) for m in messages[i : i + 100]))
     return len(messages) / (time.perf_counter() - started)
 
 
@@ -166,22 +167,33 @@ async def _main() -> None:
         broker.start()
         try:
             singles = [msgspec.json.encode(e) for e in _events(SINGLE_MESSAGES)]
-            raw = await _raw_rate(broker.port, singles)
-            ours = await _daemon_rate(redis.url, broker.port, "one", singles, SINGLE_MESSAGES)
+            evs = _events(BATCH_MESSAGES * BATCH_SIZE, offset=10**7)
+            batches = [
+                msgspec.json.encode(evs[i : i + BATCH_SIZE]) for i in range(0, len(evs), BATCH_SIZE)
+            ]
+            # Alternate the two consumers and keep each one's best round: on a
+            # shared machine a slow round says more about the neighbours.
+            raw = ours = raw_b = ours_b = 0.0
+            for r in range(ROUNDS):
+                raw = max(raw, await _raw_rate(broker.port, singles))
+                ours = max(
+                    ours,
+                    await _daemon_rate(redis.url, broker.port, f"one{r}", singles, len(singles)),
+                )
+                raw_b = max(raw_b, BATCH_SIZE * await _raw_rate(broker.port, batches))
+                ours_b = max(
+                    ours_b,
+                    await _daemon_rate(redis.url, broker.port, f"batch{r}", batches, len(evs)),
+                )
+            print(f"best of {ROUNDS} alternating rounds, each draining a backlog")
             print(f"{'shape':<26} {'reliabilityd':>16} {'bare subscriber':>18} {'ratio':>7}")
             print(
                 f"{'1 event/message':<26} {ours:>10,.0f} ev/s {raw:>12,.0f} msg/s "
                 f"{ours / raw:>6.0%}"
             )
-            evs = _events(BATCH_MESSAGES * BATCH_SIZE, offset=10**7)
-            batches = [
-                msgspec.json.encode(evs[i : i + BATCH_SIZE]) for i in range(0, len(evs), BATCH_SIZE)
-            ]
-            raw_b = await _raw_rate(broker.port, batches)
-            ours_b = await _daemon_rate(redis.url, broker.port, "batch", batches, len(evs))
             print(
                 f"{f'{BATCH_SIZE} events/message':<26} {ours_b:>10,.0f} ev/s "
-                f"{raw_b * BATCH_SIZE:>12,.0f} ev/s {ours_b / (raw_b * BATCH_SIZE):>6.0%}"
+                f"{raw_b:>12,.0f} ev/s {ours_b / raw_b:>6.0%}"
             )
             await _memory(redis.url)
         finally:
