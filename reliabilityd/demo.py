@@ -16,6 +16,7 @@ from pathlib import Path
 
 import msgspec
 
+from reliabilityd import logs
 from reliabilityd.alerts import Rule
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon import Daemon
@@ -145,5 +146,6 @@ async def _run(workdir: Path, *, serve: bool) -> int:
 
 
 def main(*, serve: bool = False) -> int:
+    logs.setup("ERROR")  # the demo prints what matters itself
     with tempfile.TemporaryDirectory(prefix="reliabilityd-demo-") as tmp:
         return asyncio.run(_run(Path(tmp), serve=serve))

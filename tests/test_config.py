@@ -171,3 +171,15 @@ def test_bad_alert_config(tmp_path: Path, text: str, field: str, words: str) -> 
         load(write(tmp_path, text), environ={})
     assert info.value.field == field
     assert words in str(info.value)
+
+
+def test_cis_are_computed_for_every_k_a_rule_names(tmp_path: Path) -> None:
+    from reliabilityd.daemon import Daemon
+
+    cfg = load(
+        write(tmp_path, "[stats]\nk = [1, 3]\n[[alerts]]\nname = 'a'\nk = 7\nbelow = 0.5\n"),
+        environ={},
+    )
+    daemon = Daemon(cfg)
+    assert daemon.ks() == (1, 3, 7)
+    assert daemon.settings("any").ks == (1, 3, 7)
