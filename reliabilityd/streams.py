@@ -69,9 +69,12 @@ async def consume(
     backoff = 0.2
     own_pending = True
     next_claim = 0.0
+    group_ready = False
     while not stop.is_set():
         try:
-            await _ensure_group(client, config)
+            if not group_ready:
+                await _ensure_group(client, config)
+                group_ready = True
             entries: Sequence[Any] = []
             if time.monotonic() >= next_claim:
                 next_claim = time.monotonic() + config.claim_idle / 2
@@ -104,6 +107,13 @@ async def consume(
                 await asyncio.shield(commit(payloads))
             await client.xack(config.key, config.group, *ids)
             backoff = 0.2
+        except redis.exceptions.ResponseError as exc:
+            # NOGROUP: the group is gone; UNBLOCKED: the key was deleted while we waited.
+            if not str(exc).startswith(("NOGROUP", "UNBLOCKED")):
+                raise
+            # The stream or its group was deleted under us: create them again.
+            emit(logging.WARNING, "stream_group_missing", key=config.key, group=config.group)
+            group_ready = False
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             emit(logging.WARNING, "stream_unavailable", error=exc, retry_in=round(backoff, 2))
             with contextlib.suppress(TimeoutError):

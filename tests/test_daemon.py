@@ -303,3 +303,21 @@ async def test_broker_with_password_from_the_url(
     stop.set()
     await asyncio.wait_for(task, 10)
     await daemon.store.client.aclose()
+
+
+async def test_stream_deleted_under_the_daemon_is_recreated(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    key = f"{prefix}:trials"
+    cfg = with_stream(
+        make_config(redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix), key
+    )
+    raw = aioredis.Redis.from_url(redis_server.url)
+    async with running(cfg), store_for(cfg) as store:
+        await raw.xadd(key, {"payload": msgspec.json.encode(TrialEvent("s", "t", "1", "pass"))})
+        await wait_until(lambda: _eq(store, {"t": (1, 1)}), 20)
+        await raw.delete(key)  # the group goes with it
+        await asyncio.sleep(0.8)
+        await raw.xadd(key, {"payload": msgspec.json.encode(TrialEvent("s", "t", "2", "fail"))})
+        await wait_until(lambda: _eq(store, {"t": (2, 1)}), 20)
+    await raw.aclose()
