@@ -110,18 +110,16 @@ class RedisSinkConfig(Base):
     maxlen: PositiveInt = 10_000
 
 
-class AlertmanagerSinkConfig(Base):
-    # Base URL, e.g. http://alertmanager:9093 ; "" = off.
-    url: str = ""
-    # Firing alerts are re-sent this often, as Alertmanager expects of its clients.
-    resend_interval: PositiveFloat = 60.0
-    timeout: PositiveFloat = 5.0
-
-
 class WebhookSinkConfig(Base):
     # Receives each notification as a JSON POST; "" = off.
     url: str = ""
     timeout: PositiveFloat = 5.0
+
+
+class AlertmanagerSinkConfig(WebhookSinkConfig):
+    # `url` is the base URL, e.g. http://alertmanager:9093; alerts go to /api/v2/alerts.
+    # Firing alerts are re-sent this often, as Alertmanager expects of its clients.
+    resend_interval: PositiveFloat = 60.0
 
 
 class SinksConfig(Base):

@@ -100,29 +100,26 @@ class Daemon:
     async def commit(self, payloads: Sequence[tuple[bytes, str]]) -> None:
         """Decode, dead-letter the bad, apply the good; returns once Redis has it all."""
         by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
-        rejected: dict[str, list[Rejected]] = defaultdict(list)
+        rejected: list[tuple[Rejected, str]] = []
         for payload, source in payloads:
             good, bad = decode(payload, self.config.ingest.max_payload)
             for event in good:
                 by_suite[event.suite].append(event)
-            if bad:
-                rejected[source].extend(bad)
-        for source, items in rejected.items():
+            rejected.extend((item, source) for item in bad)
+        if rejected:
             await self._retry(
                 "deadletter",
                 partial(
-                    self.store.deadletter,
-                    items,
-                    source=source,
-                    maxlen=self.config.store.deadletter_maxlen,
+                    self.store.deadletter, rejected, maxlen=self.config.store.deadletter_maxlen
                 ),
             )
+            first, source = rejected[0]
             self._deadletter_log.emit(
                 logging.WARNING,
                 "deadletter",
                 source=source,
-                count=len(items),
-                reason=items[0].reason,
+                count=len(rejected),
+                reason=first.reason,
             )
         if not by_suite:
             return
@@ -144,7 +141,7 @@ class Daemon:
         c = state.counters
         estimates = snapshot.point_estimates(state.hist, self.settings(suite))
         values: dict[str, str | int] = {
-            **snapshot.counter_fields(state.hist, c.trials, c.errors, c.skips, c.duplicates),
+            **snapshot.counter_fields(state.hist.tasks, c.trials, c.errors, c.skips, c.duplicates),
             "live_updated_at": snapshot.rfc3339(time.time()),
             **snapshot.value_fields(estimates),
         }
@@ -156,8 +153,9 @@ class Daemon:
         settings = self.settings(suite)
         estimates = await asyncio.to_thread(snapshot.full_estimates, state.hist, settings)
         lottery_k = max(self.config.stats.k)
-        groups = ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k)
-        rows = await self.store.lottery_rows(suite, groups, self.config.stats.lottery_limit)
+        limit = self.config.stats.lottery_limit
+        groups = ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k, limit)
+        rows = await self.store.lottery_rows(suite, groups, limit)
         c = state.counters
         snap = snapshot.build(
             suite=suite,
@@ -186,31 +184,26 @@ class Daemon:
             )
         return snap
 
-    async def ci_tick(self) -> list[snapshot.Snapshot]:
-        suites = await self.store.suites()
+    async def ci_tick(self, suites: Sequence[str]) -> None:
+        """New snapshots for the suites whose data moved past their snapshot."""
         versions = await self.store.versions(suites)
-        out = []
         for suite, (data_version, snap_version) in zip(suites, versions, strict=True):
             if data_version > snap_version:
                 try:
-                    snap = await self.refresh_snapshot(suite)
+                    await self.refresh_snapshot(suite)
                 except REDIS_ERRORS:
                     raise
                 except Exception:
                     # One suite's failure must not stop the others or ingest;
                     # its version stays ahead, so the next tick tries again.
                     log.exception("%s", kv("snapshot_failed", suite=suite))
-                    continue
-                if snap is not None:
-                    out.append(snap)
-        return out
 
     # --- alerts -----------------------------------------------------------
 
     async def _snapshot_for(self, suite: str) -> snapshot.Snapshot | None:
         snap = self._snapshots.get(suite)
         if snap is None:
-            raw = (await self.store.snapshot(suite)).get("json")
+            raw = await self.store.snapshot_json(suite)
             if raw is None:
                 return None
             try:
@@ -220,16 +213,14 @@ class Daemon:
             self._snapshots[suite] = snap
         return snap
 
-    async def evaluate_alerts(self, now: float | None = None) -> int:
-        """Step every (suite, rule) pair; returns how many notifications were decided."""
+    async def evaluate_alerts(self, suites: Sequence[str]) -> None:
+        """Step every (suite, rule) pair against the suite's latest snapshot."""
         if not self.rules:
-            return 0
-        now = time.time() if now is None else now
-        suites = await self.store.suites()
+            return
+        now = time.time()
         pairs = [(s, r) for s in suites for r in self.rules if fnmatch.fnmatchcase(s, r.suite)]
         states = await self.store.alert_states([(s, r.name) for s, r in pairs])
         sinks = list(self.notifier.sinks)
-        decided = 0
         for (suite, rule), stored_state in zip(pairs, states, strict=True):
             snap = await self._snapshot_for(suite)
             est = None if snap is None else snap.estimate(rule.metric, rule.k)
@@ -264,7 +255,6 @@ class Daemon:
                 ):
                     current = new
                     if note is not None:
-                        decided += 1
                         emit(
                             logging.WARNING if new.state == "firing" else logging.INFO,
                             "alert",
@@ -277,13 +267,14 @@ class Daemon:
                         for sink in sinks:
                             self.notifier.kick(suite, rule.name, sink)
             if current.state == "firing" and t.notify is None:
-                self.notifier.resend_firing(note_for(state=current, repeat=True))
+                self.notifier.resend_firing(
+                    suite, rule.name, partial(note_for, state=current, repeat=True)
+                )
         # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
         triples = [(s, r.name, sink) for s, r in pairs for sink in sinks]
         for triple, length in zip(triples, await self.store.outbox_lengths(triples), strict=True):
             if length:
                 self.notifier.kick(*triple)
-        return decided
 
     # --- loops ------------------------------------------------------------
 
@@ -307,8 +298,9 @@ class Daemon:
         while not stop.is_set():
             started = time.monotonic()
             try:
-                await self.ci_tick()
-                await self.evaluate_alerts()
+                suites = await self.store.suites()
+                await self.ci_tick(suites)
+                await self.evaluate_alerts(suites)
             except REDIS_ERRORS as exc:
                 emit(logging.WARNING, "ci_tick_failed", error=exc)
             with contextlib.suppress(TimeoutError):

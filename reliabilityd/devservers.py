@@ -7,6 +7,7 @@ directory of its own, so it can be stopped, killed and started again.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import getpass
 import random
@@ -63,7 +64,7 @@ def wait_port(port: int, timeout: float = 10.0) -> None:
     raise TimeoutError(f"nothing listens on port {port} after {timeout} s")
 
 
-class Server:
+class Server(abc.ABC):
     """A server process that a test can stop, kill and start again on the same port."""
 
     def __init__(self, name: str, workdir: Path, port: int) -> None:
@@ -73,8 +74,9 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: BinaryIO | None = None
 
+    @abc.abstractmethod
     def argv(self) -> list[str]:
-        raise NotImplementedError
+        """The command line that starts this server in the foreground."""
 
     def start(self) -> None:
         self._log = (self.workdir / f"{self.name}.log").open("ab")

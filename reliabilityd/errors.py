@@ -18,7 +18,3 @@ class ConfigError(ReliabilitydError):
         self.message = message
         where = f"{path}: {field}" if field else path
         super().__init__(f"{where}: {message}")
-
-
-class BadEvent(ReliabilitydError):
-    """A wire event that does not decode or validate; it goes to the dead-letter stream."""

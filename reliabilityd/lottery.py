@@ -61,21 +61,30 @@ def lottery_cases(
     return ranked if limit is None else ranked[:limit]
 
 
-def ranked_cell_groups(hist: Histogram, k: int) -> list[list[tuple[int, int]]]:
+def ranked_cell_groups(
+    hist: Histogram, k: int, limit: int | None = None
+) -> list[list[tuple[int, int]]]:
     """The histogram's lottery cells in rank order, grouped by equal (gap, n).
 
     Within a group the order of tasks is by name across all its cells (the
-    gap is symmetric in c and n - c, so two cells can tie).
+    gap is symmetric in c and n - c, so two cells can tie). With ``limit``,
+    only the groups that hold the first ``limit`` tasks: the cell counts say
+    where to stop, so the caller reads no names it will not show.
     """
     _check_k(k)
-    keyed: list[tuple[Fraction, int, int]] = []
-    for n, c, _count in hist.cells():
+    keyed: list[tuple[Fraction, int, int, int]] = []
+    for n, c, count in hist.cells():
         if is_candidate(n, c, k):
             gap = lottery_gap(n, c, k)
             if gap > 0:
-                keyed.append((-gap, -n, c))
+                keyed.append((-gap, -n, c, count))
     keyed.sort()
-    return [
-        [(-neg_n, c) for _, neg_n, c in group]
-        for _, group in groupby(keyed, key=lambda row: (row[0], row[1]))
-    ]
+    groups: list[list[tuple[int, int]]] = []
+    covered = 0
+    for _, rows in groupby(keyed, key=lambda row: (row[0], row[1])):
+        if limit is not None and covered >= limit:
+            break
+        group = list(rows)
+        groups.append([(-neg_n, c) for _, neg_n, c, _ in group])
+        covered += sum(count for *_, count in group)
+    return groups

@@ -166,7 +166,6 @@ class Publisher:
         self._pending: dict[str, tuple[bytes, bool]] = {}
         self._wake = asyncio.Event()
         self._client: aiomqtt.Client | None = None
-        self.published = 0
 
     async def send(self, topic: str, payload: bytes, *, retain: bool = True) -> None:
         """Publish now at QoS 1 and wait for the broker's PUBACK; MqttError when away."""
@@ -178,10 +177,6 @@ class Publisher:
     def publish(self, topic: str, payload: bytes, *, retain: bool = True) -> None:
         self._pending[topic] = (payload, retain)
         self._wake.set()
-
-    @property
-    def backlog(self) -> int:
-        return len(self._pending)
 
     async def run(self, stop: asyncio.Event) -> None:
         backoff = BACKOFF_START
@@ -199,7 +194,6 @@ class Publisher:
                             # A newer payload may have arrived meanwhile: keep it.
                             if self._pending.get(topic) == (payload, retain):
                                 del self._pending[topic]
-                            self.published += 1
                         self._wake.clear()
                         await _wait_either(self._wake, stop)
             except aiomqtt.MqttError as exc:

@@ -181,7 +181,7 @@ class Notifier:
             self.sinks["webhook"] = self._to_webhook
         self._drains: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         self._resends: set[asyncio.Task[None]] = set()
-        self.delivered: dict[str, int] = dict.fromkeys(self.sinks, 0)
+        self._next_resend_check: dict[tuple[str, str], float] = {}
 
     # --- content ----------------------------------------------------------
 
@@ -296,7 +296,6 @@ class Notifier:
                     backoff = min(backoff * 2, BACKOFF_MAX)
                 else:
                     await self.store.outbox_pop(suite, rule, sink, head)
-                    self.delivered[sink] += 1
                     backoff = 0.5
                 if not await self.store.lease_keep(lease, self.instance, LEASE_TTL):
                     return  # lease lost (we stalled past it): the new holder goes on
@@ -305,11 +304,21 @@ class Notifier:
             with contextlib.suppress(redis.exceptions.RedisError, OSError):
                 await asyncio.shield(self.store.lease_release(lease, self.instance))
 
-    def resend_firing(self, n: Notification) -> None:
-        """Re-send a firing alert to Alertmanager (its clients must, or it resolves)."""
+    def resend_firing(self, suite: str, rule: str, build: Callable[[], Notification]) -> None:
+        """Re-send a firing alert to Alertmanager (its clients must, or it resolves).
+
+        Checked a few times per ``resend_interval`` by this daemon, not every
+        tick; the lease in ``_resend`` makes it once per interval across replicas.
+        """
         if "alertmanager" not in self.sinks:
             return
-        task = asyncio.create_task(self._resend(n))
+        now = time.monotonic()
+        if now < self._next_resend_check.get((suite, rule), 0.0):
+            return
+        self._next_resend_check[(suite, rule)] = (
+            now + self.config.sinks.alertmanager.resend_interval / 4
+        )
+        task = asyncio.create_task(self._resend(build()))
         self._resends.add(task)
         task.add_done_callback(self._resends.discard)
 

@@ -69,10 +69,10 @@ def _fmt(x: float | None) -> str:
 
 
 def counter_fields(
-    hist: Histogram, trials: int, errors: int, skips: int, duplicates: int
+    tasks: int, trials: int, errors: int, skips: int, duplicates: int
 ) -> dict[str, str | int]:
     return {
-        "tasks": hist.tasks,
+        "tasks": tasks,
         "trials": trials,
         "errors": errors,
         "skips": skips,
@@ -164,11 +164,9 @@ def redis_fields(snapshot: Snapshot) -> tuple[dict[str, str | int], dict[str, st
         **ci_fields(estimates),
     }
     values: dict[str, str | int] = {
-        "tasks": snapshot.tasks,
-        "trials": snapshot.trials,
-        "errors": snapshot.errors,
-        "skips": snapshot.skips,
-        "duplicates": snapshot.duplicates,
+        **counter_fields(
+            snapshot.tasks, snapshot.trials, snapshot.errors, snapshot.skips, snapshot.duplicates
+        ),
         "live_updated_at": snapshot.updated_at,
         **value_fields(estimates),
     }

@@ -316,15 +316,15 @@ class Store:
         return [Applied(suite, *acc) for suite, acc in totals.items()]
 
     async def deadletter(
-        self, rejected: Iterable[Rejected], *, source: str, maxlen: int, keep_bytes: int = 2048
+        self, rejected: Iterable[tuple[Rejected, str]], *, maxlen: int, keep_bytes: int = 2048
     ) -> int:
-        """Append rejected input with its reason to the capped dead-letter stream."""
+        """Append (rejected input, source) pairs to the capped dead-letter stream, one trip."""
         items = list(rejected)
         if not items:
             return 0
         pipe = self.client.pipeline(transaction=False)
         now = repr(time.time())
-        for item in items:
+        for item, source in items:
             pipe.xadd(
                 self.deadletter_key,
                 {
@@ -416,37 +416,40 @@ class Store:
     async def lottery_rows(
         self, suite: str, groups: Sequence[Sequence[tuple[int, int]]], limit: int
     ) -> list[LotteryCase]:
-        """Top tasks of the ranked cell groups, by name within a group.
+        """Top tasks of the ranked cell groups, by name within a group, in one round trip.
 
         Each cell's tasks are a lexicographic range of the lottery zset, so
         this reads at most ``limit`` names per cell, never the whole suite.
+        Pass the groups from ``ranked_cell_groups(hist, k, limit)``.
         """
-        rows: list[LotteryCase] = []
+        if not groups or limit <= 0:
+            return []
         key = self.key(suite, "lottery")
+        pipe = self.client.pipeline(transaction=False)
         for group in groups:
-            if len(rows) >= limit:
-                break
-            pipe = self.client.pipeline(transaction=False)
             for n, c in group:
                 prefix = f"{n:0{_CELL_PAD}d}:{c:0{_CELL_PAD}d}:"
                 # ';' sorts right after ':', so "(prefix;" bounds the cell's range.
                 pipe.zrange(key, f"[{prefix}", f"({prefix[:-1]};", bylex=True, offset=0, num=limit)
-            found: list[LotteryCase] = []
-            for (n, c), members in zip(group, await pipe.execute(), strict=True):
-                cut = 2 * _CELL_PAD + 2
-                found.extend(LotteryCase(task=_text(m)[cut:], n=n, c=c) for m in members)
+        replies = iter(await pipe.execute())
+        cut = 2 * _CELL_PAD + 2
+        rows: list[LotteryCase] = []
+        for group in groups:
+            found = [
+                LotteryCase(task=_text(m)[cut:], n=n, c=c) for n, c in group for m in next(replies)
+            ]
             found.sort(key=lambda row: row.task)
-            rows.extend(found[: limit - len(rows)])
-        return rows
+            rows.extend(found)
+        return rows[:limit]
 
     async def snapshot(self, suite: str) -> dict[str, str]:
-        return _pairs(
-            [
-                x
-                for kv in (await self.client.hgetall(self.key(suite, "snapshot"))).items()
-                for x in kv
-            ]
-        )
+        raw = await self.client.hgetall(self.key(suite, "snapshot"))
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    async def snapshot_json(self, suite: str) -> bytes | None:
+        """Only the snapshot document, without the flat fields."""
+        raw: Any = await self.client.hget(self.key(suite, "snapshot"), "json")
+        return None if raw is None else bytes(raw)
 
     async def write_snapshot(
         self,

@@ -48,12 +48,8 @@ def _payloads(entries: Sequence[Any], source: str) -> tuple[list[bytes], list[tu
 
 
 def _read_entries(reply: Any) -> Sequence[Any]:
-    """XREADGROUP's entries for our one stream (RESP2 list or RESP3 map)."""
-    if not reply:
-        return []
-    if isinstance(reply, dict):
-        return next(iter(reply.values()))
-    return reply[0][1]  # type: ignore[no-any-return]
+    """XREADGROUP's entries for our one stream (RESP2: [[key, entries]])."""
+    return reply[0][1] if reply else []
 
 
 async def consume(

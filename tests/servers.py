@@ -6,6 +6,7 @@ import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -13,6 +14,7 @@ from reliabilityd.devservers import (
     ClusterNode,
     Mosquitto,
     RedisServer,
+    Server,
     cluster_create,
     free_cluster_port,
     free_port,
@@ -21,43 +23,39 @@ from reliabilityd.devservers import (
 __all__ = ["ClusterNode", "Mosquitto", "RedisServer", "free_port"]
 
 
+S = TypeVar("S", bound=Server)
+
+
+def _served(server: S, *, last_signal: int = signal.SIGTERM) -> Iterator[S]:
+    server.workdir.mkdir(parents=True, exist_ok=True)
+    server.start()
+    yield server
+    server.stop(last_signal)
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One Redis for the whole session; tests isolate themselves by key prefix."""
-    server = RedisServer("redis", tmp_path_factory.mktemp("redis"), free_port())
-    server.start()
-    yield server
-    server.stop()
+    yield from _served(RedisServer("redis", tmp_path_factory.mktemp("redis"), free_port()))
 
 
 @pytest.fixture(scope="session")
 def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
-    server = Mosquitto("mosquitto", tmp_path_factory.mktemp("mosquitto"), free_port())
-    server.start()
-    yield server
-    server.stop()
+    yield from _served(Mosquitto("mosquitto", tmp_path_factory.mktemp("mosquitto"), free_port()))
 
 
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A Redis of this test's own, to kill and restart."""
-    workdir = tmp_path / "redis"
-    workdir.mkdir()
-    server = RedisServer("redis", workdir, free_port())
-    server.start()
-    yield server
-    server.stop(signal.SIGKILL)
+    server = RedisServer("redis", tmp_path / "redis", free_port())
+    yield from _served(server, last_signal=signal.SIGKILL)
 
 
 @pytest.fixture
 def private_mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
     """A broker of this test's own, to stop and restart."""
-    workdir = tmp_path / "mosquitto"
-    workdir.mkdir()
-    server = Mosquitto("mosquitto", workdir, free_port())
-    server.start()
-    yield server
-    server.stop(signal.SIGKILL)
+    server = Mosquitto("mosquitto", tmp_path / "mosquitto", free_port())
+    yield from _served(server, last_signal=signal.SIGKILL)
 
 
 @pytest.fixture

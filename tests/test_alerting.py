@@ -196,18 +196,12 @@ async def test_degrade_fires_once_and_recovery_resolves_once(
             assert second["endsAt"] == resolved["ended_at"]
 
 
-def _has(messages: list[dict[str, Any]], state: str) -> Any:
-    async def check() -> bool:
-        return any(m.get("state") == state for m in messages)
-
-    return check()
+async def _has(messages: list[dict[str, Any]], state: str) -> bool:
+    return any(m.get("state") == state for m in messages)
 
 
-def _count(items: list[Any], n: int) -> Any:
-    async def check() -> bool:
-        return len(items) >= n
-
-    return check()
+async def _count(items: list[Any], n: int) -> bool:
+    return len(items) >= n
 
 
 async def test_straddling_the_threshold_does_not_flap(

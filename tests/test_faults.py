@@ -9,6 +9,7 @@ that resends whatever the broker did not acknowledge.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -255,9 +256,16 @@ async def test_two_daemons_on_a_shared_subscription_equal_one(
                 for doc in docs:
                     del doc["updated_at"], doc["version"], doc["duplicates"], doc["last_trial_at"]
                 assert docs[0] == docs[1]
-        # Both replicas did part of the work.
+        # Both replicas did part of the work: each logs its count when it stops.
+        shares = []
         for d in (a, b):
-            assert "event=mqtt_subscribed" in d.output()
+            d.signal(signal.SIGTERM)
+            assert await asyncio.to_thread(d.wait, 10) == 0
+            found = re.search(r"event=stopped committed_events=(\d+)", d.output())
+            assert found, d.output()
+            shares.append(int(found.group(1)))
+        assert all(share > 0 for share in shares), shares
+        assert sum(shares) == sum(truth.trials(s) for s in SUITES)
     finally:
         for d in (a, b, c):
             d.kill()

@@ -78,3 +78,27 @@ def test_invalid() -> None:
         lottery_cases({"a": (3, 1)}, 0)
     with pytest.raises(ValueError, match="task 'a'"):
         lottery_cases({"a": (3, 5)}, 1)
+
+
+@given(
+    st.lists(
+        st.integers(2, 9).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n))),
+        max_size=60,
+    ),
+    st.integers(2, 4),
+    st.integers(1, 12),
+)
+def test_limited_groups_hold_the_first_limit_tasks(
+    pairs: list[tuple[int, int]], k: int, limit: int
+) -> None:
+    hist = Histogram.from_pairs(pairs)
+    everything = ranked_cell_groups(hist, k)
+    some = ranked_cell_groups(hist, k, limit)
+    assert some == everything[: len(some)]
+    counts = dict(((n, c), w) for n, c, w in hist.cells())
+    held = sum(counts[cell] for group in some for cell in group)
+    total = sum(counts[cell] for group in everything for cell in group)
+    assert held >= min(limit, total)
+    # Without its last group it would not be enough: nothing extra is read.
+    if some:
+        assert held - sum(counts[cell] for cell in some[-1]) < limit
