@@ -174,6 +174,32 @@ return 1
 """
 
 
+# Take one task out of a suite's counts. KEYS: meta, tasks, hist, lottery.
+# ARGV: task. Returns 1 when the task was there. Its dedup records stay (they
+# are keyed by digest, and expire by themselves): an old trial of the task
+# re-sent later is still a duplicate, a new one starts the task afresh.
+FORGET = r"""
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if not cur then return 0 end
+local sn, sc = string.match(cur, '^(%d+):(%d+)')
+local n, c = tonumber(sn), tonumber(sc)
+local cell = n .. ':' .. c
+if redis.call('HINCRBY', KEYS[3], cell, -1) <= 0 then redis.call('HDEL', KEYS[3], cell) end
+if c > 0 and c < n then
+  redis.call('ZREM', KEYS[4], string.format('%010d:%010d:', n, c) .. ARGV[1])
+end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+return 1
+"""
+
+_GLOB_SPECIAL = frozenset("*?[]\\")
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in _GLOB_SPECIAL else ch for ch in text)
+
+
 class Counters(msgspec.Struct, frozen=True):
     """A suite's lifetime counters at one version."""
 
@@ -560,3 +586,31 @@ class Store:
             return None
         info = cast(dict[str, Any], msgspec.json.decode(raw))
         return max(0.0, time.time() - float(info.get("at", 0.0)))
+
+    # --- suite lifecycle --------------------------------------------------
+
+    async def forget_task(self, suite: str, task: str) -> bool:
+        """Remove one task from the suite's counts, histogram and lottery index, atomically."""
+        keys = [self.key(suite, name) for name in ("meta", "tasks", "hist", "lottery")]
+        return bool(int(await self.client.eval(FORGET, len(keys), *keys, task)))
+
+    async def reset_suite(self, suite: str, batch: int = 1000) -> int:
+        """Delete every key of the suite and drop it from the suite list; returns keys deleted.
+
+        The counts go first, in one command, so readers never see half a
+        suite; dedup records and alert state follow by SCAN (O(keys in the
+        database): an administrative command, not a hot path).
+        """
+        core = [self.key(suite, name) for name in ("meta", "tasks", "hist", "lottery", "snapshot")]
+        deleted = int(await self.client.delete(*core))
+        pattern = _glob_escape(self.key(suite, "")) + "*"
+        pending: list[Any] = []
+        async for key in self.client.scan_iter(match=pattern, count=batch):
+            pending.append(key)
+            if len(pending) >= batch:
+                deleted += int(await self.client.unlink(*pending))
+                pending = []
+        if pending:
+            deleted += int(await self.client.unlink(*pending))
+        await self.client.srem(self.suites_key, suite)
+        return deleted
