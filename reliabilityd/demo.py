@@ -124,7 +124,7 @@ async def _run(servers: EmbeddedServers, duration: float, live: bool) -> int:
     agents = fleet.Agents(fleet.default_fleet())
     schedule = Schedule(agents)
     log: list[str] = []
-    footer = [*servers.describe(), "Ctrl-C stops everything"]
+    footer = [liveview.rule_line(RULE), *servers.describe(), "Ctrl-C stops everything"]
     live_view = None
     if live:
         from rich.console import Console

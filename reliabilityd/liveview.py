@@ -138,6 +138,14 @@ def plain(view: SuiteView, ks: Sequence[int], elapsed: float) -> str:
     return "  ".join(parts)
 
 
+def rule_line(rule: Rule) -> str:
+    metric = label(rule.metric, rule.k)
+    return (
+        f"alert {rule.name} on {rule.suite}: fires when the {metric} 95% CI lower bound stays "
+        f"below {pct(rule.below)} for {rule.for_seconds:g} s, resolves at {pct(rule.resolve_at)}"
+    )
+
+
 def render(
     views: Sequence[SuiteView],
     ks: Sequence[int],
@@ -155,12 +163,12 @@ def render(
     table = Table(expand=True, header_style="bold")
     table.add_column("suite", no_wrap=True)
     table.add_column("tasks", justify="right")
-    table.add_column("runs", justify="right")
+    table.add_column("trials", justify="right")
     for metric, k in columns(ks):
         table.add_column(f"{label(metric, k)} [95% CI]", justify="right", no_wrap=True)
     table.add_column("alert", justify="center", no_wrap=True)
     table.add_column(f"lottery cases (k={max(ks)})", overflow="fold")
-    unknown: list[str] = []
+    unknown: dict[str, str] = {}
     for view in views:
         snap = view.snap
         cells: list[Text | str] = [Text(view.suite, style="bold")]
@@ -172,8 +180,10 @@ def render(
                 est = snap.estimate(metric, k)
                 text = est_text(est)
                 cells.append(Text(text, style="yellow" if text == "UNKNOWN" else ""))
-                if est is not None and est.unknown_reason and len(unknown) < 2:
-                    unknown.append(f"{view.suite} {label(metric, k)}: {est.unknown_reason}")
+                if est is not None and est.unknown_reason:
+                    # One line per suite: pass@k and pass^k are UNKNOWN for the same reason.
+                    reason = est.unknown_reason.removeprefix("UNKNOWN: ")
+                    unknown.setdefault(view.suite, reason)
         alert = Text("-")
         for name, state in view.alerts:
             word, style = ALERT_STYLE[state.state]
@@ -184,12 +194,14 @@ def render(
         cells.append(", ".join(f"{r.task} ({r.c}/{r.n})" for r in rows) or "-")
         table.add_row(*cells)
     parts: list[RenderableType] = [Text(header, style="bold"), Text(phase, style="cyan"), table]
-    if unknown:
-        parts.append(Text("\n".join(f"UNKNOWN {u}" for u in unknown), style="yellow"))
+    for suite, reason in unknown.items():
+        parts.append(
+            Text(f"UNKNOWN {suite}: {reason}", style="yellow", no_wrap=True, overflow="ellipsis")
+        )
     parts.append(
         Panel(
-            Text("\n".join(log[-6:]) or "no alert yet"),
-            title="alerts (from the rel:alerts stream)",
+            Text("\n".join(log[-8:])),
+            title="what happened (alerts as read from the rel:alerts stream)",
             title_align="left",
         )
     )
