@@ -228,6 +228,7 @@ def main(
     servers = EmbeddedServers(datadir, mode=mode)
     # SIGTERM before the loop's handler exists must still stop the servers.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    print("starting Redis and an MQTT broker ...", flush=True)
     try:
         try:
             servers.start()

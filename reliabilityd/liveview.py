@@ -141,9 +141,16 @@ def plain(view: SuiteView, ks: Sequence[int], elapsed: float) -> str:
 def rule_line(rule: Rule) -> str:
     metric = label(rule.metric, rule.k)
     return (
-        f"alert {rule.name} on {rule.suite}: fires when the {metric} 95% CI lower bound stays "
-        f"below {pct(rule.below)} for {rule.for_seconds:g} s, resolves at {pct(rule.resolve_at)}"
+        f"alert {rule.name} on {rule.suite}: fires when the {metric} lower bound stays "
+        f"< {pct(rule.below)} for {rule.for_seconds:g} s; resolves at >= {pct(rule.resolve_at)}"
     )
+
+
+def _line(text: str, style: str = "") -> RenderableType:
+    from rich.text import Text
+
+    # One terminal line each: a narrow terminal cuts the line, never the layout.
+    return Text(text, style=style, no_wrap=True, overflow="ellipsis")
 
 
 def render(
@@ -155,20 +162,22 @@ def render(
     log: Sequence[str],
     footer: Sequence[str],
 ) -> RenderableType:
+    """The whole screen; fits 100 columns, and degrades by cutting lines, not by folding."""
+    from rich import box
     from rich.console import Group
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(expand=True, header_style="bold")
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
     table.add_column("suite", no_wrap=True)
-    table.add_column("tasks", justify="right")
-    table.add_column("trials", justify="right")
+    table.add_column("tasks", justify="right", no_wrap=True)
+    table.add_column("trials", justify="right", no_wrap=True)
     for metric, k in columns(ks):
         table.add_column(f"{label(metric, k)} [95% CI]", justify="right", no_wrap=True)
     table.add_column("alert", justify="center", no_wrap=True)
-    table.add_column(f"lottery cases (k={max(ks)})", overflow="fold")
     unknown: dict[str, str] = {}
+    lottery: list[str] = []
     for view in views:
         snap = view.snap
         cells: list[Text | str] = [Text(view.suite, style="bold")]
@@ -184,26 +193,30 @@ def render(
                     # One line per suite: pass@k and pass^k are UNKNOWN for the same reason.
                     reason = est.unknown_reason.removeprefix("UNKNOWN: ")
                     unknown.setdefault(view.suite, reason)
+            if snap.lottery.rows:
+                rows = ", ".join(f"{r.task} ({r.c}/{r.n})" for r in snap.lottery.rows[:3])
+                lottery.append(f"  {view.suite}: {rows}")
         alert = Text("-")
-        for name, state in view.alerts:
+        for _, state in view.alerts:
             word, style = ALERT_STYLE[state.state]
-            alert = Text(f"{word}", style=style)
-            alert.append(f"\n{name}", style="dim")
+            alert = Text(word, style=style)
         cells.append(alert)
-        rows = [] if snap is None else snap.lottery.rows[:2]
-        cells.append(", ".join(f"{r.task} ({r.c}/{r.n})" for r in rows) or "-")
         table.add_row(*cells)
-    parts: list[RenderableType] = [Text(header, style="bold"), Text(phase, style="cyan"), table]
-    for suite, reason in unknown.items():
-        parts.append(
-            Text(f"UNKNOWN {suite}: {reason}", style="yellow", no_wrap=True, overflow="ellipsis")
-        )
+    parts: list[RenderableType] = [
+        _line(header, "bold"),
+        _line(phase, "cyan"),
+        table,
+    ]
+    parts += [_line(f"UNKNOWN {suite}: {reason}", "yellow") for suite, reason in unknown.items()]
+    if lottery:
+        parts.append(_line(f"lottery cases (pass@{max(ks)} - pass^{max(ks)} gap, top 3):"))
+        parts += [_line(line) for line in lottery]
     parts.append(
         Panel(
-            Text("\n".join(log[-8:])),
-            title="what happened (alerts as read from the rel:alerts stream)",
+            Group(*(_line(line) for line in log[-6:])),
+            title="what happened (alerts as read back from the rel:alerts stream)",
             title_align="left",
         )
     )
-    parts.append(Text("\n".join(footer), style="dim"))
+    parts += [_line(line, "dim") for line in footer]
     return Group(*parts)
