@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -65,6 +66,9 @@ class Agents:
         self.rng = random.Random(seed)
         self.share = share
         self.published = 0
+        # Trial ids unique to this fleet: a demo run on a kept data directory adds
+        # new trials instead of repeating the last run's (which would be duplicates).
+        self.session = uuid.uuid4().hex[:8]
 
     def suite(self, name: str) -> Suite:
         return next(s for s in self.suites if s.name == name)
@@ -82,7 +86,13 @@ class Agents:
                 suite.runs[task] = run + 1
                 passed = self.rng.random() < suite.p(task)
                 events.append(
-                    TrialEvent(suite.name, task, f"run-{run}", "pass" if passed else "fail", ts=now)
+                    TrialEvent(
+                        suite.name,
+                        task,
+                        f"{self.session}-{run}",
+                        "pass" if passed else "fail",
+                        ts=now,
+                    )
                 )
             if events:
                 out[suite.name] = events
