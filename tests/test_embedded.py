@@ -21,6 +21,8 @@ import redis.asyncio as aioredis
 
 from reliabilityd import embedded
 from reliabilityd.cli import main
+from reliabilityd.config import Config, MqttConfig
+from reliabilityd.daemon import Daemon
 from reliabilityd.devservers import ServerError
 from reliabilityd.events import TrialEvent
 from reliabilityd.store import Store
@@ -43,9 +45,13 @@ def trials(first: int, last: int) -> list[TrialEvent]:
 
 
 async def publish(ends: Endpoints, events: list[TrialEvent]) -> None:
-    version = aiomqtt.ProtocolVersion.V5 if ends.protocol == "5" else aiomqtt.ProtocolVersion.V311
+    await publish_to(ends.mqtt_port, ends.protocol, events)
+
+
+async def publish_to(port: int, protocol: str, events: list[TrialEvent]) -> None:
+    version = aiomqtt.ProtocolVersion.V5 if protocol == "5" else aiomqtt.ProtocolVersion.V311
     async with aiomqtt.Client(
-        "127.0.0.1", ends.mqtt_port, identifier="test-agent", protocol=version
+        "127.0.0.1", port, identifier="test-agent", protocol=version
     ) as client:
         for i in range(0, len(events), 10):
             await client.publish(
@@ -143,4 +149,44 @@ def test_a_data_directory_serves_one_program_at_a_time(tmp_path: Path) -> None:
         with pytest.raises(ServerError, match="in use by another reliabilityd"):
             second.start()
         assert listening(servers.redis.port if servers.redis else 0)
+    assert processes_in(tmp_path / "data") == []
+
+
+@pytest.mark.skipif(not installed("iotcore"), reason="no iotcore wheel here")
+async def test_the_wheel_broker_keeps_the_backlog_of_a_restarting_daemon(tmp_path: Path) -> None:
+    """rumqttd keeps QoS 1 messages for the daemon's session while the daemon is away."""
+    servers = embedded.EmbeddedServers(tmp_path / "data", mode="package")
+    servers.start()
+    try:
+        assert servers.broker_kind == "rumqttd (iotcore)"
+        config = servers.configure(Config(mqtt=MqttConfig(client_id="backlog-test")))
+        port = servers.broker.port if servers.broker else 0
+
+        async def daemon_until(trials: int, duplicates: int) -> tuple[int, int]:
+            stop = asyncio.Event()
+            daemon = Daemon(config)
+            task = asyncio.create_task(daemon.run(stop))
+            try:
+                await asyncio.wait_for(daemon.subscribed.wait(), 20)
+                return await counts(servers.redis_url, trials, duplicates)
+            finally:
+                stop.set()
+                await task
+                await daemon.store.client.aclose()
+
+        stop = asyncio.Event()
+        daemon = Daemon(config)
+        task = asyncio.create_task(daemon.run(stop))
+        await asyncio.wait_for(daemon.subscribed.wait(), 20)
+        await publish_to(port, servers.mqtt_protocol, trials(0, 100))
+        assert await counts(servers.redis_url, 100, 0) == (100, 0)
+        stop.set()
+        await task
+        await daemon.store.client.aclose()
+
+        # The daemon is away: the broker queues these for its persistent session.
+        await publish_to(port, servers.mqtt_protocol, trials(50, 400))
+        assert await daemon_until(400, 50) == (400, 50)
+    finally:
+        servers.stop()
     assert processes_in(tmp_path / "data") == []
