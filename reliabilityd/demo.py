@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import shutil
 import signal
 import sys
@@ -112,7 +113,7 @@ async def _counted(store: Store) -> int:
 
 async def _run(servers: EmbeddedServers, duration: float, live: bool) -> int:
     config = servers.configure(demo_config())
-    say: Callable[[str], None] = print
+    say: Callable[[str], None] = functools.partial(print, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

