@@ -15,9 +15,11 @@ $(STAMP): pyproject.toml
 servers:
 	./scripts/ensure-servers
 
-## The main job: a live demo (private redis-server and mosquitto, the daemon, events in, numbers out).
-demo: $(STAMP) servers
-	$(PY) -m reliabilityd demo
+## The main job: a live demo on embedded servers (the system's redis-server and mosquitto,
+## else the ones in the wheels of the `embedded` extra): no root, no apt-get.
+## DEMO_ARGS passes options, e.g. DEMO_ARGS="--duration 30 --no-live".
+demo: $(STAMP)
+	$(PY) -m reliabilityd demo $(DEMO_ARGS)
 
 ## Everything CI checks: lint, strict types, the whole test suite against real servers.
 test: $(STAMP) servers lint typecheck unit

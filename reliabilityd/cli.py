@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def _seed_example() -> int:
@@ -32,6 +33,17 @@ def _seed_example() -> int:
     return 0
 
 
+def _embedded_options(parser: argparse.ArgumentParser, *, data_dir_help: str) -> None:
+    parser.add_argument("--data-dir", type=Path, help=data_dir_help)
+    parser.add_argument(
+        "--servers",
+        choices=["auto", "system", "package"],
+        default="auto",
+        help="embedded servers from the system, from Python packages, or the system's "
+        "when usable (auto)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="reliabilityd",
@@ -40,14 +52,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("example", help="print the seed document's worked example")
     demo = sub.add_parser(
-        "demo", help="private redis-server and mosquitto, the daemon, events in, numbers out"
+        "demo",
+        help="a live fleet of agents, the daemon and an alert that fires and resolves, "
+        "on embedded servers",
     )
     demo.add_argument(
-        "--serve", action="store_true", help="keep the servers and the daemon running until Ctrl-C"
+        "--duration", type=float, default=90.0, help="seconds to run (default 90); Ctrl-C stops"
     )
+    demo.add_argument("--no-live", action="store_true", help="plain lines instead of the live view")
+    _embedded_options(demo, data_dir_help="keep the servers' data here (default: a temporary one)")
     run = sub.add_parser("run", help="run the daemon")
-    run.add_argument("-c", "--config", required=True, help="TOML config file")
+    run.add_argument("-c", "--config", help="TOML config file (optional with --embedded)")
     run.add_argument("--log-level", default="INFO")
+    run.add_argument(
+        "--embedded",
+        action="store_true",
+        help="start Redis and an MQTT broker too (the system's, else the Python packages')",
+    )
+    _embedded_options(
+        run, data_dir_help="the embedded servers' data (default ~/.local/share/reliabilityd)"
+    )
     chk = sub.add_parser("check", help="exit 0 when this instance's heartbeat is fresh")
     chk.add_argument("-c", "--config", required=True, help="TOML config file")
     _add_query_commands(sub)
@@ -166,8 +190,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from reliabilityd import demo
 
-        return demo.main(serve=args.serve)
+        return demo.main(
+            duration=args.duration,
+            no_live=args.no_live,
+            mode=args.servers,
+            data_dir=args.data_dir,
+        )
+    if args.command == "run" and args.embedded:
+        from reliabilityd import config as config_mod
+        from reliabilityd import embedded
+        from reliabilityd.errors import ConfigError
+
+        try:
+            cfg = config_mod.load(args.config) if args.config else config_mod.Config()
+        except ConfigError as exc:
+            print(f"reliabilityd: config error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        return embedded.run(
+            cfg,
+            datadir=args.data_dir or embedded.default_datadir(),
+            mode=args.servers,
+            log_level=args.log_level,
+        )
     if args.command in ("run", "check"):
+        if not args.config:
+            print("reliabilityd: -c/--config is required (or run --embedded)", file=sys.stderr)
+            return 2
         import asyncio
 
         from reliabilityd import config as config_mod

@@ -1,151 +1,246 @@
-"""`reliabilityd demo`: the whole path on this machine, in about ten seconds.
+"""`reliabilityd demo`: a live fleet, the daemon and its alert on embedded servers.
 
-Starts a private redis-server and mosquitto (deploy/ settings), runs the
-daemon with one alert rule (pass^5 CI lower bound below 0.75, the seed's
-gate), publishes the seed document's 20 tasks x 5 trials over MQTT, and
-prints the snapshot from Redis and the alert that comes out.
+Starts Redis and an MQTT broker (``embedded.py``: the system's, else the
+Python packages'), the daemon with one alert rule on ``support-bot``
+(pass^5 CI lower bound below 50%, resolved at 60%), and simulated agents
+(``fleet.py``) publishing trials of three suites. Every number shown is read
+back from Redis. The schedule:
+
+* warm-up: every suite's numbers are UNKNOWN until its tasks have 5 runs;
+* after ``REGRESS_AT`` seconds ``support-bot`` regresses (every task passes
+  half its runs): its pass^5 bound falls and the alert fires;
+* ``HOLD`` seconds after the alert fired it recovers and the alert resolves.
+
+Ctrl-C, SIGTERM or the end of ``--duration`` stop the agents, let the daemon
+count what was published, stop it and the servers, and leave no process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import shutil
 import signal
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-import msgspec
-
-from reliabilityd import logs
+from reliabilityd import fleet, liveview, logs
 from reliabilityd.alerts import Rule
-from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
+from reliabilityd.config import Config, MqttConfig, StatsConfig, parse_mqtt_url
 from reliabilityd.daemon import Daemon
-from reliabilityd.devservers import Mosquitto, RedisServer, free_port
-from reliabilityd.events import TrialEvent
-from reliabilityd.mqtt import make_client
+from reliabilityd.embedded import EmbeddedServers, Mode
+from reliabilityd.errors import ReliabilitydError
+from reliabilityd.store import Store
 
-SEED_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
-SUITE = "deploy-bot"
-
-
-def seed_events() -> list[TrialEvent]:
-    """The seed's suite: task i passes SEED_PASSES[i] of its 5 runs."""
-    return [
-        TrialEvent(
-            SUITE,
-            f"deploy service {i}",
-            f"run-{i}-{j}",
-            "pass" if j < passes else "fail",
-            ts=1764460800.0 + j,
-        )
-        for i, passes in enumerate(SEED_PASSES)
-        for j in range(5)
-    ]
-
-
-def _pct(x: str) -> str:
-    return "UNKNOWN" if x == "" else f"{float(x):.0%}"
+DEFAULT_DURATION = 90.0
+REGRESS_AT = 10.0
+HOLD = 4.0
+# Give up waiting for the alert after this long in the regressed phase.
+MAX_REGRESSED = 30.0
+ROUND = 0.5
+PLAIN_EVERY = 5.0
+KS = [1, 5]
+RULE = Rule(
+    name="support-reliability",
+    suite="support-bot",
+    metric="pass^k",
+    k=5,
+    below=0.5,
+    resolve_above=0.6,
+    for_seconds=2.0,
+    min_tasks=8,
+)
 
 
-async def _run(workdir: Path, *, serve: bool) -> int:
-    redis = RedisServer("redis", workdir, free_port())
-    broker = Mosquitto("mosquitto", workdir, free_port())
-    redis.start()
-    broker.start()
-    try:
-        config = Config(
-            redis=RedisConfig(url=redis.url),
-            mqtt=MqttConfig(url=broker.url, client_id="reliabilityd-demo"),
-            stats=StatsConfig(k=[1, 5], ci_interval=1.0),
-            alerts=[Rule(name="deploy-reliability", k=5, below=0.75)],
-        )
-        print(f"redis-server on port {redis.port}, mosquitto on port {broker.port}")
-        daemon = Daemon(config)
-        stop = asyncio.Event()
-        task = asyncio.create_task(daemon.run(stop))
-        await asyncio.wait_for(daemon.subscribed.wait(), 20)
+def demo_config() -> Config:
+    return Config(
+        mqtt=MqttConfig(client_id="reliabilityd-demo"),
+        # A window of the last 10 runs per task, so a regression and a recovery
+        # both show within seconds.
+        stats=StatsConfig(k=KS, ci_interval=1.0, window=10, lottery_limit=5),
+        alerts=[RULE],
+    )
 
-        events = seed_events()
-        publisher = make_client(config.mqtt, identifier="demo-agent", persistent=False)
-        async with publisher:
-            for event in events:
-                await publisher.publish(
-                    "reliability/trials/deploy-bot", msgspec.json.encode(event), qos=1
-                )
-        print(f"published {len(events)} trial events (20 tasks x 5 runs), one per message, e.g.")
-        print(f"  {msgspec.json.encode(events[0]).decode()}")
 
-        store = daemon.store
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            snap = await store.snapshot(SUITE)
-            notes = await store.alert_history(config.alerts_key)
-            if "json" in snap and msgspec.json.decode(snap["json"])["trials"] == 100 and notes:
-                break
-            await asyncio.sleep(0.1)
+class Schedule:
+    """warm-up -> regressed (support-bot) -> recovered, driven by what Redis says."""
+
+    def __init__(self, agents: fleet.Agents) -> None:
+        self.agents = agents
+        self.phase = "warm-up"
+        self.changed_at = 0.0
+        self.fired_at: float | None = None
+        self.resolved_at: float | None = None
+
+    def describe(self) -> str:
+        return {
+            "warm-up": "warm-up: every agent healthy; numbers are UNKNOWN until tasks have 5 runs",
+            "regressed": f"support-bot has regressed: each task now passes "
+            f"{fleet.REGRESSED:.0%} of its runs",
+            "recovered": "support-bot has recovered: back to its reliable self",
+        }[self.phase]
+
+    def step(self, elapsed: float, alert_state: str) -> str | None:
+        """Move on when it is time; returns the new phase's description on a change."""
+        if alert_state == "firing" and self.fired_at is None:
+            self.fired_at = elapsed
+        if alert_state == "resolved" and self.fired_at is not None and self.resolved_at is None:
+            self.resolved_at = elapsed
+        support = self.agents.suite("support-bot")
+        if self.phase == "warm-up" and elapsed >= REGRESS_AT:
+            self.phase, support.regressed = "regressed", True
+        elif self.phase == "regressed" and (
+            (self.fired_at is not None and elapsed >= self.fired_at + HOLD)
+            or elapsed >= self.changed_at + MAX_REGRESSED
+        ):
+            self.phase, support.regressed = "recovered", False
         else:
-            print("no snapshot and alert within 30 s")
-            return 1
+            return None
+        self.changed_at = elapsed
+        return self.describe()
 
-        print(f"\n$ redis-cli -p {redis.port} HGETALL 'rel:{{{SUITE}}}:snapshot'   (excerpt)")
-        for field in ("tasks", "trials", "pass@5", "pass^5", "pass^5:ci_low", "pass^5:ci_high"):
-            print(f"  {field:<16} {snap[field]}")
-        print(
-            f"\npass@5 = {_pct(snap['pass@5'])} "
-            f"[{_pct(snap['pass@5:ci_low'])}, {_pct(snap['pass@5:ci_high'])}]"
-            "  capability: at least one of 5 tries succeeds"
-        )
-        print(
-            f"pass^5 = {_pct(snap['pass^5'])} "
-            f"[{_pct(snap['pass^5:ci_low'])}, {_pct(snap['pass^5:ci_high'])}]"
-            "  reliability: all 5 tries succeed"
-        )
-        doc = msgspec.json.decode(snap["json"])
-        for row in doc["lottery"]["rows"][:3]:
-            print(f"lottery case: {row['task']!r} ({row['c']}/{row['n']} runs)")
 
-        note = msgspec.json.decode(notes[0])
-        print(f"\nalert on MQTT reliability/alerts/{SUITE}/deploy-reliability and in rel:alerts:")
-        shown = {
-            k: note[k]
-            for k in (
-                "rule",
-                "suite",
-                "state",
-                "metric",
-                "k",
-                "value",
-                "ci_low",
-                "ci_high",
-                "below",
-                "tasks",
-                "runs",
-                "started_at",
-                "lottery",
-            )
-        }
-        print("  " + msgspec.json.encode(shown).decode())
-        if serve:
-            print("\nThe daemon keeps running; try it (Ctrl-C stops everything):")
-            print(
-                f"  mosquitto_pub -p {broker.port} -q 1 -t reliability/trials/x -m "
-                '\'{"suite":"my-suite","task":"t1","trial":"1","outcome":"pass"}\''
-            )
-            print(f"  redis-cli -p {redis.port} HGETALL 'rel:{{my-suite}}:snapshot'")
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
-            await stop.wait()
-        stop.set()
-        await task
-        await store.client.aclose()
+async def _counted(store: Store) -> int:
+    total = 0
+    for suite in await store.suites():
+        total += (await store.read_state(suite)).counters.trials
+    return total
+
+
+async def _run(servers: EmbeddedServers, duration: float, live: bool) -> int:
+    config = servers.configure(demo_config())
+    say: Callable[[str], None] = functools.partial(print, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    daemon_stop = asyncio.Event()
+    daemon = Daemon(config)
+    daemon_task = asyncio.create_task(daemon.run(daemon_stop), name="daemon")
+    store = daemon.store
+    agents = fleet.Agents(fleet.default_fleet())
+    schedule = Schedule(agents)
+    log: list[str] = []
+    footer = [liveview.rule_line(RULE), *servers.describe(), "Ctrl-C stops everything"]
+    live_view = None
+    if live:
+        from rich.console import Console
+        from rich.live import Live
+
+        live_view = Live(console=Console(), refresh_per_second=4, transient=False)
+        say = log.append
+    else:
+        for line in footer[:-1]:
+            print(line, flush=True)
+    try:
+        await asyncio.wait_for(daemon.subscribed.wait(), 30)
+        endpoint = parse_mqtt_url(config.mqtt.url)
+        started = time.monotonic()
+        seen_notes = 0
+        last_plain = -PLAIN_EVERY
+        say(f"t=  0.0s {schedule.describe()}")
+        with live_view if live_view is not None else contextlib.nullcontext():
+            async with fleet.client(
+                endpoint.host, endpoint.port, config.mqtt.protocol, "demo-agents"
+            ) as client:
+                while not stop.is_set():
+                    elapsed = time.monotonic() - started
+                    if elapsed >= duration:
+                        break
+                    await agents.publish(client, agents.round())
+                    views = await liveview.read(store, config.rules())
+                    state = next(
+                        (s.state for v in views for _, s in v.alerts if v.suite == "support-bot"),
+                        "inactive",
+                    )
+                    for note in await liveview.new_notes(store, config.alerts_key, seen_notes):
+                        seen_notes += 1
+                        say(f"t={elapsed:5.1f}s {liveview.note_line(note)}")
+                    change = schedule.step(elapsed, state)
+                    if change:
+                        say(f"t={elapsed:5.1f}s {change}")
+                    if live_view is not None:
+                        live_view.update(
+                            liveview.render(
+                                views,
+                                KS,
+                                header=f"reliabilityd demo  {elapsed:4.0f} s of {duration:.0f} s"
+                                f"   {agents.published} trials published",
+                                phase=schedule.describe(),
+                                log=log,
+                                footer=footer,
+                            )
+                        )
+                    elif elapsed - last_plain >= PLAIN_EVERY:
+                        last_plain = elapsed
+                        for view in views:
+                            print(liveview.plain(view, KS, elapsed), flush=True)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), ROUND)
+        # Exactly once: everything published is counted, nothing twice.
+        deadline = time.monotonic() + 10
+        counted = await _counted(store)
+        while counted < agents.published and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            counted = await _counted(store)
+        print(f"published {agents.published} trial events; Redis counted {counted}")
+        if schedule.fired_at is not None:
+            print(f"alert fired at t={schedule.fired_at:.1f}s", end="")
+            if schedule.resolved_at is not None:
+                print(f", resolved at t={schedule.resolved_at:.1f}s")
+            else:
+                print(", not resolved before the end (try a longer --duration)")
         return 0
     finally:
-        broker.stop(signal.SIGTERM)
-        redis.stop(signal.SIGTERM)
+        daemon_stop.set()
+        try:
+            await asyncio.wait_for(daemon_task, 15)
+        finally:
+            await store.client.aclose()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
 
 
-def main(*, serve: bool = False) -> int:
-    logs.setup("ERROR")  # the demo prints what matters itself
-    with tempfile.TemporaryDirectory(prefix="reliabilityd-demo-") as tmp:
-        return asyncio.run(_run(Path(tmp), serve=serve))
+def _want_live(no_live: bool) -> bool:
+    if no_live or not sys.stdout.isatty():
+        return False
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        print("(plain lines: the live view needs rich: pip install 'reliabilityd[embedded]')")
+        return False
+    return True
+
+
+def main(
+    *,
+    duration: float = DEFAULT_DURATION,
+    no_live: bool = False,
+    mode: Mode = "auto",
+    data_dir: Path | None = None,
+) -> int:
+    logs.setup("ERROR")  # the demo shows what matters itself
+    live = _want_live(no_live)
+    datadir = data_dir or Path(tempfile.mkdtemp(prefix="reliabilityd-demo-"))
+    servers = EmbeddedServers(datadir, mode=mode)
+    # SIGTERM before the loop's handler exists must still stop the servers.
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    print("starting Redis and an MQTT broker ...", flush=True)
+    try:
+        try:
+            servers.start()
+        except ReliabilitydError as exc:
+            print(f"reliabilityd: {exc}", file=sys.stderr)
+            return 1
+        return asyncio.run(_run(servers, duration, live))
+    except KeyboardInterrupt:  # Ctrl-C while the servers were starting
+        return 130
+    finally:
+        servers.stop()
+        signal.signal(signal.SIGTERM, previous)
+        if data_dir is None:
+            shutil.rmtree(datadir, ignore_errors=True)

@@ -1,8 +1,11 @@
 """Private redis-server and mosquitto processes for the demo, the benchmarks and the tests.
 
-Each server runs with the settings shipped in ``deploy/`` (append-only file
-with fsync always, broker persistence, deep queues), on a free port, in a
-directory of its own, so it can be stopped, killed and started again.
+Each server runs with the settings shipped in the package's ``deploy/``
+(append-only file with fsync always, broker persistence, deep queues; the
+repository's ``deploy/`` links to the same files), on a free port, in a
+directory of its own, so it can be stopped, killed and started again. Each
+runs in a session of its own: a Ctrl-C in the terminal reaches only the
+program that started it, which stops the servers in order.
 """
 
 from __future__ import annotations
@@ -19,8 +22,14 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-# The shipped server settings; these helpers run from a source checkout.
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+from reliabilityd.errors import ReliabilitydError
+
+# The shipped server settings: package data, so an installed wheel has them too.
+DEPLOY = Path(__file__).resolve().parent / "deploy"
+
+
+class ServerError(ReliabilitydError):
+    """A server this program starts itself did not come up; the message says where to look."""
 
 
 def free_port() -> int:
@@ -78,12 +87,39 @@ class Server(abc.ABC):
     def argv(self) -> list[str]:
         """The command line that starts this server in the foreground."""
 
-    def start(self) -> None:
-        self._log = (self.workdir / f"{self.name}.log").open("ab")
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def start(self, timeout: float = 10.0) -> None:
+        self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            self.argv(), cwd=self.workdir, stdout=self._log, stderr=subprocess.STDOUT
+            self.argv(),
+            cwd=self.workdir,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
-        wait_port(self.port)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.stop()
+                raise ServerError(
+                    f"{self.name} exited with code {code} on start; see {self.log_path}"
+                )
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), 0.2),
+            ):
+                return
+            time.sleep(0.02)
+        self.stop(signal.SIGKILL)
+        raise ServerError(
+            f"{self.name}: nothing listens on port {self.port} after {timeout} s; "
+            f"see {self.log_path}"
+        )
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
         if self.proc is None:
@@ -105,9 +141,14 @@ class Server(abc.ABC):
 
 
 class RedisServer(Server):
+    def __init__(self, name: str, workdir: Path, port: int, binary: str | None = None) -> None:
+        super().__init__(name, workdir, port)
+        # None: the system's redis-server; embedded.py passes one from a Python package.
+        self.binary = binary
+
     def argv(self) -> list[str]:
         return [
-            _binary("redis-server"),
+            self.binary or _binary("redis-server"),
             str(DEPLOY / "redis.conf"),
             "--port",
             str(self.port),
