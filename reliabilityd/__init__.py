@@ -5,16 +5,28 @@ The statistics core is importable on its own::
     from reliabilityd import estimate, pass_hat_k
     pass_hat_k(5, 3, 2)                      # 0.3, never the plug-in 0.36
     estimate([(5, 3), (5, 5)], k=2).ci_95    # cluster-bootstrap CI over tasks
+
+``Emitter`` publishes trial events from agents (imported on first use, so
+the statistics core stays free of MQTT)::
+
+    with reliabilityd.Emitter("mqtt://broker:1883") as emitter:
+        emitter.emit("deploy-bot", "deploy service 0", "pass")
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from reliabilityd.estimate import Estimate, estimate, estimate_metrics
 from reliabilityd.estimators import pass_at_k, pass_hat_k
 from reliabilityd.histogram import Histogram
 from reliabilityd.lottery import LotteryCase, lottery_cases
 
+if TYPE_CHECKING:
+    from reliabilityd.emitter import Emitter
+
 __all__ = [
+    "Emitter",
     "Estimate",
     "Histogram",
     "LotteryCase",
@@ -25,3 +37,11 @@ __all__ = [
     "pass_hat_k",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Emitter":
+        from reliabilityd.emitter import Emitter
+
+        return Emitter
+    raise AttributeError(f"module 'reliabilityd' has no attribute {name!r}")
