@@ -283,9 +283,13 @@ class Emitter:
                     f"{self._pending} events await acknowledgement by {self._where()} "
                     f"(max_pending {self.max_pending}) and none was acknowledged in {timeout} s"
                 )
+            idle = not self._queue
             self._queue.append(encoded)
             self._pending += 1
-        self._poke()
+        # The sender drains the whole queue once woken: only the first event
+        # after a drain (or a full batch) needs to wake it.
+        if idle or len(self._queue) % self.batch_size == 0:
+            self._poke()
         return True
 
     def _where(self) -> str:

@@ -26,7 +26,9 @@ from reliabilityd.importers import (
 )
 from reliabilityd.store import CHUNK, Store, connect
 from tests import result_files as rf
-from tests.servers import RedisServer
+from tests.daemon_fixtures import make_config, running
+from tests.helpers import wait_until
+from tests.servers import Mosquitto, RedisServer
 
 DATA = Path(__file__).parent / "data"
 
@@ -351,3 +353,22 @@ def test_import_command_rejects_an_unknown_shape(
     path = write(tmp_path / "x.json", {"hello": 1})
     assert main(["import", str(path), "--redis", redis_server.url]) == 2
     assert "--format" in capsys.readouterr().err
+
+
+async def test_a_running_daemon_publishes_the_imported_suite(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str, tmp_path: Path
+) -> None:
+    """A live suite can start from a batch run: the daemon snapshots what was imported."""
+    doc = json.loads((DATA / "tau_bench_results.json").read_text())
+    cfg = make_config(redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix)
+    async with running(cfg) as daemon:
+        await import_file(daemon.store, DATA / "tau_bench_results.json", suite="live")
+
+        async def snapshotted() -> bool:
+            return await daemon.store.snapshot_json("live") is not None
+
+        await wait_until(snapshotted)
+        snap = json.loads(await daemon.store.snapshot_json("live") or b"{}")
+    phk = {e["k"]: e["value"] for e in snap["pass_hat_k"]}
+    assert phk[3] == pytest.approx(rf.tau_bench_pass_hat_k(doc, 3))
+    assert snap["trials"] == len(doc)
