@@ -108,7 +108,12 @@ def _emit(args: argparse.Namespace) -> int:
     assert isinstance(cfg, Config)
     if args.config:
         url = cfg.mqtt.url
-        topic = args.topic or cfg.mqtt.topic.rstrip("#").rstrip("/") + "/emit"
+        topic = args.topic or cfg.mqtt.topic
+        if not args.topic and topic.endswith("/#"):
+            topic = topic[:-1] + "emit"  # a topic the daemon's subscription covers
+        if "+" in topic or "#" in topic:
+            print(f"reliabilityd: emit: cannot publish to {topic!r}; give --topic", file=sys.stderr)
+            return 2
     else:
         url = args.mqtt or os.environ.get("RELIABILITYD_MQTT_URL") or cfg.mqtt.url
         topic = args.topic or DEFAULT_TOPIC

@@ -42,7 +42,7 @@ from typing import Any
 import msgspec
 
 from reliabilityd.errors import ReliabilitydError
-from reliabilityd.events import MAX_NAME_BYTES, Outcome, TrialEvent
+from reliabilityd.events import MAX_NAME_BYTES, Outcome, TrialEvent, validate
 from reliabilityd.store import Store
 
 FORMATS = ("tau-bench", "tau2-bench", "inspect", "multivon")
@@ -136,7 +136,8 @@ def detect(doc: Any) -> str:
         if isinstance(first, dict) and {"task_id", "trial", "reward"} <= first.keys():
             return "tau-bench"
     elif isinstance(doc, dict):
-        if "simulations" in doc:
+        info = doc.get("info")
+        if "simulations" in doc or (isinstance(info, dict) and "num_trials" in info):
             return "tau2-bench"
         if isinstance(doc.get("eval"), dict) and "task" in doc["eval"]:
             return "inspect"
@@ -150,7 +151,9 @@ def detect(doc: Any) -> str:
 
 
 def read(path: Path, fmt: str | None = None, *, scorer: str | None = None) -> Parsed:
-    """Read one result file (``fmt`` None: detect it)."""
+    """Read one result file (``fmt`` None: detect it); a directory means its results.json."""
+    if path.is_dir() and (path / "results.json").is_file():
+        path = path / "results.json"  # tau2-bench's "dir" format
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -436,6 +439,12 @@ async def import_file(
         TrialEvent(s, task, trial, outcome)
         for s, task, trial, outcome in trial_events(parsed, name, run_id)
     ]
+    if not events:
+        raise ImportFileError(f"{path}: no trials in this {parsed.format} file")
+    for event in events:
+        problem = validate(event)
+        if problem:  # the mapping above should make this impossible
+            raise ImportFileError(f"{path}: task {event.task!r}: {problem}")
     applied = await store.apply_import(
         name,
         events,

@@ -7,6 +7,7 @@ import json
 import signal
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiomqtt
 import pytest
@@ -232,3 +233,14 @@ async def test_a_broker_that_lost_its_state_gets_every_accepted_event_again(
 
 async def _in_flight(em: Emitter) -> bool:
     return len(em._inflight) == em.max_inflight
+
+
+async def test_emit_command_takes_broker_and_topic_from_the_config(
+    daemon_store: Store, mosquitto: Mosquitto, prefix: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(f'[mqtt]\nurl = "{mosquitto.url}"\ntopic = "{prefix}/trials/#"\n')
+    argv = ["emit", "cfg", "task", "fail", "-c", str(config)]
+    assert await asyncio.to_thread(main, argv) == 0
+    await counted(daemon_store, "cfg", 1)
+    assert await daemon_store.task_counts("cfg") == {"task": (1, 0)}

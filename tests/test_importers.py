@@ -164,17 +164,21 @@ async def test_tau2_bench_pass_hat_k_matches_tau2_bench(
 # --- Inspect AI ------------------------------------------------------------
 
 
-def inspect_log(
+async def inspect_log(
     rng: np.random.Generator, path: Path, fmt: Literal["eval", "json"], epochs: int = 5
 ) -> Any:
-    """An Inspect eval log written by Inspect itself, with errored and unscored samples."""
+    """An Inspect eval log written by Inspect itself, with scores as scorers give them.
+
+    The async writer: the sync one, called under a running loop, patches
+    asyncio globally (nest_asyncio) and leaves event loops behind.
+    """
     from inspect_ai.log import (
         EvalConfig,
         EvalDataset,
         EvalLog,
         EvalSample,
         EvalSpec,
-        write_eval_log,
+        write_eval_log_async,
     )
     from inspect_ai.scorer import Score
 
@@ -200,7 +204,7 @@ def inspect_log(
         config=EvalConfig(epochs=epochs),
     )
     log = EvalLog(eval=spec, samples=samples, status="success")
-    write_eval_log(log, str(path), format=fmt)
+    await write_eval_log_async(log, str(path), format=fmt)
     return log
 
 
@@ -210,7 +214,7 @@ async def test_inspect_log_matches_inspects_own_reducers(
 ) -> None:
     from inspect_ai.scorer import pass_at, pass_k
 
-    log = inspect_log(rng, tmp_path / f"log.{fmt}", fmt)
+    log = await inspect_log(rng, tmp_path / f"log.{fmt}", fmt)
     report = await import_file(store, tmp_path / f"log.{fmt}")
     assert (report.format, report.suite) == ("inspect", "inspect_evals_gsm8k@openai_gpt-4o")
     assert report.run == log.eval.eval_id
@@ -372,3 +376,27 @@ async def test_a_running_daemon_publishes_the_imported_suite(
     phk = {e["k"]: e["value"] for e in snap["pass_hat_k"]}
     assert phk[3] == pytest.approx(rf.tau_bench_pass_hat_k(doc, 3))
     assert snap["trials"] == len(doc)
+
+
+async def test_tau2_bench_dir_format_reads_the_simulation_files(
+    store: Store, tmp_path: Path
+) -> None:
+    doc = rf.tau2_doc({"a": ["pass", "pass", "fail"], "b": ["pass", "infra", "pass"]})
+    sims = doc.pop("simulations")
+    doc["simulation_index"] = [{"id": s["id"], "task_id": s["task_id"]} for s in sims]
+    run_dir = tmp_path / "airline-run"
+    (run_dir / "simulations").mkdir(parents=True)
+    write(run_dir / "results.json", doc)
+    for sim in sims:
+        write(run_dir / "simulations" / f"{sim['id']}.json", sim)
+    report = await import_file(store, run_dir)
+    assert (report.format, report.counted, report.errors) == ("tau2-bench", 5, 1)
+    assert await store.task_counts(report.suite) == {"a": (3, 2), "b": (2, 2)}
+
+
+async def test_a_file_without_trials_is_refused(store: Store, tmp_path: Path) -> None:
+    doc = rf.tau2_doc({"a": ["pass"]})
+    doc["simulations"] = []
+    with pytest.raises(ImportFileError, match="no trials"):
+        await import_file(store, write(tmp_path / "results.json", doc))
+    assert await store.suites() == []
