@@ -47,7 +47,8 @@ from reliabilityd.store import Store
 
 FORMATS = ("tau-bench", "tau2-bench", "inspect", "multivon")
 MAX_RUN_BYTES = 100
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Control characters, and lone surrogates (JSON can carry them; UTF-8 cannot).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _SUITE_FORBIDDEN = re.compile(r"[{}/+#]")
 _ZIP_MAGIC = b"PK\x03\x04"
 _EPS = 1e-6

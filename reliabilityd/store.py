@@ -596,31 +596,33 @@ class Store:
         ]
         ledger = self.imported_key(suite)
         stamp = repr(time.time() if now is None else now)
-        pipe = self.client.pipeline(transaction=False)
-        sizes: list[int] = []
-        for start in range(0, len(events), CHUNK):
-            chunk = events[start : start + CHUNK]
-            keys = list(fixed)
-            args: list[str | int] = [dedup_ttl, window, stamp]
-            for event in chunk:
-                keys.append(self.seen_key(suite, event.task, event.trial))
-                args.append(event.task)
-                args.append(_OUTCOME_CODE[event.outcome])
-            keys.append(ledger)
-            pipe.eval(IMPORT_APPLY, len(keys), *keys, *args)
-            sizes.append(len(chunk))
-        pipe.sadd(self.suites_key, suite)
-        replies = await pipe.execute()
         acc = [0, 0, 0, 0, 0]
         already = 0
-        for size, reply in zip(sizes, replies[: len(sizes)], strict=True):
-            counted, errors, skips, dups, version = (int(x) for x in reply)
-            acc[0] += counted
-            acc[1] += errors
-            acc[2] += skips
-            acc[3] += dups
-            acc[4] = max(acc[4], version)
-            already += size - (counted + errors + skips + dups)
+        await self.client.sadd(self.suites_key, suite)
+        # Up to 20 chunks per round trip bounds the client's memory on big files.
+        step = 20 * CHUNK
+        for group in range(0, len(events), step):
+            pipe = self.client.pipeline(transaction=False)
+            sizes: list[int] = []
+            for start in range(group, min(group + step, len(events)), CHUNK):
+                chunk = events[start : start + CHUNK]
+                keys = list(fixed)
+                args: list[str | int] = [dedup_ttl, window, stamp]
+                for event in chunk:
+                    keys.append(self.seen_key(suite, event.task, event.trial))
+                    args.append(event.task)
+                    args.append(_OUTCOME_CODE[event.outcome])
+                keys.append(ledger)
+                pipe.eval(IMPORT_APPLY, len(keys), *keys, *args)
+                sizes.append(len(chunk))
+            for size, reply in zip(sizes, await pipe.execute(), strict=True):
+                counted, errors, skips, dups, version = (int(x) for x in reply)
+                acc[0] += counted
+                acc[1] += errors
+                acc[2] += skips
+                acc[3] += dups
+                acc[4] = max(acc[4], version)
+                already += size - (counted + errors + skips + dups)
         return ImportApplied(acc[0], acc[1], acc[2], acc[3], acc[4], already)
 
     async def record_import(self, suite: str, run: str, summary: bytes) -> bytes | None:

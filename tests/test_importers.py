@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from reliabilityd import estimate
 from reliabilityd.cli import main
@@ -400,3 +402,12 @@ async def test_a_file_without_trials_is_refused(store: Store, tmp_path: Path) ->
     with pytest.raises(ImportFileError, match="no trials"):
         await import_file(store, write(tmp_path / "results.json", doc))
     assert await store.suites() == []
+
+
+@given(st.text(max_size=400), st.text(max_size=400))
+def test_any_name_maps_to_a_valid_one(suite: str, task: str) -> None:
+    name = suite_name(suite)
+    assert validate(TrialEvent(suite=name, task=task_name(task), trial="t", outcome="pass")) is None
+    assert suite_name(name) == name  # valid names stay as they are
+    name.encode()  # nothing UTF-8 cannot carry
+    task_name(task).encode()
