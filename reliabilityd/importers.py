@@ -15,9 +15,10 @@ Formats (detected from the content, or named with ``fmt``):
   default ``value_to_float``) to at least 1.0, as its ``pass_at`` / ``pass_k``
   reducers count; errored samples are ``error``, unscored (NaN) ones ``skip``.
 * ``multivon``: a multivon-eval saved report (``to_json``); a case contributes
-  ``runs`` trials with ``round(run_pass_rate * runs)`` passes, as
-  ``EvalReport.from_dict`` reads it back; errored and skipped cases become
-  ``error`` / ``skip`` events, which never enter n or c.
+  ``runs`` trials with ``pass_count`` passes (older reports:
+  ``round(run_pass_rate * runs)``), as ``EvalReport.from_dict`` reads it back,
+  in the order of its per-run ``trials`` when the report lists them; errored
+  and skipped cases become ``error`` / ``skip`` events, never in n or c.
 
 Names: the suite is the caller's, else the one the file gives, else the file's
 stem, mapped by ``suite_name``; tasks by ``task_name``. Trial ids are
@@ -364,6 +365,28 @@ def _multivon_status(case: Mapping[str, Any]) -> str:
     return "passed" if case.get("passed") else "failed_quality"
 
 
+def _multivon_outcomes(case: Mapping[str, Any], status: str, runs: int) -> list[Outcome]:
+    if status not in _EVALUATED:
+        return ["skip" if status == "skipped" else "error"] * runs
+    if runs <= 1:
+        return ["pass" if status == "passed" else "fail"]
+    # As EvalReport.from_dict reads it: pass_count (0.20 on), else the rounded rate.
+    passes = case.get("pass_count")
+    if not isinstance(passes, int) or not 0 <= passes <= runs:
+        passes = round(float(case.get("run_pass_rate", 1.0)) * runs)
+    # Reports from 0.20 on list each run; keep their order when they agree.
+    per_run = sorted(
+        (t for t in case.get("trials") or [] if isinstance(t, dict)),
+        key=lambda t: int(t.get("run_index") or 0),
+    )
+    ordered: list[Outcome] = ["pass" if t.get("status") == "passed" else "fail" for t in per_run]
+    if len(ordered) == runs and ordered.count("pass") == passes:
+        return ordered
+    good: list[Outcome] = ["pass"]
+    bad: list[Outcome] = ["fail"]
+    return good * passes + bad * (runs - passes)
+
+
 def _multivon(doc: Any, data: bytes) -> Parsed:
     trials: list[Trial] = []
     seen: Counter[str] = Counter()
@@ -373,18 +396,7 @@ def _multivon(doc: Any, data: bytes) -> Parsed:
         if seen[task] > 1:  # multivon-eval keeps repeated inputs as separate cases
             task = _fit(f"{task} ({seen[task]})")
         runs = int(case.get("runs", 1))
-        status = _multivon_status(case)
-        if status in _EVALUATED:
-            if runs > 1:
-                passes = round(float(case.get("run_pass_rate", 1.0)) * runs)
-            else:
-                passes = 1 if status == "passed" else 0
-            good: list[Outcome] = ["pass"]
-            bad: list[Outcome] = ["fail"]
-            outcomes = good * passes + bad * (runs - passes)
-        else:
-            other: Outcome = "skip" if status == "skipped" else "error"
-            outcomes = [other] * runs
+        outcomes = _multivon_outcomes(case, _multivon_status(case), runs)
         trials.extend(Trial(task, str(i), o) for i, o in enumerate(outcomes))
     parts = (doc.get("suite"), doc.get("model"))
     name = "@".join(str(p) for p in parts if p) or None

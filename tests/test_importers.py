@@ -6,6 +6,7 @@ equals what each harness's own code computes for the same file.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -411,3 +412,22 @@ def test_any_name_maps_to_a_valid_one(suite: str, task: str) -> None:
     assert suite_name(name) == name  # valid names stay as they are
     name.encode()  # nothing UTF-8 cannot carry
     task_name(task).encode()
+
+
+async def test_a_report_written_by_multivon_eval_itself(store: Store, tmp_path: Path) -> None:
+    """multivon-eval 0.20.0 ran the seed example (tests/data/*.py.txt) and saved this report.
+
+    Its own numbers, printed by the same run (report.pass_hat_k / pass_at_k):
+    """
+    own_hat = [0.56, 0.315, 0.19, 0.13, 0.1]
+    own_at = [0.56, 0.805, 0.925, 0.98, 1.0]
+    path = tmp_path / "report.json"
+    path.write_bytes(gzip.decompress((DATA / "multivon_0.20_seed_report.json.gz").read_bytes()))
+    report = await import_file(store, path)
+    assert (report.suite, report.counted, report.errors) == ("deploy-bot", 100, 5)
+    hist = (await store.read_state("deploy-bot")).hist
+    for k in range(1, 6):
+        assert estimate(hist, k, "pass^k").value == pytest.approx(own_hat[k - 1], abs=1e-12)
+        assert estimate(hist, k, "pass@k").value == pytest.approx(own_at[k - 1], abs=1e-12)
+    summary = json.loads(path.read_text())["summary"]["pass_hat_k"]
+    assert estimate(hist, 5, "pass^k").ci_95 == pytest.approx(tuple(summary["ci_95"]))
