@@ -431,3 +431,19 @@ async def test_a_report_written_by_multivon_eval_itself(store: Store, tmp_path: 
         assert estimate(hist, k, "pass@k").value == pytest.approx(own_at[k - 1], abs=1e-12)
     summary = json.loads(path.read_text())["summary"]["pass_hat_k"]
     assert estimate(hist, 5, "pass^k").ci_95 == pytest.approx(tuple(summary["ci_95"]))
+
+
+async def test_tau_bench_published_run_reproduces_its_published_numbers(store: Store) -> None:
+    """task_id, trial and reward of tau-bench's historical_trajectories/gpt-4o-airline.json
+    (sierra-research/tau-bench at 59a200c, MIT licence; info and traj left out). tau-bench's
+    README gives TC (gpt-4o) on airline pass^1..4 = 0.420, 0.273, 0.220, 0.200."""
+    path = DATA / "tau_bench_gpt-4o-airline_rewards.json"
+    report = await import_file(store, path, suite="tau-airline")
+    assert (report.format, report.counted, report.notes) == ("tau-bench", 200, [])
+    hist = (await store.read_state("tau-airline")).hist
+    published = [0.420, 0.273, 0.220, 0.200]
+    doc = json.loads(path.read_text())
+    for k in range(1, 5):
+        value = estimate(hist, k, "pass^k").value
+        assert value == pytest.approx(rf.tau_bench_pass_hat_k(doc, k), abs=1e-12)
+        assert round(value or 0, 3) == published[k - 1]
