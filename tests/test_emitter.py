@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiomqtt
@@ -17,7 +18,7 @@ from reliabilityd.emitter import Emitter, EmitterError, EmitterFull
 from reliabilityd.store import Store
 from tests.daemon_fixtures import make_config, running
 from tests.helpers import wait_until
-from tests.servers import Mosquitto, RedisServer
+from tests.servers import Mosquitto, RedisServer, free_port
 
 
 async def counted(store: Store, suite: str, trials: int, duplicates: int = 0) -> None:
@@ -244,3 +245,34 @@ async def test_emit_command_takes_broker_and_topic_from_the_config(
     assert await asyncio.to_thread(main, argv) == 0
     await counted(daemon_store, "cfg", 1)
     assert await daemon_store.task_counts("cfg") == {"task": (1, 0)}
+
+
+@pytest.fixture
+def password_broker(tmp_path: Path) -> Iterator[Mosquitto]:
+    """A broker that refuses anonymous clients; user `agent`, password `s3cr3t pass`."""
+    passwords = tmp_path / "passwd"
+    passwords.touch()
+    subprocess.run(
+        ["mosquitto_passwd", "-b", str(passwords), "agent", "s3cr3t pass"],
+        check=True,
+        capture_output=True,
+    )
+    broker = Mosquitto(
+        "mosquitto",
+        tmp_path,
+        free_port(),
+        extra=("allow_anonymous false", f"password_file {passwords}"),
+    )
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def test_credentials_come_from_the_url(password_broker: Mosquitto) -> None:
+    port = password_broker.port
+    with Emitter(f"mqtt://agent:s3cr3t%20pass@127.0.0.1:{port}") as em:
+        em.emit("auth", "task", "pass")
+        em.flush(10)
+        assert em.acknowledged == 1
+    with pytest.raises(EmitterError, match="cannot connect"):
+        Emitter(f"mqtt://agent:nope@127.0.0.1:{port}", connect_timeout=5).start()
