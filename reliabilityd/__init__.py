@@ -5,6 +5,12 @@ The statistics core is importable on its own::
     from reliabilityd import estimate, pass_hat_k
     pass_hat_k(5, 3, 2)                      # 0.3, never the plug-in 0.36
     estimate([(5, 3), (5, 5)], k=2).ci_95    # cluster-bootstrap CI over tasks
+
+``Emitter`` publishes trial events from agents (imported on first use, so
+the statistics core stays free of MQTT)::
+
+    with reliabilityd.Emitter("mqtt://broker:1883") as emitter:
+        emitter.emit("deploy-bot", "deploy service 0", "pass")
 """
 
 from __future__ import annotations
@@ -16,9 +22,13 @@ from reliabilityd.estimators import pass_at_k, pass_hat_k
 from reliabilityd.histogram import Histogram
 from reliabilityd.lottery import LotteryCase, lottery_cases
 
+if TYPE_CHECKING:
+    from reliabilityd.emitter import Emitter
+
 __all__ = [
     "AsyncClient",
     "Client",
+    "Emitter",
     "Estimate",
     "Histogram",
     "LotteryCase",
@@ -35,7 +45,11 @@ if TYPE_CHECKING:
 
 # The I/O-facing classes load on first use: `from reliabilityd import estimate`
 # stays free of Redis and MQTT imports.
-_LAZY = {"AsyncClient": "reliabilityd.client", "Client": "reliabilityd.client"}
+_LAZY = {
+    "AsyncClient": "reliabilityd.client",
+    "Client": "reliabilityd.client",
+    "Emitter": "reliabilityd.emitter",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,4 @@
-"""The ``reliabilityd`` command line: the daemon, queries, suite lifecycle, demo, benchmarks."""
+"""The ``reliabilityd`` command line: the daemon, emit and import, queries, demo, benchmarks."""
 
 from __future__ import annotations
 
@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("-c", "--config", required=True, help="TOML config file")
     _add_query_commands(sub)
     bench = sub.add_parser("bench", help="benchmarks that print their figure beside a baseline")
-    bench.add_argument("what", choices=["stats", "ingest"])
+    bench.add_argument("what", choices=["stats", "ingest", "import"])
+    _add_emit_import(sub)
     return parser
 
 
@@ -181,6 +182,133 @@ def _query(args: argparse.Namespace) -> int:
         return 1
 
 
+def _add_emit_import(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from reliabilityd.importers import FORMATS
+
+    emit = sub.add_parser("emit", help="publish one trial outcome (QoS 1) and wait for its PUBACK")
+    emit.add_argument("suite")
+    emit.add_argument("task")
+    emit.add_argument("outcome", choices=["pass", "fail", "error", "skip"])
+    emit.add_argument("--trial", help="trial id, unique per (suite, task); default: a new UUID")
+    where = emit.add_mutually_exclusive_group()
+    where.add_argument("--mqtt", help="broker URL (default $RELIABILITYD_MQTT_URL or localhost)")
+    where.add_argument("-c", "--config", help="take the broker URL and topic from this config")
+    emit.add_argument("--topic", help="topic to publish on (default reliability/trials/emit)")
+    emit.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the PUBACK")
+    imp = sub.add_parser(
+        "import", help="import tau-bench, tau2-bench, Inspect AI or multivon-eval results"
+    )
+    imp.add_argument("file")
+    imp.add_argument("--suite", help="suite name (default: the one the file gives, else its name)")
+    imp.add_argument("--format", choices=FORMATS, help="default: detected from the content")
+    imp.add_argument("--run", help="run id carried by every trial id (default: from the content)")
+    imp.add_argument("--scorer", help="Inspect AI logs: the scorer to import (default: the first)")
+    imp.add_argument("--json", action="store_true", help="print the result as JSON")
+    where = imp.add_mutually_exclusive_group()
+    where.add_argument("-c", "--config", help="TOML config: Redis, key prefix, windows, dedup TTL")
+    where.add_argument("--redis", help="Redis URL (default $RELIABILITYD_REDIS_URL or localhost)")
+
+
+def _load_config(path: str | None) -> object:
+    """The config from ``path``, or the defaults; a ConfigError is returned, not raised."""
+    from reliabilityd import config as config_mod
+    from reliabilityd.errors import ConfigError
+
+    try:
+        return config_mod.load(path) if path else config_mod.Config()
+    except ConfigError as exc:
+        return exc
+
+
+def _emit(args: argparse.Namespace) -> int:
+    import os
+
+    from reliabilityd.config import Config
+    from reliabilityd.emitter import DEFAULT_TOPIC, Emitter, EmitterError
+    from reliabilityd.errors import ConfigError
+
+    cfg = _load_config(args.config)
+    if isinstance(cfg, ConfigError):
+        print(f"reliabilityd: config error: {cfg}", file=sys.stderr)
+        return cfg.exit_code
+    assert isinstance(cfg, Config)
+    if args.config:
+        url = cfg.mqtt.url
+        topic = args.topic or cfg.mqtt.topic
+        if not args.topic and topic.endswith("/#"):
+            topic = topic[:-1] + "emit"  # a topic the daemon's subscription covers
+        if "+" in topic or "#" in topic:
+            print(f"reliabilityd: emit: cannot publish to {topic!r}; give --topic", file=sys.stderr)
+            return 2
+    else:
+        url = args.mqtt or os.environ.get("RELIABILITYD_MQTT_URL") or cfg.mqtt.url
+        topic = args.topic or DEFAULT_TOPIC
+    try:
+        with Emitter(url, topic=topic, connect_timeout=args.timeout) as emitter:
+            trial = emitter.emit(args.suite, args.task, args.outcome, trial=args.trial)
+            emitter.flush(args.timeout)
+    except (EmitterError, ValueError) as exc:
+        print(f"reliabilityd: emit: {exc}", file=sys.stderr)
+        return 1
+    print(trial)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    import asyncio
+    import os
+    from pathlib import Path
+
+    import msgspec
+    from redis.exceptions import RedisError
+
+    from reliabilityd.config import Config
+    from reliabilityd.errors import ConfigError
+    from reliabilityd.importers import ImportFileError, describe, import_file
+    from reliabilityd.store import Store, connect
+
+    cfg = _load_config(args.config)
+    if isinstance(cfg, ConfigError):
+        print(f"reliabilityd: config error: {cfg}", file=sys.stderr)
+        return cfg.exit_code
+    assert isinstance(cfg, Config)
+    url = (
+        cfg.redis.url
+        if args.config
+        else (args.redis or os.environ.get("RELIABILITYD_REDIS_URL") or cfg.redis.url)
+    )
+
+    async def go() -> int:
+        client = connect(url, cluster=cfg.redis.cluster, timeout=cfg.redis.timeout)
+        try:
+            report = await import_file(
+                Store(client, cfg.redis.prefix),
+                Path(args.file),
+                suite=args.suite,
+                fmt=args.format,
+                run=args.run,
+                scorer=args.scorer,
+                window=lambda suite: cfg.suite_settings(suite)[0],
+                dedup_ttl=cfg.dedup_ttl,
+            )
+        finally:
+            await client.aclose()
+        if args.json:
+            print(msgspec.json.encode(report).decode())
+        else:
+            print(describe(report))
+        return 0
+
+    try:
+        return asyncio.run(go())
+    except ImportFileError as exc:
+        print(f"reliabilityd: import: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except (OSError, RedisError) as exc:
+        print(f"reliabilityd: import: cannot reach Redis at {url}: {exc}", file=sys.stderr)
+        return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("status", "cases", "tasks", "reset", "forget"):
@@ -236,11 +364,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             from reliabilityd import bench_stats
 
             bench_stats.main()
+        elif args.what == "import":
+            from reliabilityd import bench_import
+
+            bench_import.main()
         else:
             from reliabilityd import bench_ingest
 
             bench_ingest.main()
         return 0
+    if args.command == "emit":
+        return _emit(args)
+    if args.command == "import":
+        return _import(args)
     raise AssertionError(args.command)  # argparse enforces the choices
 
 

@@ -614,3 +614,116 @@ class Store:
             deleted += int(await self.client.unlink(*pending))
         await self.client.srem(self.suites_key, suite)
         return deleted
+
+    # --- imports ----------------------------------------------------------
+    # Kept last in the class (and the script below at the end of the module)
+    # so this block moves as one piece.
+
+    def imported_key(self, suite: str) -> str:
+        return self.key(suite, "imported")
+
+    def imports_key(self, suite: str) -> str:
+        return self.key(suite, "imports")
+
+    async def apply_import(
+        self,
+        suite: str,
+        events: Sequence[TrialEvent],
+        *,
+        window: int,
+        dedup_ttl: int,
+        now: float | None = None,
+    ) -> ImportApplied:
+        """Apply imported events, each (task, trial) at most once for good.
+
+        Every chunk of ``CHUNK`` events is one EVAL that first drops the events
+        the suite's import ledger already holds and records the rest, then
+        counts them exactly as ``apply`` does: the ledger and the counts change
+        together or not at all, so a crash between chunks loses nothing and a
+        later import (even after the dedup records expired) counts nothing twice.
+        """
+        fixed = [
+            self.key(suite, "meta"),
+            self.key(suite, "tasks"),
+            self.key(suite, "hist"),
+            self.key(suite, "lottery"),
+        ]
+        ledger = self.imported_key(suite)
+        stamp = repr(time.time() if now is None else now)
+        acc = [0, 0, 0, 0, 0]
+        already = 0
+        await self.client.sadd(self.suites_key, suite)
+        # Up to 20 chunks per round trip bounds the client's memory on big files.
+        step = 20 * CHUNK
+        for group in range(0, len(events), step):
+            pipe = self.client.pipeline(transaction=False)
+            sizes: list[int] = []
+            for start in range(group, min(group + step, len(events)), CHUNK):
+                chunk = events[start : start + CHUNK]
+                keys = list(fixed)
+                args: list[str | int] = [dedup_ttl, window, stamp]
+                for event in chunk:
+                    keys.append(self.seen_key(suite, event.task, event.trial))
+                    args.append(event.task)
+                    args.append(_OUTCOME_CODE[event.outcome])
+                keys.append(ledger)
+                pipe.eval(IMPORT_APPLY, len(keys), *keys, *args)
+                sizes.append(len(chunk))
+            for size, reply in zip(sizes, await pipe.execute(), strict=True):
+                counted, errors, skips, dups, version = (int(x) for x in reply)
+                acc[0] += counted
+                acc[1] += errors
+                acc[2] += skips
+                acc[3] += dups
+                acc[4] = max(acc[4], version)
+                already += size - (counted + errors + skips + dups)
+        return ImportApplied(acc[0], acc[1], acc[2], acc[3], acc[4], already)
+
+    async def record_import(self, suite: str, run: str, summary: bytes) -> bytes | None:
+        """Note a finished import of ``run``; returns the earlier note if there is one."""
+        key = self.imports_key(suite)
+        if await self.client.hsetnx(key, run, summary):
+            return None
+        earlier: Any = await self.client.hget(key, run)
+        return None if earlier is None else bytes(earlier)
+
+    async def import_records(self, suite: str) -> dict[str, bytes]:
+        """Every finished import of a suite: run id -> the note written then."""
+        raw = await self.client.hgetall(self.imports_key(suite))
+        return {_text(k): v if isinstance(v, bytes) else v.encode() for k, v in raw.items()}
+
+
+class ImportApplied(msgspec.Struct, frozen=True):
+    """What an import changed; ``already`` events were in the ledger before."""
+
+    counted: int
+    errors: int
+    skips: int
+    duplicates: int
+    version: int
+    already: int
+
+
+# Runs in front of APPLY's body. KEYS: as APPLY, then the suite's import
+# ledger (a hash of dedup digests) last. ARGV: as APPLY. Every event whose
+# (task, trial) digest the ledger holds is dropped and the rest recorded;
+# APPLY then counts what is left, in the same atomic call.
+_IMPORT_GUARD = r"""
+local ledger = table.remove(KEYS)
+local total = #KEYS - 4
+local kept = 0
+for i = 1, total do
+  local key, task, o = KEYS[4 + i], ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  -- the dedup key ends in the 32 hex digits of its (task, trial) digest
+  if redis.call('HSETNX', ledger, string.sub(key, -32), '1') == 1 then
+    kept = kept + 1
+    KEYS[4 + kept], ARGV[2 + 2 * kept], ARGV[3 + 2 * kept] = key, task, o
+  end
+end
+for i = total, kept + 1, -1 do
+  KEYS[4 + i] = nil
+  ARGV[3 + 2 * i] = nil
+  ARGV[2 + 2 * i] = nil
+end
+"""
+IMPORT_APPLY = _IMPORT_GUARD + APPLY
