@@ -133,6 +133,9 @@ class DaemonConfig(Base):
     # Names this daemon's heartbeat key; empty = the host name.
     instance: str = ""
     heartbeat_ttl: PositiveFloat = 15.0
+    # Seconds Redis may stay unusable (ingest paused) before the daemon tells the
+    # Redis-free sinks (Alertmanager, webhook, MQTT) that it cannot judge.
+    blind_after: PositiveFloat = 60.0
 
 
 class Config(Base):
