@@ -426,11 +426,12 @@ async def check(config: Config) -> int:
 
 async def _check(config: Config, store: Store) -> int:
     instance = config.instance
+    # A small write first: under OOM, READONLY or BUSY the daemon's ingest is
+    # paused and it cannot even write its heartbeat; this names the reason.
+    await store.probe_write(instance)
     info = await store.heartbeat_info(instance)
     age = None if info is None else max(0.0, time.time() - float(info.get("at", 0.0)))
     if info is None or age is None or age > config.daemon.heartbeat_ttl:
-        # Under OOM or READONLY the daemon cannot write its heartbeat: say why.
-        await store.probe_write(instance)
         print(f"unhealthy: no fresh heartbeat for instance {instance!r}")
         return 1
     if info.get("paused_since") is not None:
