@@ -9,12 +9,16 @@ The statistics core is importable on its own::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from reliabilityd.estimate import Estimate, estimate, estimate_metrics
 from reliabilityd.estimators import pass_at_k, pass_hat_k
 from reliabilityd.histogram import Histogram
 from reliabilityd.lottery import LotteryCase, lottery_cases
 
 __all__ = [
+    "AsyncClient",
+    "Client",
     "Estimate",
     "Histogram",
     "LotteryCase",
@@ -25,3 +29,18 @@ __all__ = [
     "pass_hat_k",
 ]
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from reliabilityd.client import AsyncClient, Client
+
+# The I/O-facing classes load on first use: `from reliabilityd import estimate`
+# stays free of Redis and MQTT imports.
+_LAZY = {"AsyncClient": "reliabilityd.client", "Client": "reliabilityd.client"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'reliabilityd' has no attribute {name!r}")

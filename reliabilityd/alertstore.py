@@ -55,10 +55,19 @@ class AlertStore:
     def outbox_key(self, suite: str, rule: str, sink: str) -> str:
         return self.keys.outbox(suite, rule, sink)
 
-    async def alert_states(
+    async def alert_states(self, pairs: Sequence[tuple[str, str]]) -> list[AlertState]:
+        """The stored state of each (suite, rule); inactive when none is stored or readable."""
+        return [
+            AlertState(seq=s.seq, snapshot_version=s.snapshot_version)
+            if isinstance(s, Undecodable)
+            else s
+            for s in await self.alert_states_checked(pairs)
+        ]
+
+    async def alert_states_checked(
         self, pairs: Sequence[tuple[str, str]]
     ) -> list[AlertState | Undecodable]:
-        """The stored state of each (suite, rule); inactive when none is stored."""
+        """The stored state of each (suite, rule), or why it cannot be read."""
         if not pairs:
             return []
         pipe = self.client.pipeline(transaction=False)

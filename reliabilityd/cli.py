@@ -1,4 +1,4 @@
-"""The ``reliabilityd`` command line: run, check, demo, bench."""
+"""The ``reliabilityd`` command line: the daemon, queries, suite lifecycle, demo, benchmarks."""
 
 from __future__ import annotations
 
@@ -50,13 +50,117 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", default="INFO")
     chk = sub.add_parser("check", help="exit 0 when this instance's heartbeat is fresh")
     chk.add_argument("-c", "--config", required=True, help="TOML config file")
+    _add_query_commands(sub)
     bench = sub.add_parser("bench", help="benchmarks that print their figure beside a baseline")
     bench.add_argument("what", choices=["stats", "ingest"])
     return parser
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _add_query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    def where(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("-c", "--config", help="TOML config file (Redis URL, prefix, rules)")
+        p.add_argument("--redis", help="Redis URL, when there is no config file")
+        p.add_argument("--prefix", help="key prefix (default: the config's, else rel)")
+        return p
+
+    st = where(sub.add_parser("status", help="every suite's numbers, CIs and alert states"))
+    st.add_argument("suite", nargs="?", help="one suite (default: all)")
+    st.add_argument("--json", action="store_true", help="the snapshot JSON instead of a table")
+    st.add_argument(
+        "--k",
+        type=_positive,
+        action="append",
+        default=[],
+        help="compute this k now from the stored histogram (repeatable)",
+    )
+    cs = where(sub.add_parser("cases", help="a suite's lottery cases"))
+    cs.add_argument("suite")
+    cs.add_argument("--k", type=_positive, default=None, help="default: the largest configured k")
+    cs.add_argument("--top", type=_positive, default=10)
+    tk = where(sub.add_parser("tasks", help="a suite's per-task n and c"))
+    tk.add_argument("suite")
+    rs = where(sub.add_parser("reset", help="delete everything stored for a suite"))
+    rs.add_argument("suite")
+    rs.add_argument("--yes", action="store_true", help="do not ask")
+    fg = where(sub.add_parser("forget", help="take one task out of a suite's counts"))
+    fg.add_argument("suite")
+    fg.add_argument("task")
+    fg.add_argument("--yes", action="store_true", help="do not ask")
+
+
+def _query(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from reliabilityd import config as config_mod
+    from reliabilityd import status
+    from reliabilityd.client import AsyncClient
+    from reliabilityd.errors import ConfigError
+
+    cfg = config_mod.Config()
+    if args.config:
+        try:
+            cfg = config_mod.load(args.config)
+        except ConfigError as exc:
+            print(f"reliabilityd: config error: {exc}", file=sys.stderr)
+            return exc.exit_code
+    url = args.redis or cfg.redis.url
+    prefix = args.prefix or cfg.redis.prefix
+    if args.command == "reset" and not status.confirm(
+        f"Delete every count, dedup record, snapshot and alert state of suite {args.suite!r}?",
+        args.yes,
+    ):
+        return 1
+    if args.command == "forget" and not status.confirm(
+        f"Take task {args.task!r} out of suite {args.suite!r}?", args.yes
+    ):
+        return 1
+
+    async def run() -> int:
+        async with AsyncClient(url, prefix=prefix, cluster=cfg.redis.cluster) as client:
+            if args.command == "status":
+                return await status.status(
+                    client,
+                    args.suite,
+                    ks=args.k,
+                    rules=cfg.rules(),
+                    as_json=args.json,
+                    n_boot=cfg.stats.n_boot,
+                )
+            if args.command == "cases":
+                k = args.k if args.k is not None else max(cfg.stats.k)
+                return await status.cases(client, args.suite, k, args.top)
+            if args.command == "tasks":
+                return await status.tasks(client, args.suite)
+            if args.command == "reset":
+                deleted = await client.reset(args.suite)
+                print(f"reset {args.suite!r}: {deleted} keys deleted")
+                return 0
+            if await client.forget(args.suite, args.task):
+                print(f"forgot task {args.task!r} of {args.suite!r}")
+                return 0
+            print(f"reliabilityd: suite {args.suite!r} has no task {args.task!r}", file=sys.stderr)
+            return 1
+
+    import redis.exceptions
+
+    try:
+        return asyncio.run(run())
+    except redis.exceptions.RedisError as exc:
+        print(f"reliabilityd: Redis at {url} answered: {exc}", file=sys.stderr)
+        return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("status", "cases", "tasks", "reset", "forget"):
+        return _query(args)
     if args.command == "example":
         return _seed_example()
     if args.command == "demo":

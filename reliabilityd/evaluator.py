@@ -76,7 +76,7 @@ class Evaluator:
         if not pairs:
             return
         snaps = await self.newest_snapshots(sorted({s for s, _ in pairs}))
-        states = await self.store.alert_states([(s, r.name) for s, r in pairs])
+        states = await self.store.alert_states_checked([(s, r.name) for s, r in pairs])
         sinks = list(self.outbox.sinks)
         for (suite, rule), stored in zip(pairs, states, strict=True):
             snap = snaps.get(suite)

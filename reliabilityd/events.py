@@ -5,10 +5,17 @@ from the first byte (JSON starts with ``{`` or ``[`` after white space;
 anything else is tried as MessagePack). A good payload decodes in one pass;
 only when that fails is it split into elements, so that in an array each bad
 element is rejected alone and the good ones still count.
+
+``decode`` never raises: a payload or element that fails in any way (malformed
+syntax, wrong types, nesting deeper than the decoder's recursion limit, values
+out of range) comes back as a ``Rejected`` with the reason. A message that
+raised instead would never be acknowledged, and the broker would redeliver it
+to every restarted daemon for ever.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from typing import Any, Literal
@@ -68,7 +75,21 @@ def validate(event: TrialEvent) -> str | None:
         _name_problem("suite", event.suite, suite=True)
         or _name_problem("task", event.task)
         or _name_problem("trial", event.trial)
+        or (
+            "ts is not a finite number"
+            if event.ts is not None and not math.isfinite(event.ts)
+            else None
+        )
     )
+
+
+def _failure(exc: Exception) -> str:
+    """A dead-letter reason for an exception msgspec (or anything under it) raised."""
+    if isinstance(exc, msgspec.MsgspecError):
+        return str(exc)
+    # RecursionError from nesting past the decoder's limit, or anything else:
+    # the type name tells an operator which class of input it was.
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _is_json(payload: bytes) -> bool:
@@ -85,8 +106,8 @@ def _split(
     for index, item in enumerate(items):
         try:
             event = one.decode(item)
-        except msgspec.ValidationError as exc:
-            bad.append(Rejected(bytes(item), f"element {index}: {exc}"))
+        except Exception as exc:  # any failure of one element rejects that element alone
+            bad.append(Rejected(bytes(item), f"element {index}: {_failure(exc)}"))
             continue
         problem = validate(event)
         if problem:
@@ -97,7 +118,14 @@ def _split(
 
 
 def decode(payload: bytes, max_payload: int = 1 << 20) -> tuple[list[TrialEvent], list[Rejected]]:
-    """Decode a payload into good events and rejected pieces with their reasons."""
+    """Decode a payload into good events and rejected pieces with their reasons; never raises."""
+    try:
+        return _decode(payload, max_payload)
+    except Exception as exc:  # nothing that arrives from outside may stop the daemon
+        return [], [Rejected(bytes(payload), f"undecodable payload: {_failure(exc)}")]
+
+
+def _decode(payload: bytes, max_payload: int) -> tuple[list[TrialEvent], list[Rejected]]:
     if len(payload) > max_payload:
         return [], [Rejected(payload, f"payload of {len(payload)} bytes exceeds {max_payload}")]
     if not payload:
@@ -111,7 +139,12 @@ def decode(payload: bytes, max_payload: int = 1 << 20) -> tuple[list[TrialEvent]
         decoded = None  # some element is bad: find which below
     except msgspec.DecodeError as exc:
         return [], [Rejected(payload, f"not valid {fmt}: {exc}")]
+    except RecursionError:
+        decoded = None  # nested too deep somewhere: split, so only the culprit is rejected
     if decoded is not None:
+        if isinstance(decoded, list) and not decoded:
+            # Acknowledged like any message, so it must leave a trace.
+            return [], [Rejected(payload, "empty array: no trial events")]
         events = decoded if isinstance(decoded, list) else [decoded]
         bad = [(i, validate(e)) for i, e in enumerate(events)]
         if not any(problem for _, problem in bad):
@@ -123,13 +156,13 @@ def decode(payload: bytes, max_payload: int = 1 << 20) -> tuple[list[TrialEvent]
     if first in (b"["[0],) or (not is_json and first in _MSGPACK_ARRAY):
         try:
             parts = (_json_list if is_json else _mp_list).decode(payload)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            return [], [Rejected(payload, f"not valid {fmt}: {exc}")]
+        except Exception as exc:
+            return [], [Rejected(payload, f"not valid {fmt}: {_failure(exc)}")]
         return _split(parts, _json_one if is_json else _mp_one)
     try:
         event = (_json_one if is_json else _mp_one).decode(payload)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        return [], [Rejected(payload, f"not a trial event ({fmt}): {exc}")]
+    except Exception as exc:
+        return [], [Rejected(payload, f"not a trial event ({fmt}): {_failure(exc)}")]
     problem = validate(event)
     if problem:
         return [], [Rejected(payload, problem)]

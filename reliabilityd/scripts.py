@@ -179,3 +179,22 @@ if ms > cms or (ms == cms and seq > cseq) then
 end
 return 0
 """
+
+# Take one task out of a suite's counts. KEYS: meta, tasks, hist, lottery.
+# ARGV: task. Returns 1 when the task was there. Its dedup records stay (they
+# are keyed by digest, and expire by themselves): an old trial of the task
+# re-sent later is still a duplicate, a new one starts the task afresh.
+FORGET = r"""
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if not cur then return 0 end
+local sn, sc = string.match(cur, '^(%d+):(%d+)')
+local n, c = tonumber(sn), tonumber(sc)
+local cell = n .. ':' .. c
+if redis.call('HINCRBY', KEYS[3], cell, -1) <= 0 then redis.call('HDEL', KEYS[3], cell) end
+if c > 0 and c < n then
+  redis.call('ZREM', KEYS[4], string.format('%010d:%010d:', n, c) .. ARGV[1])
+end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+return 1
+"""

@@ -43,7 +43,7 @@ class Http:
     def __init__(self) -> None:
         self._session: aiohttp.ClientSession | None = None
 
-    async def post_json(self, url: str, body: bytes, timeout: float) -> None:
+    async def post_json(self, url: str, body: bytes, seconds: float) -> None:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession()
         try:
@@ -51,12 +51,12 @@ class Http:
                 url,
                 data=body,
                 headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=timeout),
+                timeout=aiohttp.ClientTimeout(total=seconds),
             ) as response:
                 if not 200 <= response.status < 300:
                     raise SinkError(f"{url} answered HTTP {response.status}")
         except TimeoutError:
-            raise SinkError(f"{url} did not answer within {timeout} s") from None
+            raise SinkError(f"{url} did not answer within {seconds} s") from None
         except aiohttp.ClientError as exc:
             raise SinkError(f"{url} unreachable: {exc}") from None
 

@@ -21,7 +21,7 @@ from reliabilityd.alertstore import Redis
 from reliabilityd.events import Rejected, TrialEvent
 from reliabilityd.histogram import Histogram
 from reliabilityd.lottery import LotteryCase
-from reliabilityd.scripts import APPLY, CLAIM, CURSOR_MAX, READ, WRITE_SNAPSHOT
+from reliabilityd.scripts import APPLY, CLAIM, CURSOR_MAX, FORGET, READ, WRITE_SNAPSHOT
 from reliabilityd.streamstore import StreamStore
 
 __all__ = ["Redis", "Store", "connect"]
@@ -30,6 +30,13 @@ _OUTCOME_CODE = {"pass": "p", "fail": "f", "error": "e", "skip": "s"}
 _CELL_PAD = 10
 # Events per EVAL: bounds how long one script call holds Redis.
 CHUNK = 2000
+
+
+_GLOB_SPECIAL = frozenset("*?[]\\")
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in _GLOB_SPECIAL else ch for ch in text)
 
 
 class Counters(msgspec.Struct, frozen=True):
@@ -411,3 +418,32 @@ class Store(StreamStore):
     async def probe_write(self, instance: str) -> None:
         """One small write with a TTL: raises the Redis error that would stop ingest."""
         await self.client.set(self.keys.probe(instance), "1", px=5000)
+
+    # --- suite lifecycle --------------------------------------------------
+
+    async def forget_task(self, suite: str, task: str) -> bool:
+        """Remove one task from the suite's counts, histogram and lottery index, atomically."""
+        keys = [self.key(suite, name) for name in ("meta", "tasks", "hist", "lottery")]
+        return bool(int(await self.client.eval(FORGET, len(keys), *keys, task)))
+
+    async def reset_suite(self, suite: str, batch: int = 1000) -> int:
+        """Delete every key of the suite and drop it from the suite list; returns keys deleted.
+
+        The counts go first, in one command, so readers never see half a
+        suite; dedup records and alert state follow by SCAN (O(keys in the
+        database): an administrative command, not a hot path).
+        """
+        core = [self.key(suite, name) for name in ("meta", "tasks", "hist", "lottery", "snapshot")]
+        deleted = int(await self.client.delete(*core))
+        pattern = _glob_escape(self.key(suite, "")) + "*"
+        pending: list[Any] = []
+        async for key in self.client.scan_iter(match=pattern, count=batch):
+            pending.append(key)
+            if len(pending) >= batch:
+                deleted += int(await self.client.unlink(*pending))
+                pending = []
+        if pending:
+            deleted += int(await self.client.unlink(*pending))
+        await self.client.srem(self.suites_key, suite)
+        await self.client.srem(self.keys.changed, suite)
+        return deleted
