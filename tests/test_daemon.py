@@ -17,6 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from reliabilityd import snapshot
+from reliabilityd.config import StoreConfig
 from reliabilityd.daemon import Daemon
 from reliabilityd.events import TrialEvent
 from reliabilityd.lottery import lottery_cases
@@ -321,3 +322,41 @@ async def test_stream_deleted_under_the_daemon_is_recreated(
         await raw.xadd(key, {"payload": msgspec.json.encode(TrialEvent("s", "t", "2", "fail"))})
         await wait_until(lambda: _eq(store, {"t": (2, 1)}), 20)
     await raw.aclose()
+
+
+async def test_deleting_the_consumer_group_replays_nothing(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    """The group comes back after the last committed entry, not at 0.
+
+    The dedup records here live 2 s, so entries read again after that would
+    count twice: only the stored cursor keeps the counts exact.
+    """
+    key = f"{prefix}:trials"
+    cfg = with_stream(
+        make_config(redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix), key
+    )
+    cfg = msgspec.structs.replace(
+        cfg,
+        mqtt=msgspec.structs.replace(cfg.mqtt, session_expiry=1),
+        store=StoreConfig(dedup_ttl=2),
+    )
+    first = [TrialEvent("s", f"t{i % 4}", f"a{i}", "pass") for i in range(20)]
+    later = [TrialEvent("s", f"t{i % 4}", f"b{i}", "fail") for i in range(8)]
+    raw = aioredis.Redis.from_url(redis_server.url)
+    async with running(cfg), store_for(cfg) as store:
+        for chunk in payloads(first, 5):
+            await raw.xadd(key, {"payload": chunk})
+        await wait_until(lambda: _trials(store, 20), 20)
+        await asyncio.sleep(2.5)  # every dedup record of the first entries has expired
+        await raw.xgroup_destroy(key, "reliabilityd")
+        for chunk in payloads(later, 4):
+            await raw.xadd(key, {"payload": chunk})
+        await wait_until(lambda: _trials(store, 28), 20)
+        await asyncio.sleep(1.0)  # nothing more arrives
+        assert await store.task_counts("s") == {f"t{t}": (7, 5) for t in range(4)}
+    await raw.aclose()
+
+
+async def _trials(store: Store, n: int) -> bool:
+    return (await store.read_state("s")).counters.trials >= n
