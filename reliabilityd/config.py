@@ -120,6 +120,9 @@ class AlertmanagerSinkConfig(WebhookSinkConfig):
     # `url` is the base URL, e.g. http://alertmanager:9093; alerts go to /api/v2/alerts.
     # Firing alerts are re-sent this often, as Alertmanager expects of its clients.
     resend_interval: PositiveFloat = 60.0
+    # Send the always-firing ReliabilitydWatchdog alert every resend_interval while
+    # this daemon can judge; route it to a dead man's switch (README: Watchdog).
+    watchdog: bool = False
 
 
 class SinksConfig(Base):

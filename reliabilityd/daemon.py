@@ -85,6 +85,7 @@ class Daemon:
             self.instance,
             blind_after=config.daemon.blind_after,
             resend_interval=config.sinks.alertmanager.resend_interval,
+            watchdog=config.sinks.alertmanager.watchdog,
         )
         self._next_reconcile = 0.0
         self.committed_events = 0

@@ -21,6 +21,7 @@ from reliabilityd.lottery import LotteryCase
 from reliabilityd.snapshot import Snapshot, rfc3339
 
 BLIND_ALERT = "ReliabilitydBlind"
+WATCHDOG_ALERT = "ReliabilitydWatchdog"
 
 
 class Notification(msgspec.Struct, frozen=True, kw_only=True):
@@ -185,3 +186,17 @@ def blind_alert(n: BlindNotice, *, now: float, resend_interval: float) -> dict[s
     else:
         alert["endsAt"] = rfc3339(now + 4 * resend_interval)
     return alert
+
+
+def watchdog_alert(instance: str, *, now: float, resend_interval: float) -> dict[str, Any]:
+    """The always-firing heartbeat alert: its absence at a dead man's switch pages."""
+    return {
+        "labels": {"alertname": WATCHDOG_ALERT, "instance": instance, "severity": "none"},
+        "annotations": {
+            "summary": (
+                f"reliabilityd instance {instance!r} is running and can judge its rules; "
+                "this alert always fires, and its absence means the daemon is gone or blind"
+            )
+        },
+        "endsAt": rfc3339(now + 4 * resend_interval),
+    }

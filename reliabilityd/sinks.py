@@ -11,7 +11,7 @@ that the daemon is blind.
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 import msgspec
@@ -121,6 +121,10 @@ class AlertmanagerSink:
             alert = blind_alert(note, now=now, resend_interval=self.resend_interval)
         else:
             alert = alertmanager_alert(note, now=now, resend_interval=self.resend_interval)
+        await self.send_alert(alert)
+
+    async def send_alert(self, alert: dict[str, Any]) -> None:
+        """POST one alert already in Alertmanager's format."""
         await self.http.post_json(self.url, msgspec.json.encode([alert]), self.timeout)
 
 

@@ -7,7 +7,9 @@ have failed for ``daemon.blind_after`` seconds, ``BlindWatch`` sends a
 ``BlindNotice`` straight to the sinks that do not need Redis (Alertmanager,
 webhook, MQTT), re-sends it to Alertmanager while it lasts, and sends the
 resolved notice when Redis is usable again. For a daemon that is gone
-altogether, see the README's Watchdog section.
+altogether, the optional always-firing ``ReliabilitydWatchdog`` alert goes
+to Alertmanager every ``resend_interval`` while the daemon can judge: route
+it to a dead man's switch, whose silence then pages (README: Watchdog).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import time
 
 from reliabilityd.backoff import Backoff
 from reliabilityd.logs import RateLimited, emit
-from reliabilityd.notify import BlindNotice
-from reliabilityd.sinks import Sink, SinkError
+from reliabilityd.notify import BlindNotice, watchdog_alert
+from reliabilityd.sinks import AlertmanagerSink, Sink, SinkError
 from reliabilityd.snapshot import rfc3339
 
 TICK = 0.25
@@ -67,6 +69,7 @@ class BlindWatch:
         blind_after: float,
         resend_interval: float,
         severity: str = "page",
+        watchdog: bool = False,
     ) -> None:
         self.health = health
         self.sinks = {name: s for name, s in sinks.items() if not s.needs_redis}
@@ -79,11 +82,15 @@ class BlindWatch:
         self._retry: dict[str, tuple[float, Backoff]] = {}
         self._last_am_send = 0.0
         self._failures = RateLimited(10.0)
+        am = self.sinks.get("alertmanager")
+        self._watchdog = am if watchdog and isinstance(am, AlertmanagerSink) else None
+        self._next_watchdog = 0.0
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             self.tick(time.time())
             await self._deliver()
+            await self._heartbeat_alert()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), TICK)
 
@@ -124,6 +131,19 @@ class BlindWatch:
         ):
             # Alertmanager resolves an alert its client stops re-sending.
             self._undelivered["alertmanager"] = self.notice
+
+    async def _heartbeat_alert(self) -> None:
+        """The always-firing watchdog alert, only while this daemon can judge."""
+        now = time.time()
+        if self._watchdog is None or self.health.since is not None or now < self._next_watchdog:
+            return
+        self._next_watchdog = now + self.resend_interval
+        alert = watchdog_alert(self.instance, now=now, resend_interval=self.resend_interval)
+        try:
+            await asyncio.wait_for(self._watchdog.send_alert(alert), 15.0)
+        except (SinkError, TimeoutError, OSError) as exc:
+            self._next_watchdog = now + min(5.0, self.resend_interval)
+            self._failures.emit(logging.WARNING, "watchdog_alert_failed", error=exc)
 
     def _queue(self, notice: BlindNotice) -> None:
         for name in self.sinks:

@@ -14,6 +14,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -21,7 +22,14 @@ import pytest
 import redis.asyncio as aioredis
 
 from reliabilityd import daemon as daemon_module
-from reliabilityd.config import Config, DaemonConfig, MqttSinkConfig, SinksConfig, WebhookSinkConfig
+from reliabilityd.config import (
+    AlertmanagerSinkConfig,
+    Config,
+    DaemonConfig,
+    MqttSinkConfig,
+    SinksConfig,
+    WebhookSinkConfig,
+)
 from reliabilityd.events import TrialEvent
 from reliabilityd.store import Store
 from tests.alertmanager_stub import Receiver
@@ -228,6 +236,9 @@ async def test_blind_daemon_tells_the_redis_free_sinks_and_then_resolves(
             sinks=SinksConfig(
                 mqtt=MqttSinkConfig(topic=f"{prefix}/alerts"),
                 webhook=WebhookSinkConfig(url=hook.url + "/hook"),
+                alertmanager=AlertmanagerSinkConfig(
+                    url=hook.url, resend_interval=0.3, watchdog=True
+                ),
             ),
         )
         async with (
@@ -238,6 +249,8 @@ async def test_blind_daemon_tells_the_redis_free_sinks_and_then_resolves(
         ):
             await publish(mosquitto.port, f"{prefix}/trials/x", payloads(_events(0, 10), 5))
             await wait_until(partial(_trials, store, 10), 20)
+            # While it can judge, the always-firing watchdog alert keeps arriving.
+            await wait_until(lambda: _alerts_named(hook, "ReliabilitydWatchdog", 3), 10)
             release = await oom(admin)
             await publish(mosquitto.port, f"{prefix}/trials/x", payloads(_events(10, 20), 5))
             await wait_until(partial(_count, hook.webhook, 1), 20)
@@ -246,8 +259,12 @@ async def test_blind_daemon_tells_the_redis_free_sinks_and_then_resolves(
             assert (firing["alert"], firing["state"]) == ("ReliabilitydBlind", "firing")
             assert firing["instance"] == cfg.instance
             assert "OutOfMemoryError" in firing["reason"]
-            await asyncio.sleep(1.5)  # still blind: nothing more is sent
+            await wait_until(lambda: _alerts_named(hook, "ReliabilitydBlind", 1), 10)
+            watchdogs = len(_named(hook, "ReliabilitydWatchdog"))
+            await asyncio.sleep(1.5)  # still blind: nothing more on the webhook, no watchdog
             assert len(hook.webhook) == 1
+            assert len(_named(hook, "ReliabilitydWatchdog")) == watchdogs
+            assert len(_named(hook, "ReliabilitydBlind")) >= 2  # re-sent while it lasts
             await release()
             await wait_until(partial(_count, hook.webhook, 2), 20)
             await wait_until(partial(_count, mqtt_msgs, 2), 10)
@@ -257,6 +274,19 @@ async def test_blind_daemon_tells_the_redis_free_sinks_and_then_resolves(
             assert [m["state"] for m in mqtt_msgs] == ["firing", "resolved"]
             assert hook.webhook[1]["since"] == firing["since"]
             assert hook.webhook[1]["ended_at"] is not None
+            assert hook.rejected == []
+            blind_alerts = _named(hook, "ReliabilitydBlind")
+            assert "endsAt" in blind_alerts[-1]
+            assert blind_alerts[-1]["labels"]["instance"] == cfg.instance
+            await wait_until(lambda: _alerts_named(hook, "ReliabilitydWatchdog", watchdogs + 1), 10)
+
+
+def _named(hook: Receiver, name: str) -> list[dict[str, Any]]:
+    return [a for a in hook.alerts if a["labels"]["alertname"] == name]
+
+
+async def _alerts_named(hook: Receiver, name: str, n: int) -> bool:
+    return len(_named(hook, name)) >= n
 
 
 def _events(first: int, last: int) -> list[TrialEvent]:
