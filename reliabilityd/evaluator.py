@@ -41,8 +41,6 @@ class Evaluator:
         self.rules: list[Rule] = config.rules()
         self._bad_snapshot_log = RateLimited(30.0)
         self._bad_state_log = RateLimited(30.0)
-        # (suite, rule) -> transitions refused because they rested on an old snapshot.
-        self.refused_stale = 0
 
     async def newest_snapshots(self, suites: Sequence[str]) -> dict[str, Snapshot]:
         """The snapshot Redis holds now for each suite that has a readable one.
@@ -134,9 +132,8 @@ class Evaluator:
                 notification=None if note is None else msgspec.json.encode(note),
                 sinks=list(self.outbox.sinks),
             )
-            if cas.stale_snapshot:
-                self.refused_stale += 1
             if not cas.won:
+                # Another replica moved the state on, or decided on a newer snapshot.
                 return
             current = new
             if note is not None:

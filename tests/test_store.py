@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import msgspec
 import numpy as np
 import pytest
 
+from reliabilityd.alerts import AlertState
+from reliabilityd.alertstore import Cas
 from reliabilityd.events import Rejected, TrialEvent
 from reliabilityd.lottery import lottery_cases, ranked_cell_groups
 from reliabilityd.store import Store, connect
@@ -172,3 +175,28 @@ async def test_a_batch_larger_than_one_chunk(store: Store) -> None:
     counts = await store.task_counts("s")
     assert sum(c[0] for c in counts.values()) == n
     assert sum(c[1] for c in counts.values()) == sum(1 for i in range(n) if i % 3)
+
+
+async def test_alert_cas_refuses_a_verdict_on_an_older_snapshot(store: Store) -> None:
+    """The replica that judged by snapshot 3 cannot undo a decision taken on snapshot 7."""
+    firing = AlertState(state="firing", started_at=1.0, reason="below", snapshot_version=7)
+    won = await store.alert_cas("s", "r", expected_seq=0, new=firing, notification=None, sinks=[])
+    assert won == Cas(won=True)
+    (stored,) = await store.alert_states([("s", "r")])
+    assert (stored.state, stored.seq, stored.snapshot_version) == ("firing", 1, 7)
+    resolved = AlertState(state="resolved", started_at=1.0, ended_at=2.0, snapshot_version=3)
+    refused = await store.alert_cas(
+        "s", "r", expected_seq=1, new=resolved, notification=b"note", sinks=["webhook"]
+    )
+    assert refused == Cas(won=False, stale_snapshot=True)
+    assert await store.outbox_lengths([("s", "r", "webhook")]) == [0]  # nothing queued
+    newer = msgspec.structs.replace(resolved, snapshot_version=7)
+    queued = await store.alert_cas(
+        "s", "r", expected_seq=1, new=newer, notification=b"note", sinks=["webhook"]
+    )
+    assert queued == Cas(won=True)
+    assert await store.outbox_lengths([("s", "r", "webhook")]) == [1]
+    # A stale seq is refused as before, whatever the snapshot.
+    later = msgspec.structs.replace(firing, snapshot_version=9)
+    stale = await store.alert_cas("s", "r", expected_seq=1, new=later, notification=None, sinks=[])
+    assert stale == Cas(won=False)
