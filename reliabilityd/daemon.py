@@ -88,6 +88,7 @@ class Daemon:
             watchdog=config.sinks.alertmanager.watchdog,
         )
         self._next_reconcile = 0.0
+        self._unfinished: set[str] = set()
         self.committed_events = 0
         # Set once the MQTT subscription is confirmed (for tests and tools).
         self.subscribed = asyncio.Event()
@@ -239,19 +240,33 @@ class Daemon:
         if time.monotonic() >= self._next_reconcile:
             await self.store.mark_stale(await self.store.suites())
             self._next_reconcile = time.monotonic() + RECONCILE_EVERY
+        if self._unfinished:
+            # Claims a Redis error interrupted: hand them back now rather than
+            # when they expire.
+            await self.store.mark_changed(sorted(self._unfinished))
+            for suite in sorted(self._unfinished):
+                await self.store.release_claim(suite)
+            self._unfinished.clear()
         claimed = await self.store.claim_changed(CLAIM_BATCH, CLAIM_LIFETIME)
-        for suite in claimed:
+        for i, suite in enumerate(claimed):
             try:
-                await self.refresh_snapshot(suite)
+                await self._recompute(suite)
             except REDIS_ERRORS:
-                raise  # the claims left expire back into the marks
-            except Exception:
-                # One suite's failure must not stop the others or ingest:
-                # marked again, it is retried on the next tick.
-                log.exception("%s", kv("snapshot_failed", suite=suite))
-                await self.store.mark_changed([suite])
-            await self.store.release_claim(suite)
+                self._unfinished.update(claimed[i:])
+                raise
         return claimed
+
+    async def _recompute(self, suite: str) -> None:
+        try:
+            await self.refresh_snapshot(suite)
+        except REDIS_ERRORS:
+            raise
+        except Exception:
+            # One suite's failure must not stop the others or ingest:
+            # marked again, it is retried on the next tick.
+            log.exception("%s", kv("snapshot_failed", suite=suite))
+            await self.store.mark_changed([suite])
+        await self.store.release_claim(suite)
 
     # --- loops ------------------------------------------------------------
 

@@ -31,6 +31,9 @@ from reliabilityd.store import Store
 
 LEASE_TTL = 30.0
 BACKOFF_MAX = 20.0
+# On stop, a delivery in flight may finish (and leave its outbox) this long,
+# so a restart does not send it again.
+CLOSE_GRACE = 1.0
 OUTBOX_DEADLETTER_MAXLEN = 10_000
 
 _decoder = msgspec.json.Decoder(Notification)
@@ -48,9 +51,12 @@ class Outbox:
         self._resends: set[asyncio.Task[None]] = set()
         self._next_resend_check: dict[tuple[str, str], float] = {}
         self._failures = RateLimited()
+        self._closing = asyncio.Event()
 
     def kick(self, suite: str, rule: str, sink: str) -> None:
         """Make sure this daemon tries to drain that outbox (if it gets the lease)."""
+        if self._closing.is_set():
+            return
         key = (suite, rule, sink)
         task = self._drains.get(key)
         if task is None or task.done():
@@ -71,7 +77,7 @@ class Outbox:
             return  # another daemon delivers this outbox
         pace = Backoff(0.5, BACKOFF_MAX)
         try:
-            while True:
+            while not self._closing.is_set():
                 head = await self.store.outbox_head(suite, rule, sink)
                 if head is None:
                     return
@@ -97,7 +103,8 @@ class Outbox:
                         error=exc,
                         retry_in=round(delay, 2),
                     )
-                    await asyncio.sleep(delay)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._closing.wait(), delay)
                 else:
                     await self.store.outbox_pop(suite, rule, sink, head)
                     if sink == "alertmanager" and note.state == "firing":
@@ -112,9 +119,11 @@ class Outbox:
                 if not await self.store.lease_keep(lease, self.instance, LEASE_TTL):
                     return  # lease lost (we stalled past it): the new holder goes on
         finally:
-            # Best effort: an unreleased lease expires by itself.
+            # Also when cancelled (a stopping daemon): the next daemon then drains
+            # at once instead of waiting out the lease. Best effort: an unreleased
+            # lease expires by itself.
             with contextlib.suppress(redis.exceptions.RedisError, OSError):
-                await asyncio.shield(self.store.lease_release(lease, self.instance))
+                await self.store.lease_release(lease, self.instance)
 
     def resend_firing(self, suite: str, rule: str, build: Callable[[], Notification]) -> None:
         """Re-send a firing alert to Alertmanager (its clients must, or it resolves).
@@ -122,7 +131,7 @@ class Outbox:
         Checked a few times per ``resend_interval`` by this daemon, not every
         tick; the lease in ``_resend`` makes it once per interval across replicas.
         """
-        if "alertmanager" not in self.sinks:
+        if "alertmanager" not in self.sinks or self._closing.is_set():
             return
         now = time.monotonic()
         if now < self._next_resend_check.get((suite, rule), 0.0):
@@ -148,7 +157,11 @@ class Outbox:
             emit(logging.WARNING, "alertmanager_resend_failed", rule=n.rule, error=exc)
 
     async def close(self) -> None:
-        tasks = [*self._drains.values(), *self._resends]
+        """Let deliveries in flight finish (briefly), then stop every drain."""
+        self._closing.set()
+        tasks = [t for t in (*self._drains.values(), *self._resends) if not t.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_GRACE)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

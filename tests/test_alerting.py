@@ -318,6 +318,9 @@ async def test_alertmanager_down_is_retried_while_ingest_goes_on(
             am.failing = False
             await wait_until(lambda: _count(am.alerts, 1), 30)
             assert am.alerts[0]["labels"]["alertname"] == "deploy-reliability"
+            # The webhook retries on its own (jittered) schedule.
+            await wait_until(lambda: _count(am.webhook, 1), 30)
+            await asyncio.sleep(0.5)
             assert len(am.webhook) == 1
 
 
