@@ -22,7 +22,7 @@ from reliabilityd.daemon import Daemon
 from reliabilityd.events import TrialEvent
 from reliabilityd.lottery import lottery_cases
 from reliabilityd.store import Store
-from tests.daemon_fixtures import make_config, running, store_for, with_stream
+from tests.daemon_fixtures import make_config, running, running_task, store_for, with_stream
 from tests.helpers import Truth, make_events, payloads, publish, toml_of, truth_of, wait_until
 from tests.servers import Mosquitto, RedisServer, free_port
 
@@ -360,3 +360,35 @@ async def test_deleting_the_consumer_group_replays_nothing(
 
 async def _trials(store: Store, n: int) -> bool:
     return (await store.read_state("s")).counters.trials >= n
+
+
+async def test_a_loop_that_keeps_failing_is_restarted_and_ingest_goes_on(
+    redis_server: RedisServer,
+    mosquitto: Mosquitto,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug in the CI loop is logged with its traceback and restarted; nothing else stops."""
+    calls: list[int] = []
+
+    async def broken(self: Daemon) -> list[str]:
+        calls.append(1)
+        raise RuntimeError("a bug in the CI tick")
+
+    monkeypatch.setattr(Daemon, "ci_tick", broken)
+    cfg = make_config(redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix)
+    events = [TrialEvent("s", f"t{i % 3}", f"r{i}", "pass") for i in range(30)]
+    async with running_task(cfg) as (_, task), store_for(cfg) as store:
+        await publish(mosquitto.port, f"{prefix}/trials/a", payloads(events, 5))
+        await wait_until(lambda: _trials(store, 30), 20)
+
+        async def restarted() -> bool:
+            return len(calls) >= 2
+
+        await wait_until(restarted, 20)
+        assert not task.done()
+    failures = [r for r in caplog.records if "event=loop_failed loop=ci" in r.getMessage()]
+    assert failures
+    assert failures[0].exc_info is not None
+    assert "a bug in the CI tick" in str(failures[0].exc_info[1])
