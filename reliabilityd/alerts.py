@@ -79,6 +79,9 @@ class AlertState(msgspec.Struct, frozen=True, kw_only=True):
     last_notified_at: float | None = None
     # Bumped by every stored change: the compare-and-set token.
     seq: int = 0
+    # The snapshot version this state was decided on; a transition decided on
+    # an older snapshot is refused (replicas with different ticks never flap).
+    snapshot_version: int = -1
 
 
 class Transition(msgspec.Struct, frozen=True):

@@ -120,6 +120,9 @@ class AlertmanagerSinkConfig(WebhookSinkConfig):
     # `url` is the base URL, e.g. http://alertmanager:9093; alerts go to /api/v2/alerts.
     # Firing alerts are re-sent this often, as Alertmanager expects of its clients.
     resend_interval: PositiveFloat = 60.0
+    # Send the always-firing ReliabilitydWatchdog alert every resend_interval while
+    # this daemon can judge; route it to a dead man's switch (README: Watchdog).
+    watchdog: bool = False
 
 
 class SinksConfig(Base):
@@ -133,6 +136,9 @@ class DaemonConfig(Base):
     # Names this daemon's heartbeat key; empty = the host name.
     instance: str = ""
     heartbeat_ttl: PositiveFloat = 15.0
+    # Seconds Redis may stay unusable (ingest paused) before the daemon tells the
+    # Redis-free sinks (Alertmanager, webhook, MQTT) that it cannot judge.
+    blind_after: PositiveFloat = 60.0
 
 
 class Config(Base):

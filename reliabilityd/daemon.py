@@ -2,19 +2,23 @@
 
 Data flows one way: messages -> decode -> one Lua call per suite batch ->
 acknowledge. After a commit the suite's point estimates are refreshed within
-``LIVE_INTERVAL``; every ``ci_interval`` the suites whose version moved past
-their snapshot get CIs, lottery cases and a new snapshot. Everything that
-must survive a crash (counts, versions, snapshots) is in Redis; the only
-in-memory state is which suites to refresh soonest, and losing it costs at
-most one ``ci_interval`` of staleness, because the version comparison finds
-every stale suite again.
+``LIVE_INTERVAL``. The same commit marks the suite changed in Redis; every
+``ci_interval`` a replica claims marked suites, computes their CIs, lottery
+cases and snapshot, and drops its claim (a replica that dies holding a claim
+loses nothing: the claim expires back into the marks). Then the evaluator
+judges every rule on the newest snapshot in Redis. Everything that must
+survive a crash is in Redis.
+
+Every loop runs under the supervisor: a loop that fails is logged with its
+traceback and restarted with backoff; the daemon exits only on a stop signal
+or a configuration error. A Redis error of any kind pauses ingest without
+acknowledging and retries with capped backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fnmatch
 import logging
 import os
 import signal
@@ -27,19 +31,29 @@ from typing import TypeVar
 import msgspec
 import redis.exceptions
 
-from reliabilityd import mqtt, snapshot, streams
-from reliabilityd.alerts import Observation, step
+from reliabilityd import mqtt, sinks, snapshot, streams
+from reliabilityd.backoff import Backoff
 from reliabilityd.config import Config
+from reliabilityd.errors import ConfigError
+from reliabilityd.evaluator import Evaluator
 from reliabilityd.events import Rejected, TrialEvent, decode
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.lottery import ranked_cell_groups
-from reliabilityd.notify import Notifier, parse_time
-from reliabilityd.store import Store, connect
+from reliabilityd.outbox import Outbox
+from reliabilityd.store import Store, StreamCursor, connect
+from reliabilityd.supervisor import supervise
+from reliabilityd.watchdog import BlindWatch, RedisHealth, describe
 
 T = TypeVar("T")
 LIVE_INTERVAL = 0.2
 SHUTDOWN_GRACE = 4.0
-REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+# Every Redis error pauses what needs Redis; none of them ends the daemon.
+REDIS_ERRORS = (redis.exceptions.RedisError,)
+# Change marks taken per CI tick, and how long a claim lasts before it returns.
+CLAIM_BATCH = 32
+CLAIM_LIFETIME = 30.0
+# The full version scan that finds what the change marks cannot (see mark_stale).
+RECONCILE_EVERY = 60.0
 
 
 class Daemon:
@@ -53,14 +67,28 @@ class Daemon:
         self._live_dirty: set[str] = set()
         self._live_wake = asyncio.Event()
         self._deadletter_log = RateLimited()
+        self._redis_logs: dict[str, RateLimited] = defaultdict(RateLimited)
+        self.health = RedisHealth()
         self.publisher = (
             mqtt.Publisher(config.mqtt, f"{config.mqtt.client_id}-pub-{os.getpid()}")
             if config.mqtt.enabled
             else None
         )
         self.rules = config.rules()
-        self.notifier = Notifier(config, self.store, self.publisher, self.instance)
-        self._snapshots: dict[str, snapshot.Snapshot] = {}
+        self.http = sinks.Http()
+        self.sinks = sinks.configured(config, self.store, self.publisher, self.http)
+        self.outbox = Outbox(config, self.store, self.sinks, self.instance)
+        self.evaluator = Evaluator(config, self.store, self.outbox)
+        self.blind = BlindWatch(
+            self.health,
+            self.sinks,
+            self.instance,
+            blind_after=config.daemon.blind_after,
+            resend_interval=config.sinks.alertmanager.resend_interval,
+            watchdog=config.sinks.alertmanager.watchdog,
+        )
+        self._next_reconcile = 0.0
+        self._unfinished: set[str] = set()
         self.committed_events = 0
         # Set once the MQTT subscription is confirmed (for tests and tools).
         self.subscribed = asyncio.Event()
@@ -87,17 +115,36 @@ class Daemon:
     # --- ingest -----------------------------------------------------------
 
     async def _retry(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
-        """Run a Redis operation until it succeeds; cancellation stops the retries."""
-        backoff = 0.1
+        """Run a Redis operation until it succeeds: ingest pauses meanwhile, unacknowledged.
+
+        Any Redis error (connection, timeout, OOM, READONLY, NOSCRIPT, BUSY...)
+        is retried with capped backoff and logged at a limited rate;
+        cancellation stops the retries.
+        """
+        pace = Backoff(0.1, 5.0)
         while True:
             try:
-                return await op()
+                result = await op()
             except REDIS_ERRORS as exc:
-                emit(logging.WARNING, "redis_unavailable", during=what, error=exc)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                self.health.failed("ingest", exc)
+                delay = pace.next_delay()
+                self._redis_logs[what].emit(
+                    logging.WARNING,
+                    "redis_unavailable",
+                    during=what,
+                    error=describe(exc),
+                    retry_in=round(delay, 2),
+                )
+                await asyncio.sleep(delay)
+                continue
+            if pace.attempts:
+                emit(logging.INFO, "redis_recovered", during=what, attempts=pace.attempts)
+            self.health.ok("ingest")
+            return result
 
-    async def commit(self, payloads: Sequence[tuple[bytes, str]]) -> None:
+    async def commit(
+        self, payloads: Sequence[tuple[bytes, str]], cursor: StreamCursor | None = None
+    ) -> None:
         """Decode, dead-letter the bad, apply the good; returns once Redis has it all."""
         by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
         rejected: list[tuple[Rejected, str]] = []
@@ -121,12 +168,18 @@ class Daemon:
                 count=len(rejected),
                 reason=first.reason,
             )
-        if not by_suite:
+        if not by_suite and cursor is None:
             return
         windows = {suite: self.config.suite_settings(suite)[0] for suite in by_suite}
         applied = await self._retry(
             "apply",
-            partial(self.store.apply, by_suite, windows=windows, dedup_ttl=self.config.dedup_ttl),
+            partial(
+                self.store.apply,
+                by_suite,
+                windows=windows,
+                dedup_ttl=self.config.dedup_ttl,
+                cursor=cursor,
+            ),
         )
         for result in applied:
             self.committed_events += result.counted
@@ -175,106 +228,45 @@ class Daemon:
         ci, values = snapshot.redis_fields(snap)
         wrote_ci, _ = await self.store.write_snapshot(suite, c.version, ci, values)
         if not wrote_ci:
-            self._snapshots.pop(suite, None)  # a newer one is stored: read it when needed
             return None
-        self._snapshots[suite] = snap
         if self.publisher is not None:
             self.publisher.publish(
                 f"{self.config.mqtt.snapshot_topic}/{suite}", msgspec.json.encode(snap)
             )
         return snap
 
-    async def ci_tick(self, suites: Sequence[str]) -> None:
-        """New snapshots for the suites whose data moved past their snapshot."""
-        versions = await self.store.versions(suites)
-        for suite, (data_version, snap_version) in zip(suites, versions, strict=True):
-            if data_version > snap_version:
-                try:
-                    await self.refresh_snapshot(suite)
-                except REDIS_ERRORS:
-                    raise
-                except Exception:
-                    # One suite's failure must not stop the others or ingest;
-                    # its version stays ahead, so the next tick tries again.
-                    log.exception("%s", kv("snapshot_failed", suite=suite))
-
-    # --- alerts -----------------------------------------------------------
-
-    async def _snapshot_for(self, suite: str) -> snapshot.Snapshot | None:
-        snap = self._snapshots.get(suite)
-        if snap is None:
-            raw = await self.store.snapshot_json(suite)
-            if raw is None:
-                return None
+    async def ci_tick(self) -> list[str]:
+        """New snapshots for the suites this replica claims; returns them."""
+        if time.monotonic() >= self._next_reconcile:
+            await self.store.mark_stale(await self.store.suites())
+            self._next_reconcile = time.monotonic() + RECONCILE_EVERY
+        if self._unfinished:
+            # Claims a Redis error interrupted: hand them back now rather than
+            # when they expire.
+            await self.store.mark_changed(sorted(self._unfinished))
+            for suite in sorted(self._unfinished):
+                await self.store.release_claim(suite)
+            self._unfinished.clear()
+        claimed = await self.store.claim_changed(CLAIM_BATCH, CLAIM_LIFETIME)
+        for i, suite in enumerate(claimed):
             try:
-                snap = msgspec.json.decode(raw, type=snapshot.Snapshot)
-            except msgspec.ValidationError:
-                return None  # written by another schema version; wait for ours
-            self._snapshots[suite] = snap
-        return snap
+                await self._recompute(suite)
+            except REDIS_ERRORS:
+                self._unfinished.update(claimed[i:])
+                raise
+        return claimed
 
-    async def evaluate_alerts(self, suites: Sequence[str]) -> None:
-        """Step every (suite, rule) pair against the suite's latest snapshot."""
-        if not self.rules:
-            return
-        now = time.time()
-        pairs = [(s, r) for s in suites for r in self.rules if fnmatch.fnmatchcase(s, r.suite)]
-        states = await self.store.alert_states([(s, r.name) for s, r in pairs])
-        sinks = list(self.notifier.sinks)
-        for (suite, rule), stored_state in zip(pairs, states, strict=True):
-            snap = await self._snapshot_for(suite)
-            est = None if snap is None else snap.estimate(rule.metric, rule.k)
-            if snap is None or est is None:
-                continue  # no snapshot with this k yet: no verdict
-            obs = Observation(
-                value=est.value,
-                ci_low=est.ci_low,
-                ci_high=est.ci_high,
-                tasks=est.tasks,
-                runs=est.runs,
-                last_trial_at=parse_time(snap.last_trial_at),
-            )
-            note_for = partial(
-                self.notifier.build, rule=rule, suite=suite, estimate=est, snap=snap, now=now
-            )
-            current = stored_state
-            t = step(rule, current, obs, now)
-            if t.new != current:
-                new = msgspec.structs.replace(t.new, seq=current.seq + 1)
-                note = None
-                if t.notify is not None:
-                    note = note_for(state=new, repeat=t.notify == "repeat")
-                payload = None if note is None else msgspec.json.encode(note)
-                if await self.store.alert_cas(
-                    suite,
-                    rule.name,
-                    expected=current,
-                    new=t.new,
-                    notification=payload,
-                    sinks=sinks,
-                ):
-                    current = new
-                    if note is not None:
-                        emit(
-                            logging.WARNING if new.state == "firing" else logging.INFO,
-                            "alert",
-                            rule=rule.name,
-                            suite=suite,
-                            state=new.state,
-                            reason=new.reason,
-                            ci_low=est.ci_low,
-                        )
-                        for sink in sinks:
-                            self.notifier.kick(suite, rule.name, sink)
-            if current.state == "firing" and t.notify is None:
-                self.notifier.resend_firing(
-                    suite, rule.name, partial(note_for, state=current, repeat=True)
-                )
-        # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
-        triples = [(s, r.name, sink) for s, r in pairs for sink in sinks]
-        for triple, length in zip(triples, await self.store.outbox_lengths(triples), strict=True):
-            if length:
-                self.notifier.kick(*triple)
+    async def _recompute(self, suite: str) -> None:
+        try:
+            await self.refresh_snapshot(suite)
+        except REDIS_ERRORS:
+            raise
+        except Exception:
+            # One suite's failure must not stop the others or ingest:
+            # marked again, it is retried on the next tick.
+            log.exception("%s", kv("snapshot_failed", suite=suite))
+            await self.store.mark_changed([suite])
+        await self.store.release_claim(suite)
 
     # --- loops ------------------------------------------------------------
 
@@ -287,7 +279,9 @@ class Daemon:
                 try:
                     await self.refresh_live(suite)
                 except REDIS_ERRORS as exc:
-                    emit(logging.WARNING, "live_refresh_failed", suite=suite, error=exc)
+                    self._redis_logs["live"].emit(
+                        logging.WARNING, "live_refresh_failed", suite=suite, error=describe(exc)
+                    )
                     self._live_dirty.add(suite)
             await asyncio.sleep(LIVE_INTERVAL)
             if self._live_dirty:
@@ -298,11 +292,10 @@ class Daemon:
         while not stop.is_set():
             started = time.monotonic()
             try:
-                suites = await self.store.suites()
-                await self.ci_tick(suites)
-                await self.evaluate_alerts(suites)
+                await self.ci_tick()
+                await self.evaluator.evaluate(await self.store.suites())
             except REDIS_ERRORS as exc:
-                emit(logging.WARNING, "ci_tick_failed", error=exc)
+                self._redis_logs["ci"].emit(logging.WARNING, "ci_tick_failed", error=describe(exc))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     stop.wait(), max(0.0, interval - (time.monotonic() - started))
@@ -311,6 +304,7 @@ class Daemon:
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         ttl = self.config.daemon.heartbeat_ttl
         while not stop.is_set():
+            since = self.health.since
             try:
                 await self.store.heartbeat(
                     self.instance,
@@ -320,72 +314,99 @@ class Daemon:
                         "pid": os.getpid(),
                         "started_at": self.started_at,
                         "committed_events": self.committed_events,
+                        "paused_since": since,
+                        "redis_error": self.health.reason if since is not None else None,
                     },
                 )
             except REDIS_ERRORS as exc:
-                emit(logging.WARNING, "heartbeat_failed", error=exc)
+                self.health.failed("heartbeat", exc)
+                self._redis_logs["heartbeat"].emit(
+                    logging.WARNING, "heartbeat_failed", error=describe(exc)
+                )
+                wait = min(1.0, ttl / 3)  # notice the recovery soon
+            else:
+                self.health.ok("heartbeat")
+                wait = ttl / 3
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), ttl / 3)
+                await asyncio.wait_for(stop.wait(), wait)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Run until stop is set, then stop intake, finish the batch in flight, exit."""
+        """Run until stop is set, then stop intake, finish the batch in flight, exit.
+
+        Raises ConfigError (the only error that ends it early).
+        """
         cfg = self.config
         intake_stop = asyncio.Event()
-        sources: list[asyncio.Task[None]] = []
-        if cfg.mqtt.enabled:
-            sources.append(
-                asyncio.create_task(
-                    mqtt.consume(
+        emit(logging.INFO, "started", instance=self.instance)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                sources: list[asyncio.Task[None]] = []
+                if cfg.mqtt.enabled:
+                    consume = partial(
+                        mqtt.consume,
                         cfg.mqtt,
                         self.commit,
                         intake_stop,
                         max_batch=cfg.ingest.max_batch,
                         subscribed=self.subscribed,
-                    ),
-                    name="mqtt-consumer",
-                )
-            )
-        if cfg.stream.enabled:
-            sources.append(
-                asyncio.create_task(
-                    streams.consume(
-                        self.store.client,
+                    )
+                    sources.append(
+                        tg.create_task(
+                            supervise("mqtt-consumer", consume, intake_stop), name="mqtt-consumer"
+                        )
+                    )
+                if cfg.stream.enabled:
+                    read = partial(
+                        streams.consume,
+                        self.store,
                         cfg.stream,
                         self.instance,
                         self.commit,
                         intake_stop,
                         max_batch=cfg.ingest.max_batch,
-                    ),
-                    name="stream-consumer",
-                )
-            )
-        background = [
-            asyncio.create_task(self._live_loop(stop), name="live"),
-            asyncio.create_task(self._ci_loop(stop), name="ci"),
-            asyncio.create_task(self._heartbeat_loop(stop), name="heartbeat"),
-        ]
-        if self.publisher is not None:
-            background.append(asyncio.create_task(self.publisher.run(stop), name="publisher"))
-        emit(logging.INFO, "started", instance=self.instance, sources=len(sources))
-        everything = [*sources, *background]
-        stopper = asyncio.create_task(stop.wait())
-        try:
-            done, _ = await asyncio.wait(
-                [stopper, *everything], return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in done:
-                if task is not stopper and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+                    )
+                    sources.append(
+                        tg.create_task(
+                            supervise("stream-consumer", read, intake_stop), name="stream-consumer"
+                        )
+                    )
+                loops: dict[str, Callable[[], Awaitable[None]]] = {
+                    "live": partial(self._live_loop, stop),
+                    "ci": partial(self._ci_loop, stop),
+                    "heartbeat": partial(self._heartbeat_loop, stop),
+                    "blind-watch": partial(self.blind.run, stop),
+                }
+                if self.publisher is not None:
+                    loops["publisher"] = partial(self.publisher.run, stop)
+                background = [
+                    tg.create_task(supervise(name, loop, stop), name=name)
+                    for name, loop in loops.items()
+                ]
+                await stop.wait()
+                intake_stop.set()
+                # Sources finish the batch in flight (commit, then acknowledge).
+                if sources:
+                    _, late = await asyncio.wait(sources, timeout=SHUTDOWN_GRACE)
+                    for task in late:
+                        task.cancel()
+                for task in background:
+                    task.cancel()
+        except BaseExceptionGroup as group:
+            config_errors = group.subgroup(ConfigError)
+            if config_errors is not None:
+                raise _first_leaf(config_errors) from group
+            raise
         finally:
             intake_stop.set()
             stop.set()
-            # Sources finish the batch in flight (commit, then acknowledge).
-            _, late = await asyncio.wait(sources, timeout=SHUTDOWN_GRACE) if sources else ((), ())
-            for task in [*late, *background, stopper]:
-                task.cancel()
-            await asyncio.gather(*everything, stopper, return_exceptions=True)
-            await self.notifier.close()
+            await self.outbox.close()
+            await self.http.close()
             emit(logging.INFO, "stopped", committed_events=self.committed_events)
+
+
+def _first_leaf(group: BaseExceptionGroup[ConfigError]) -> ConfigError:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 async def main(config: Config) -> int:
@@ -397,25 +418,44 @@ async def main(config: Config) -> int:
     daemon = Daemon(config)
     try:
         await daemon.run(stop)
+    except ConfigError as exc:
+        emit(logging.ERROR, "config_error", error=exc)
+        return exc.exit_code
     finally:
         await daemon.store.client.aclose()
     return 0
 
 
 async def check(config: Config) -> int:
-    """0 when this instance's heartbeat is fresh, 1 otherwise."""
+    """0 when this instance's heartbeat is fresh and its ingest is not paused, 1 otherwise."""
     store = Store(
         connect(config.redis.url, cluster=config.redis.cluster, timeout=3.0), config.redis.prefix
     )
     try:
-        age = await store.heartbeat_age(config.instance)
+        return await _check(config, store)
     except REDIS_ERRORS as exc:
-        print(f"unhealthy: Redis unreachable: {exc}")
+        print(f"unhealthy: Redis unusable, ingest paused: {describe(exc)}")
         return 1
     finally:
         await store.client.aclose()
-    if age is None or age > config.daemon.heartbeat_ttl:
-        print(f"unhealthy: no fresh heartbeat for instance {config.instance!r}")
+
+
+async def _check(config: Config, store: Store) -> int:
+    instance = config.instance
+    # A small write first: under OOM, READONLY or BUSY the daemon's ingest is
+    # paused and it cannot even write its heartbeat; this names the reason.
+    await store.probe_write(instance)
+    info = await store.heartbeat_info(instance)
+    age = None if info is None else max(0.0, time.time() - float(info.get("at", 0.0)))
+    if info is None or age is None or age > config.daemon.heartbeat_ttl:
+        print(f"unhealthy: no fresh heartbeat for instance {instance!r}")
         return 1
-    print(f"healthy: instance {config.instance!r} beat {age:.1f} s ago")
+    if info.get("paused_since") is not None:
+        paused = time.time() - float(info["paused_since"])
+        print(
+            f"unhealthy: instance {instance!r} has paused ingest for {paused:.0f} s: "
+            f"{info.get('redis_error')}"
+        )
+        return 1
+    print(f"healthy: instance {instance!r} beat {age:.1f} s ago")
     return 0

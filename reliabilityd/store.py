@@ -1,25 +1,14 @@
-"""All Redis I/O: the key schema and the Lua scripts, side by side.
+"""Redis I/O for ingest and reads: batches in, counters, histograms and snapshots out.
 
-Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
-
-    <p>:{<suite>}:meta        hash  trials errors skips duplicates version last_trial_at
-    <p>:{<suite>}:tasks       hash  task -> "n:c" (window 0) or "n:c:<last W outcomes as 0/1>"
-    <p>:{<suite>}:hist        hash  "n:c" -> number of tasks in that cell
-    <p>:{<suite>}:lottery     zset  "%010d:%010d:<task>" (score 0) for tasks with 0 < c < n
-    <p>:{<suite>}:seen:<hex>  string with TTL: one (task, trial) already applied
-    <p>:{<suite>}:snapshot    hash  flat numbers for redis-cli, plus `json`
-    <p>:{<suite>}:alert:<rule> hash alert rule state (compare-and-set)
-
-Outside any suite's tag, written by separate idempotent commands:
-``<p>:suites`` (set of suite names), ``<p>:deadletter`` (capped stream),
-``<p>:stats`` (global counters) and ``<p>:heartbeat:<instance>``.
-
-Callers get Structs, ints and Histograms, never raw bytes.
+Key names live in ``keys.py`` and Lua scripts in ``scripts.py``; alert
+states, outboxes and leases in ``alertstore.py``; the stream source's
+commands in ``streamstore.py``. Together they are the only modules that name
+a key or send a Redis command. Callers get Structs, ints
+and Histograms, never raw bytes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -28,170 +17,28 @@ import msgspec
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from reliabilityd.alerts import AlertState
+from reliabilityd.alertstore import Redis
 from reliabilityd.events import Rejected, TrialEvent
 from reliabilityd.histogram import Histogram
 from reliabilityd.lottery import LotteryCase
+from reliabilityd.scripts import (
+    APPLY,
+    CLAIM,
+    CURSOR_MAX,
+    FORGET,
+    IMPORT_APPLY,
+    READ,
+    WRITE_SNAPSHOT,
+)
+from reliabilityd.streamstore import StreamStore
 
-Redis = aioredis.Redis | RedisCluster
+__all__ = ["Redis", "Store", "connect"]
 
 _OUTCOME_CODE = {"pass": "p", "fail": "f", "error": "e", "skip": "s"}
 _CELL_PAD = 10
 # Events per EVAL: bounds how long one script call holds Redis.
 CHUNK = 2000
 
-# Apply one suite's batch atomically. KEYS: meta, tasks, hist, lottery, then
-# one dedup key per event. ARGV: dedup ttl, window, now, then (task, outcome
-# code) per event. Returns {counted, errors, skips, duplicates, version}.
-APPLY = r"""
-local meta, tasks, hist, lot = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local ttl, window, now = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local counted, errors, skips, dups = 0, 0, 0, 0
-local function member(n, c, task)
-  return string.format('%010d:%010d:', n, c) .. task
-end
-local function ones(s)
-  local _, k = string.gsub(s, '1', '')
-  return k
-end
-for i = 1, #KEYS - 4 do
-  local task, o = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
-  if not redis.call('SET', KEYS[4 + i], '1', 'NX', 'EX', ttl) then
-    dups = dups + 1
-  elseif o == 'e' then
-    errors = errors + 1
-  elseif o == 's' then
-    skips = skips + 1
-  else
-    local n, c, bits = 0, 0, ''
-    local cur = redis.call('HGET', tasks, task)
-    if cur then
-      local sn, sc, sb = string.match(cur, '^(%d+):(%d+):?([01]*)$')
-      n, c, bits = tonumber(sn), tonumber(sc), sb
-    end
-    local hit = (o == 'p') and 1 or 0
-    local nn, nc, value
-    if window > 0 then
-      -- A task counted before the window was set has no order to trim by:
-      -- its window starts with this trial.
-      if #bits ~= n then bits = '' end
-      bits = bits .. ((hit == 1) and '1' or '0')
-      if #bits > window then bits = string.sub(bits, #bits - window + 1) end
-      nn, nc = #bits, ones(bits)
-      value = nn .. ':' .. nc .. ':' .. bits
-    else
-      nn, nc = n + 1, c + hit
-      value = nn .. ':' .. nc
-    end
-    if n > 0 then
-      local cell = n .. ':' .. c
-      if redis.call('HINCRBY', hist, cell, -1) <= 0 then redis.call('HDEL', hist, cell) end
-      if c > 0 and c < n then redis.call('ZREM', lot, member(n, c, task)) end
-    end
-    redis.call('HINCRBY', hist, nn .. ':' .. nc, 1)
-    if nc > 0 and nc < nn then redis.call('ZADD', lot, 0, member(nn, nc, task)) end
-    redis.call('HSET', tasks, task, value)
-    counted = counted + 1
-  end
-end
-local version = tonumber(redis.call('HGET', meta, 'version') or '0')
-if counted + errors + skips + dups > 0 then
-  if counted > 0 then
-    redis.call('HINCRBY', meta, 'trials', counted)
-    redis.call('HSET', meta, 'last_trial_at', now)
-  end
-  if errors > 0 then redis.call('HINCRBY', meta, 'errors', errors) end
-  if skips > 0 then redis.call('HINCRBY', meta, 'skips', skips) end
-  if dups > 0 then redis.call('HINCRBY', meta, 'duplicates', dups) end
-  version = redis.call('HINCRBY', meta, 'version', 1)
-end
-return {counted, errors, skips, dups, version}
-"""
-
-# Read meta and histogram in one atomic step, so the histogram belongs to the version.
-READ = r"""
-return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
-"""
-
-# Write a snapshot unless a newer one is there. KEYS: snapshot. ARGV: version,
-# number of CI field pairs, CI pairs..., value pairs... The CI part (json, CI
-# bounds, version) is written when version >= the stored `version`; the value
-# part (point estimates, counters) when version >= `live_version`, so two
-# daemons never overwrite new numbers with old ones.
-WRITE_SNAPSHOT = r"""
-local v = tonumber(ARGV[1])
-local nci = tonumber(ARGV[2])
-local wrote = 0
-if nci > 0 and v >= tonumber(redis.call('HGET', KEYS[1], 'version') or '-1') then
-  local args = {}
-  for i = 3, 2 + 2 * nci do args[#args + 1] = ARGV[i] end
-  redis.call('HSET', KEYS[1], 'version', v, unpack(args))
-  wrote = 1
-end
-if #ARGV > 2 + 2 * nci and v >= tonumber(redis.call('HGET', KEYS[1], 'live_version') or '-1') then
-  local args = {}
-  for i = 3 + 2 * nci, #ARGV do args[#args + 1] = ARGV[i] end
-  redis.call('HSET', KEYS[1], 'live_version', v, unpack(args))
-  wrote = wrote + 2
-end
-return wrote
-"""
-
-
-# Alert transition by compare-and-set. KEYS: the rule's state hash, then one
-# outbox list per sink. ARGV: expected seq, new state document, notification
-# ("" for none). The state and the notification's place in every sink's
-# outbox are written together or not at all, so a crash between deciding
-# and sending loses nothing, and two daemons never both decide.
-ALERT_CAS = r"""
-local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
-if seq ~= tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'seq', seq + 1, 'doc', ARGV[2])
-if ARGV[3] ~= '' then
-  for i = 2, #KEYS do redis.call('RPUSH', KEYS[i], ARGV[3]) end
-end
-return 1
-"""
-
-# Drop the head of an outbox only if it is still the entry just delivered.
-OUTBOX_POP = r"""
-if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then
-  redis.call('LPOP', KEYS[1])
-  return 1
-end
-return 0
-"""
-
-# Extend (ARGV[2] > 0) or release (ARGV[2] = 0) a lease we hold.
-LEASE = r"""
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if tonumber(ARGV[2]) > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-else
-  redis.call('DEL', KEYS[1])
-end
-return 1
-"""
-
-
-# Take one task out of a suite's counts. KEYS: meta, tasks, hist, lottery.
-# ARGV: task. Returns 1 when the task was there. Its dedup records stay (they
-# are keyed by digest, and expire by themselves): an old trial of the task
-# re-sent later is still a duplicate, a new one starts the task afresh.
-FORGET = r"""
-local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if not cur then return 0 end
-local sn, sc = string.match(cur, '^(%d+):(%d+)')
-local n, c = tonumber(sn), tonumber(sc)
-local cell = n .. ':' .. c
-if redis.call('HINCRBY', KEYS[3], cell, -1) <= 0 then redis.call('HDEL', KEYS[3], cell) end
-if c > 0 and c < n then
-  redis.call('ZREM', KEYS[4], string.format('%010d:%010d:', n, c) .. ARGV[1])
-end
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'version', 1)
-return 1
-"""
 
 _GLOB_SPECIAL = frozenset("*?[]\\")
 
@@ -220,6 +67,14 @@ class DeadLetter(msgspec.Struct, frozen=True):
     reason: str
     source: str
     time: float
+
+
+class StreamCursor(msgspec.Struct, frozen=True):
+    """The last entry id of a stream batch, committed with the batch."""
+
+    stream: str
+    group: str
+    entry_id: str
 
 
 class SuiteState(msgspec.Struct, frozen=True):
@@ -255,41 +110,45 @@ def connect(url: str, *, cluster: bool = False, timeout: float = 10.0) -> Redis:
     return aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
-class Store:
+class Store(StreamStore):
     """reliabilityd's view of Redis."""
 
-    def __init__(self, client: Redis, prefix: str = "rel") -> None:
-        self.client = client
-        self.prefix = prefix
-
-    # --- keys -------------------------------------------------------------
+    # --- keys (kept for tools and tests; names come from Keys) -------------
 
     def key(self, suite: str, name: str) -> str:
-        return f"{self.prefix}:{{{suite}}}:{name}"
+        return self.keys.suite(suite, name)
 
     def seen_key(self, suite: str, task: str, trial: str) -> str:
-        # A fixed-size digest bounds the dedup record's memory whatever the names.
-        digest = hashlib.blake2b(
-            task.encode() + b"\x00" + trial.encode(), digest_size=16
-        ).hexdigest()
-        return self.key(suite, f"seen:{digest}")
+        return self.keys.seen(suite, task, trial)
 
     @property
     def suites_key(self) -> str:
-        return f"{self.prefix}:suites"
+        return self.keys.suites
 
     @property
     def deadletter_key(self) -> str:
-        return f"{self.prefix}:deadletter"
+        return self.keys.deadletter
 
     @property
     def stats_key(self) -> str:
-        return f"{self.prefix}:stats"
+        return self.keys.stats
 
     def heartbeat_key(self, instance: str) -> str:
-        return f"{self.prefix}:heartbeat:{instance}"
+        return self.keys.heartbeat(instance)
 
     # --- ingest -----------------------------------------------------------
+
+    def _apply_call(
+        self, suite: str, chunk: Sequence[TrialEvent], dedup_ttl: int, window: int, stamp: str
+    ) -> tuple[list[str], list[str | int]]:
+        """KEYS and ARGV of one APPLY call: see scripts.APPLY."""
+        keys = [self.key(suite, name) for name in ("meta", "tasks", "hist", "lottery")]
+        args: list[str | int] = [dedup_ttl, window, stamp]
+        for event in chunk:
+            keys.append(self.seen_key(suite, event.task, event.trial))
+            args.append(event.task)
+            args.append(_OUTCOME_CODE[event.outcome])
+        return keys, args
 
     async def apply(
         self,
@@ -298,37 +157,39 @@ class Store:
         windows: Mapping[str, int],
         dedup_ttl: int,
         now: float | None = None,
+        cursor: StreamCursor | None = None,
     ) -> list[Applied]:
         """Apply each suite's events (one round trip), atomically per chunk of a suite.
 
         A suite's events go in chunks of at most ``CHUNK`` per EVAL, so one
         huge batch never blocks Redis for long; each chunk is atomic, and
-        re-applying any of them is harmless (dedup).
+        re-applying any of them is harmless (dedup). The same round trip
+        marks every suite of the batch changed (the CI loop takes the marks)
+        and, for a stream source, keeps the last committed entry id. The
+        marks cannot be written by the script itself on a cluster (another
+        hash slot); a failure after the script ran leaves the input
+        unacknowledged, and its redelivery marks the suite again.
         """
-        if not batches:
+        if not batches and cursor is None:
             return []
         stamp = repr(time.time() if now is None else now)
         pipe = self.client.pipeline(transaction=False)
         calls: list[str] = []
         for suite, events in batches.items():
-            fixed = [
-                self.key(suite, "meta"),
-                self.key(suite, "tasks"),
-                self.key(suite, "hist"),
-                self.key(suite, "lottery"),
-            ]
             for start in range(0, len(events), CHUNK):
-                keys = list(fixed)
-                args: list[str | int] = [dedup_ttl, windows.get(suite, 0), stamp]
-                for event in events[start : start + CHUNK]:
-                    keys.append(self.seen_key(suite, event.task, event.trial))
-                    args.append(event.task)
-                    args.append(_OUTCOME_CODE[event.outcome])
+                keys, args = self._apply_call(
+                    suite, events[start : start + CHUNK], dedup_ttl, windows.get(suite, 0), stamp
+                )
                 # EVAL, not EVALSHA: redis-py refuses pipelined EVALSHA on a
                 # cluster, and Redis caches the compiled script by its hash anyway.
                 pipe.eval(APPLY, len(keys), *keys, *args)
                 calls.append(suite)
-        pipe.sadd(self.suites_key, *batches)
+        if batches:
+            pipe.sadd(self.keys.suites, *batches)
+            pipe.sadd(self.keys.changed, *batches)
+        if cursor is not None:
+            key = self.keys.stream_cursor(cursor.stream, cursor.group)
+            pipe.eval(CURSOR_MAX, 1, key, cursor.entry_id)
         replies = await pipe.execute()
         totals: dict[str, list[int]] = {}
         for suite, reply in zip(calls, replies[: len(calls)], strict=True):
@@ -477,6 +338,15 @@ class Store:
         raw: Any = await self.client.hget(self.key(suite, "snapshot"), "json")
         return None if raw is None else bytes(raw)
 
+    async def snapshot_docs(self, suites: Sequence[str]) -> list[bytes | None]:
+        """The newest stored snapshot document of each suite, in one round trip."""
+        if not suites:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for suite in suites:
+            pipe.hget(self.key(suite, "snapshot"), "json")
+        return [None if raw is None else bytes(raw) for raw in await pipe.execute()]
+
     async def write_snapshot(
         self,
         suite: str,
@@ -496,81 +366,40 @@ class Store:
         wrote = int(await self.client.eval(WRITE_SNAPSHOT, 1, self.key(suite, "snapshot"), *args))
         return bool(wrote & 1), bool(wrote & 2)
 
-    # --- alerts -----------------------------------------------------------
+    # --- change marks -----------------------------------------------------
 
-    def alert_key(self, suite: str, rule: str) -> str:
-        return self.key(suite, f"alert:{rule}")
+    async def mark_changed(self, suites: Sequence[str]) -> None:
+        """Mark suites for a new snapshot (the next claim picks them up)."""
+        if suites:
+            await self.client.sadd(self.keys.changed, *suites)
 
-    def outbox_key(self, suite: str, rule: str, sink: str) -> str:
-        return self.key(suite, f"alert:{rule}:outbox:{sink}")
+    async def mark_stale(self, suites: Sequence[str]) -> list[str]:
+        """Mark the suites whose data version is ahead of their snapshot; returns them.
 
-    async def alert_states(self, pairs: Sequence[tuple[str, str]]) -> list[AlertState]:
-        """The stored state of each (suite, rule); inactive when none is stored."""
-        if not pairs:
-            return []
-        pipe = self.client.pipeline(transaction=False)
-        for suite, rule in pairs:
-            pipe.hmget(self.alert_key(suite, rule), ["seq", "doc"])
-        out = []
-        for seq, doc in await pipe.execute():
-            if doc is None:
-                out.append(AlertState(seq=int(seq or 0)))
-            else:
-                state = msgspec.json.decode(doc, type=AlertState)
-                out.append(msgspec.structs.replace(state, seq=int(seq or 0)))
-        return out
+        The marks are the fast path; this scan finds what they cannot (data
+        written by a version without marks, a mark lost with a crashed Redis).
+        """
+        stale = [
+            suite
+            for suite, (data, snap) in zip(suites, await self.versions(suites), strict=True)
+            if data > snap
+        ]
+        await self.mark_changed(stale)
+        return stale
 
-    async def alert_cas(
-        self,
-        suite: str,
-        rule: str,
-        *,
-        expected: AlertState,
-        new: AlertState,
-        notification: bytes | None,
-        sinks: Sequence[str],
-    ) -> bool:
-        """Store `new` if the stored state is still `expected`; queue the notification."""
-        keys = [self.alert_key(suite, rule), *(self.outbox_key(suite, rule, s) for s in sinks)]
-        doc = msgspec.json.encode(msgspec.structs.replace(new, seq=expected.seq + 1))
-        won = await self.client.eval(
-            ALERT_CAS, len(keys), *keys, expected.seq, doc, notification or b""
+    async def claim_changed(self, count: int, lifetime: float) -> list[str]:
+        """Take up to ``count`` change marks for ``lifetime`` seconds (expired claims return)."""
+        got = await self.client.eval(
+            CLAIM, 2, self.keys.changed, self.keys.claims, int(lifetime * 1000), count
         )
-        return bool(int(won))
+        return sorted(_text(s) for s in got or [])
 
-    async def outbox_lengths(self, triples: Sequence[tuple[str, str, str]]) -> list[int]:
-        if not triples:
-            return []
-        pipe = self.client.pipeline(transaction=False)
-        for suite, rule, sink in triples:
-            pipe.llen(self.outbox_key(suite, rule, sink))
-        return [int(n) for n in await pipe.execute()]
+    async def release_claim(self, suite: str) -> None:
+        """The suite's snapshot is written: drop this replica's claim on it."""
+        await self.client.zrem(self.keys.claims, suite)
 
-    async def outbox_head(self, suite: str, rule: str, sink: str) -> bytes | None:
-        head: Any = await self.client.lindex(self.outbox_key(suite, rule, sink), 0)
-        return None if head is None else bytes(head)
-
-    async def outbox_pop(self, suite: str, rule: str, sink: str, entry: bytes) -> bool:
-        key = self.outbox_key(suite, rule, sink)
-        return bool(int(await self.client.eval(OUTBOX_POP, 1, key, entry)))
-
-    async def lease(self, key: str, owner: str, ttl: float) -> bool:
-        """Take a lease (SET NX PX) for exclusive work such as draining one outbox."""
-        return bool(await self.client.set(key, owner, nx=True, px=int(ttl * 1000)))
-
-    async def lease_keep(self, key: str, owner: str, ttl: float) -> bool:
-        return bool(int(await self.client.eval(LEASE, 1, key, owner, int(ttl * 1000))))
-
-    async def lease_release(self, key: str, owner: str) -> None:
-        await self.client.eval(LEASE, 1, key, owner, 0)
-
-    async def append_alert_history(self, key: str, notification: bytes, maxlen: int) -> None:
-        await self.client.xadd(key, {"notification": notification}, maxlen=maxlen, approximate=True)
-
-    async def alert_history(self, key: str, count: int = 1000) -> list[bytes]:
-        """The oldest `count` notifications in the alert history stream."""
-        entries: Any = await self.client.xrange(key, count=count)
-        return [bytes(fields[b"notification"]) for _, fields in entries]
+    async def changed(self) -> list[str]:
+        return sorted(_text(s) for s in await self.client.smembers(self.keys.changed))
 
     # --- liveness ---------------------------------------------------------
 
@@ -579,20 +408,37 @@ class Store:
             self.heartbeat_key(instance), msgspec.json.encode(info), px=int(ttl * 1000)
         )
 
-    async def heartbeat_age(self, instance: str) -> float | None:
-        """Seconds since the instance's last heartbeat, None when there is none."""
+    async def heartbeat_info(self, instance: str) -> dict[str, Any] | None:
+        """The instance's last heartbeat document, None when there is none (or unreadable)."""
         raw = await self.client.get(self.heartbeat_key(instance))
         if raw is None:
             return None
-        info = cast(dict[str, Any], msgspec.json.decode(raw))
+        try:
+            info = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            return None
+        return cast(dict[str, Any], info) if isinstance(info, dict) else None
+
+    async def heartbeat_age(self, instance: str) -> float | None:
+        """Seconds since the instance's last heartbeat, None when there is none."""
+        info = await self.heartbeat_info(instance)
+        if info is None:
+            return None
         return max(0.0, time.time() - float(info.get("at", 0.0)))
+
+    async def probe_write(self, instance: str) -> None:
+        """One small write with a TTL: raises the Redis error that would stop ingest."""
+        await self.client.set(self.keys.probe(instance), "1", px=5000)
 
     # --- suite lifecycle --------------------------------------------------
 
     async def forget_task(self, suite: str, task: str) -> bool:
         """Remove one task from the suite's counts, histogram and lottery index, atomically."""
         keys = [self.key(suite, name) for name in ("meta", "tasks", "hist", "lottery")]
-        return bool(int(await self.client.eval(FORGET, len(keys), *keys, task)))
+        if not int(await self.client.eval(FORGET, len(keys), *keys, task)):
+            return False
+        await self.client.sadd(self.keys.changed, suite)  # the CI loop recomputes it
+        return True
 
     async def reset_suite(self, suite: str, batch: int = 1000) -> int:
         """Delete every key of the suite and drop it from the suite list; returns keys deleted.
@@ -613,6 +459,7 @@ class Store:
         if pending:
             deleted += int(await self.client.unlink(*pending))
         await self.client.srem(self.suites_key, suite)
+        await self.client.srem(self.keys.changed, suite)
         return deleted
 
     # --- imports ----------------------------------------------------------
@@ -620,10 +467,10 @@ class Store:
     # so this block moves as one piece.
 
     def imported_key(self, suite: str) -> str:
-        return self.key(suite, "imported")
+        return self.keys.imported(suite)
 
     def imports_key(self, suite: str) -> str:
-        return self.key(suite, "imports")
+        return self.keys.imports(suite)
 
     async def apply_import(
         self,
@@ -642,12 +489,6 @@ class Store:
         together or not at all, so a crash between chunks loses nothing and a
         later import (even after the dedup records expired) counts nothing twice.
         """
-        fixed = [
-            self.key(suite, "meta"),
-            self.key(suite, "tasks"),
-            self.key(suite, "hist"),
-            self.key(suite, "lottery"),
-        ]
         ledger = self.imported_key(suite)
         stamp = repr(time.time() if now is None else now)
         acc = [0, 0, 0, 0, 0]
@@ -660,16 +501,13 @@ class Store:
             sizes: list[int] = []
             for start in range(group, min(group + step, len(events)), CHUNK):
                 chunk = events[start : start + CHUNK]
-                keys = list(fixed)
-                args: list[str | int] = [dedup_ttl, window, stamp]
-                for event in chunk:
-                    keys.append(self.seen_key(suite, event.task, event.trial))
-                    args.append(event.task)
-                    args.append(_OUTCOME_CODE[event.outcome])
-                keys.append(ledger)
-                pipe.eval(IMPORT_APPLY, len(keys), *keys, *args)
+                keys, args = self._apply_call(suite, chunk, dedup_ttl, window, stamp)
+                pipe.eval(IMPORT_APPLY, len(keys) + 1, *keys, ledger, *args)
                 sizes.append(len(chunk))
-            for size, reply in zip(sizes, await pipe.execute(), strict=True):
+            # The daemon's CI loop takes this mark and recomputes the suite.
+            pipe.sadd(self.keys.changed, suite)
+            replies = await pipe.execute()
+            for size, reply in zip(sizes, replies[: len(sizes)], strict=True):
                 counted, errors, skips, dups, version = (int(x) for x in reply)
                 acc[0] += counted
                 acc[1] += errors
@@ -702,28 +540,3 @@ class ImportApplied(msgspec.Struct, frozen=True):
     duplicates: int
     version: int
     already: int
-
-
-# Runs in front of APPLY's body. KEYS: as APPLY, then the suite's import
-# ledger (a hash of dedup digests) last. ARGV: as APPLY. Every event whose
-# (task, trial) digest the ledger holds is dropped and the rest recorded;
-# APPLY then counts what is left, in the same atomic call.
-_IMPORT_GUARD = r"""
-local ledger = table.remove(KEYS)
-local total = #KEYS - 4
-local kept = 0
-for i = 1, total do
-  local key, task, o = KEYS[4 + i], ARGV[2 + 2 * i], ARGV[3 + 2 * i]
-  -- the dedup key ends in the 32 hex digits of its (task, trial) digest
-  if redis.call('HSETNX', ledger, string.sub(key, -32), '1') == 1 then
-    kept = kept + 1
-    KEYS[4 + kept], ARGV[2 + 2 * kept], ARGV[3 + 2 * kept] = key, task, o
-  end
-end
-for i = total, kept + 1, -1 do
-  KEYS[4 + i] = nil
-  ARGV[3 + 2 * i] = nil
-  ARGV[2 + 2 * i] = nil
-end
-"""
-IMPORT_APPLY = _IMPORT_GUARD + APPLY

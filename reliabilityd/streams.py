@@ -5,55 +5,60 @@ first re-reads what it left pending itself (a crash between commit and XACK),
 then new entries; every ``claim_idle`` seconds it claims entries that another,
 presumably dead, consumer left pending (XAUTOCLAIM). Re-applying an entry is
 harmless: the trial ids make counting idempotent.
+
+Each commit carries the batch's last entry id, which the store keeps with
+the commit. When the stream or its group is deleted, the group is created
+again after that id: nothing committed is read twice (even past the dedup
+records' lifetime), nothing newer is skipped. Every Redis error pauses the
+source and is retried with capped backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, Protocol
 
 import redis.exceptions
 
+from reliabilityd.backoff import Backoff
 from reliabilityd.config import StreamConfig
-from reliabilityd.logs import emit
-from reliabilityd.store import Redis
+from reliabilityd.logs import RateLimited, emit
+from reliabilityd.store import Store, StreamCursor
 
-Commit = Callable[[Sequence[tuple[bytes, str]]], Awaitable[None]]
 BLOCK_MS = 500
 
 
-async def _ensure_group(client: Redis, config: StreamConfig) -> None:
-    try:
-        await client.xgroup_create(config.key, config.group, id="0", mkstream=True)
-    except redis.exceptions.ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
+class Commit(Protocol):
+    def __call__(
+        self, payloads: Sequence[tuple[bytes, str]], cursor: StreamCursor | None = None
+    ) -> Awaitable[None]: ...
 
 
 def _payloads(entries: Sequence[Any], source: str) -> tuple[list[bytes], list[tuple[bytes, str]]]:
     ids: list[bytes] = []
     out: list[tuple[bytes, str]] = []
     for entry_id, fields in entries:
-        if fields is None:  # deleted while pending
-            ids.append(entry_id)
-            continue
         ids.append(entry_id)
+        if fields is None:  # deleted while pending
+            continue
         payload = fields.get(b"payload")
         out.append((payload if payload is not None else b"", source))
     return ids, out
 
 
-def _read_entries(reply: Any) -> Sequence[Any]:
-    """XREADGROUP's entries for our one stream (RESP2: [[key, entries]])."""
-    return reply[0][1] if reply else []
+def _last_id(ids: Sequence[bytes]) -> str:
+    def key(entry_id: bytes) -> tuple[int, int]:
+        ms, _, seq = entry_id.decode().partition("-")
+        return int(ms), int(seq or 0)
+
+    return max(ids, key=key).decode()
 
 
 async def consume(
-    client: Redis,
+    store: Store,
     config: StreamConfig,
     consumer: str,
     commit: Commit,
@@ -62,56 +67,65 @@ async def consume(
     max_batch: int,
 ) -> None:
     source = f"stream:{config.key}"
-    backoff = 0.2
+    pace = Backoff(0.2, 10.0)
+    errors = RateLimited()
     own_pending = True
     next_claim = 0.0
     group_ready = False
     while not stop.is_set():
         try:
             if not group_ready:
-                await _ensure_group(client, config)
+                start = await store.ensure_group(config.key, config.group)
+                if start is not None:
+                    emit(logging.INFO, "stream_group_created", key=config.key, after=start)
                 group_ready = True
             entries: Sequence[Any] = []
             if time.monotonic() >= next_claim:
                 next_claim = time.monotonic() + config.claim_idle / 2
-                claimed = await client.xautoclaim(
+                entries = await store.stream_claim(
                     config.key,
                     config.group,
                     consumer,
-                    min_idle_time=int(config.claim_idle * 1000),
-                    start_id="0-0",
+                    min_idle=config.claim_idle,
                     count=max_batch,
                 )
-                entries = claimed[1]
             if not entries:
-                start = "0" if own_pending else ">"
-                reply = await client.xreadgroup(
+                entries = await store.stream_read(
+                    config.key,
                     config.group,
                     consumer,
-                    {config.key: start},
+                    own_pending=own_pending,
                     count=max_batch,
-                    block=None if own_pending else BLOCK_MS,
+                    block_ms=BLOCK_MS,
                 )
-                entries = _read_entries(reply)
                 if own_pending and not entries:
                     own_pending = False
                     continue
             if not entries:
                 continue
             ids, payloads = _payloads(entries, source)
-            if payloads:
-                await asyncio.shield(commit(payloads))
-            await client.xack(config.key, config.group, *ids)
-            backoff = 0.2
+            cursor = StreamCursor(config.key, config.group, _last_id(ids))
+            await asyncio.shield(commit(payloads, cursor))
+            await store.stream_ack(config.key, config.group, ids)
+            pace.reset()
         except redis.exceptions.ResponseError as exc:
             # NOGROUP: the group is gone; UNBLOCKED: the key was deleted while we waited.
-            if not str(exc).startswith(("NOGROUP", "UNBLOCKED")):
-                raise
-            # The stream or its group was deleted under us: create them again.
-            emit(logging.WARNING, "stream_group_missing", key=config.key, group=config.group)
-            group_ready = False
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            emit(logging.WARNING, "stream_unavailable", error=exc, retry_in=round(backoff, 2))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), backoff)
-            backoff = min(backoff * 2, 10.0)
+            if str(exc).startswith(("NOGROUP", "UNBLOCKED")):
+                emit(logging.WARNING, "stream_group_missing", key=config.key, group=config.group)
+                group_ready = False
+                continue
+            await _pause(errors, pace, stop, exc)
+        except redis.exceptions.RedisError as exc:
+            await _pause(errors, pace, stop, exc)
+
+
+async def _pause(
+    errors: RateLimited, pace: Backoff, stop: asyncio.Event, exc: redis.exceptions.RedisError
+) -> None:
+    delay = await pace.wait(stop)
+    errors.emit(
+        logging.WARNING,
+        "stream_unavailable",
+        error=f"{type(exc).__name__}: {exc}",
+        retried_after=round(delay, 2),
+    )

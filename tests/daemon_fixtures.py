@@ -49,6 +49,13 @@ def with_stream(cfg: Config, key: str, claim_idle: float = 60.0) -> Config:
 @contextlib.asynccontextmanager
 async def running(config: Config) -> AsyncIterator[Daemon]:
     """A daemon in this test's event loop; stopped (gracefully) on exit."""
+    async with running_task(config) as (daemon, _):
+        yield daemon
+
+
+@contextlib.asynccontextmanager
+async def running_task(config: Config) -> AsyncIterator[tuple[Daemon, asyncio.Task[None]]]:
+    """Like ``running``, with the task that runs the daemon (to see that it is still up)."""
     daemon = Daemon(config)
     stop = asyncio.Event()
     task = asyncio.create_task(daemon.run(stop))
@@ -56,7 +63,7 @@ async def running(config: Config) -> AsyncIterator[Daemon]:
         if config.mqtt.enabled:
             # A message published before the subscription exists reaches no one.
             await asyncio.wait_for(daemon.subscribed.wait(), 20)
-        yield daemon
+        yield daemon, task
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)

@@ -17,11 +17,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from reliabilityd import snapshot
+from reliabilityd.config import StoreConfig
 from reliabilityd.daemon import Daemon
 from reliabilityd.events import TrialEvent
 from reliabilityd.lottery import lottery_cases
 from reliabilityd.store import Store
-from tests.daemon_fixtures import make_config, running, store_for, with_stream
+from tests.daemon_fixtures import make_config, running, running_task, store_for, with_stream
 from tests.helpers import Truth, make_events, payloads, publish, toml_of, truth_of, wait_until
 from tests.servers import Mosquitto, RedisServer, free_port
 
@@ -321,3 +322,73 @@ async def test_stream_deleted_under_the_daemon_is_recreated(
         await raw.xadd(key, {"payload": msgspec.json.encode(TrialEvent("s", "t", "2", "fail"))})
         await wait_until(lambda: _eq(store, {"t": (2, 1)}), 20)
     await raw.aclose()
+
+
+async def test_deleting_the_consumer_group_replays_nothing(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    """The group comes back after the last committed entry, not at 0.
+
+    The dedup records here live 2 s, so entries read again after that would
+    count twice: only the stored cursor keeps the counts exact.
+    """
+    key = f"{prefix}:trials"
+    cfg = with_stream(
+        make_config(redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix), key
+    )
+    cfg = msgspec.structs.replace(
+        cfg,
+        mqtt=msgspec.structs.replace(cfg.mqtt, session_expiry=1),
+        store=StoreConfig(dedup_ttl=2),
+    )
+    first = [TrialEvent("s", f"t{i % 4}", f"a{i}", "pass") for i in range(20)]
+    later = [TrialEvent("s", f"t{i % 4}", f"b{i}", "fail") for i in range(8)]
+    raw = aioredis.Redis.from_url(redis_server.url)
+    async with running(cfg), store_for(cfg) as store:
+        for chunk in payloads(first, 5):
+            await raw.xadd(key, {"payload": chunk})
+        await wait_until(lambda: _trials(store, 20), 20)
+        await asyncio.sleep(2.5)  # every dedup record of the first entries has expired
+        await raw.xgroup_destroy(key, "reliabilityd")
+        for chunk in payloads(later, 4):
+            await raw.xadd(key, {"payload": chunk})
+        await wait_until(lambda: _trials(store, 28), 20)
+        await asyncio.sleep(1.0)  # nothing more arrives
+        assert await store.task_counts("s") == {f"t{t}": (7, 5) for t in range(4)}
+    await raw.aclose()
+
+
+async def _trials(store: Store, n: int) -> bool:
+    return (await store.read_state("s")).counters.trials >= n
+
+
+async def test_a_loop_that_keeps_failing_is_restarted_and_ingest_goes_on(
+    redis_server: RedisServer,
+    mosquitto: Mosquitto,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug in the CI loop is logged with its traceback and restarted; nothing else stops."""
+    calls: list[int] = []
+
+    async def broken(self: Daemon) -> list[str]:
+        calls.append(1)
+        raise RuntimeError("a bug in the CI tick")
+
+    monkeypatch.setattr(Daemon, "ci_tick", broken)
+    cfg = make_config(redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix)
+    events = [TrialEvent("s", f"t{i % 3}", f"r{i}", "pass") for i in range(30)]
+    async with running_task(cfg) as (_, task), store_for(cfg) as store:
+        await publish(mosquitto.port, f"{prefix}/trials/a", payloads(events, 5))
+        await wait_until(lambda: _trials(store, 30), 20)
+
+        async def restarted() -> bool:
+            return len(calls) >= 2
+
+        await wait_until(restarted, 20)
+        assert not task.done()
+    failures = [r for r in caplog.records if "event=loop_failed loop=ci" in r.getMessage()]
+    assert failures
+    assert failures[0].exc_info is not None
+    assert "a bug in the CI tick" in str(failures[0].exc_info[1])

@@ -384,3 +384,40 @@ async def test_nothing_is_acknowledged_before_its_commit(
             await assert_exact(store, truth, events)
     finally:
         daemon.kill()
+
+
+@pytest.mark.timeout(300)  # about a minute alone; more on a busy CI machine
+async def test_sigkill_ten_times_during_fifty_thousand_events(
+    private_redis: RedisServer,
+    private_mosquitto: Mosquitto,
+    prefix: str,
+    tmp_path: Path,
+    rng: np.random.Generator,
+) -> None:
+    """kill -9 and restart every 500 messages (10 events each): exact per-task counts."""
+    cfg = make_config(redis_url=private_redis.url, mqtt_url=private_mosquitto.url, prefix=prefix)
+    events = make_events(rng, count=50_000, suites=SUITES, tasks=40)
+    truth = truth_of(events)
+    messages = payloads(events, 10)
+    daemon = DaemonProcess(cfg, tmp_path)
+    daemon.start()
+    await daemon.wait_subscribed()
+    kills: list[int] = []
+
+    async def on_progress(sent: int) -> None:
+        if sent // 500 > len(kills) and len(kills) < 10:
+            kills.append(sent)
+            daemon.kill()  # mid-stream: some batches committed, not acknowledged
+            daemon.start()  # the broker queued for the persistent session meanwhile
+            await daemon.wait_subscribed(times=len(kills) + 1)
+            await asyncio.sleep(0.3)  # let it commit some of the backlog before the next kill
+
+    try:
+        async with store_for(cfg) as store:
+            await publish(
+                private_mosquitto.port, f"{prefix}/trials/x", messages, on_progress=on_progress
+            )
+            assert len(kills) == 10
+            await assert_exact(store, truth, events)
+    finally:
+        daemon.kill()

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import msgspec
 import numpy as np
 import pytest
-import redis.asyncio as aioredis
 
+from reliabilityd.alerts import AlertState
+from reliabilityd.alertstore import Cas
 from reliabilityd.events import Rejected, TrialEvent
 from reliabilityd.lottery import lottery_cases, ranked_cell_groups
 from reliabilityd.store import Store, connect
-from tests.helpers import make_events, truth_of
+from tests.helpers import make_events, truth_of, wait_until
 from tests.servers import RedisServer
 
 
@@ -130,13 +132,21 @@ async def test_snapshot_never_overwrites_newer_with_older(store: Store) -> None:
     )
 
 
-async def test_dedup_records_expire(store: Store, redis_server: RedisServer) -> None:
-    await store.apply({"s": [TrialEvent("s", "t", "1", "pass")]}, windows={}, dedup_ttl=1234)
-    raw = aioredis.Redis.from_url(redis_server.url)
-    keys = [k async for k in raw.scan_iter(match=f"{store.prefix}:{{s}}:seen:*")]
-    assert len(keys) == 1
-    assert 1200 < await raw.ttl(keys[0]) <= 1234
-    await raw.aclose()
+async def test_dedup_records_expire(store: Store) -> None:
+    """After dedup_ttl a re-sent trial counts again: the TTL is the redelivery horizon."""
+    trial = TrialEvent("s", "t", "1", "pass")
+    await store.apply({"s": [trial]}, windows={}, dedup_ttl=1)
+    (again,) = await store.apply({"s": [trial]}, windows={}, dedup_ttl=1)
+    assert (again.counted, again.duplicates) == (0, 1)
+    key = store.seen_key("s", "t", "1")
+    await wait_until(lambda: _gone(store, key), 10)  # Redis expires it within about a second
+    (late,) = await store.apply({"s": [trial]}, windows={}, dedup_ttl=1)
+    assert (late.counted, late.duplicates) == (1, 0)
+    assert await store.task_counts("s") == {"t": (2, 2)}
+
+
+async def _gone(store: Store, key: str) -> bool:
+    return not await store.client.exists(key)
 
 
 async def test_deadletter_stream_is_capped_and_counted(store: Store) -> None:
@@ -165,3 +175,28 @@ async def test_a_batch_larger_than_one_chunk(store: Store) -> None:
     counts = await store.task_counts("s")
     assert sum(c[0] for c in counts.values()) == n
     assert sum(c[1] for c in counts.values()) == sum(1 for i in range(n) if i % 3)
+
+
+async def test_alert_cas_refuses_a_verdict_on_an_older_snapshot(store: Store) -> None:
+    """The replica that judged by snapshot 3 cannot undo a decision taken on snapshot 7."""
+    firing = AlertState(state="firing", started_at=1.0, reason="below", snapshot_version=7)
+    won = await store.alert_cas("s", "r", expected_seq=0, new=firing, notification=None, sinks=[])
+    assert won == Cas(won=True)
+    (stored,) = await store.alert_states([("s", "r")])
+    assert (stored.state, stored.seq, stored.snapshot_version) == ("firing", 1, 7)
+    resolved = AlertState(state="resolved", started_at=1.0, ended_at=2.0, snapshot_version=3)
+    refused = await store.alert_cas(
+        "s", "r", expected_seq=1, new=resolved, notification=b"note", sinks=["webhook"]
+    )
+    assert refused == Cas(won=False, stale_snapshot=True)
+    assert await store.outbox_lengths([("s", "r", "webhook")]) == [0]  # nothing queued
+    newer = msgspec.structs.replace(resolved, snapshot_version=7)
+    queued = await store.alert_cas(
+        "s", "r", expected_seq=1, new=newer, notification=b"note", sinks=["webhook"]
+    )
+    assert queued == Cas(won=True)
+    assert await store.outbox_lengths([("s", "r", "webhook")]) == [1]
+    # A stale seq is refused as before, whatever the snapshot.
+    later = msgspec.structs.replace(firing, snapshot_version=9)
+    stale = await store.alert_cas("s", "r", expected_seq=1, new=later, notification=None, sinks=[])
+    assert stale == Cas(won=False)

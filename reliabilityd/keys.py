@@ -1,0 +1,103 @@
+"""The Redis key schema: every key name reliabilityd reads or writes, in one place.
+
+Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
+
+    <p>:{<suite>}:meta        hash  trials errors skips duplicates version last_trial_at
+    <p>:{<suite>}:tasks       hash  task -> "n:c" (window 0) or "n:c:<last W outcomes as 0/1>"
+    <p>:{<suite>}:hist        hash  "n:c" -> number of tasks in that cell
+    <p>:{<suite>}:lottery     zset  "%010d:%010d:<task>" (score 0) for tasks with 0 < c < n
+    <p>:{<suite>}:seen:<hex>  string with TTL: one (task, trial) already applied
+    <p>:{<suite>}:snapshot    hash  flat numbers for redis-cli, plus `json`
+    <p>:{<suite>}:imported    hash  import ledger: digest of every imported (task, trial) -> 1
+    <p>:{<suite>}:imports     hash  run id -> note of its first finished import
+    <p>:{<suite>}:alert:<rule> hash alert rule state: seq, snap (its snapshot version), doc
+    <p>:{<suite>}:alert:<rule>:outbox:<sink>        list  notifications not yet delivered
+    <p>:{<suite>}:alert:<rule>:outbox:<sink>:lease  string  the daemon draining it
+    <p>:{<suite>}:alert:<rule>:am-resend            string  Alertmanager re-send pacing
+
+Change marks share the tag ``{/ci}`` (no suite can be named ``/ci``), so the
+claim script can move a suite between them atomically::
+
+    <p>:{/ci}:changed         set   suites whose data moved since their snapshot
+    <p>:{/ci}:claims          zset  suite -> claim deadline (ms) of the replica recomputing it
+
+Outside any tag, written by separate idempotent commands: ``<p>:suites``,
+``<p>:deadletter``, ``<p>:outbox-deadletter``, ``<p>:stats``,
+``<p>:heartbeat:<instance>`` and ``<p>:stream-cursor:<stream>:<group>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+CHANGES_TAG = "{/ci}"
+
+
+class Keys:
+    """Key names under one prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def suite(self, suite: str, name: str) -> str:
+        return f"{self.prefix}:{{{suite}}}:{name}"
+
+    def seen(self, suite: str, task: str, trial: str) -> str:
+        # A fixed-size digest bounds the dedup record's memory whatever the names.
+        digest = hashlib.blake2b(
+            task.encode() + b"\x00" + trial.encode(), digest_size=16
+        ).hexdigest()
+        return self.suite(suite, f"seen:{digest}")
+
+    def imported(self, suite: str) -> str:
+        """The import ledger: digest of every imported (task, trial), never expiring."""
+        return self.suite(suite, "imported")
+
+    def imports(self, suite: str) -> str:
+        """Run id -> note of its first finished import."""
+        return self.suite(suite, "imports")
+
+    def alert(self, suite: str, rule: str) -> str:
+        return self.suite(suite, f"alert:{rule}")
+
+    def outbox(self, suite: str, rule: str, sink: str) -> str:
+        return self.suite(suite, f"alert:{rule}:outbox:{sink}")
+
+    def outbox_lease(self, suite: str, rule: str, sink: str) -> str:
+        return self.outbox(suite, rule, sink) + ":lease"
+
+    def am_resend(self, suite: str, rule: str) -> str:
+        return self.alert(suite, rule) + ":am-resend"
+
+    @property
+    def suites(self) -> str:
+        return f"{self.prefix}:suites"
+
+    @property
+    def changed(self) -> str:
+        return f"{self.prefix}:{CHANGES_TAG}:changed"
+
+    @property
+    def claims(self) -> str:
+        return f"{self.prefix}:{CHANGES_TAG}:claims"
+
+    @property
+    def deadletter(self) -> str:
+        return f"{self.prefix}:deadletter"
+
+    @property
+    def outbox_deadletter(self) -> str:
+        return f"{self.prefix}:outbox-deadletter"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.prefix}:stats"
+
+    def heartbeat(self, instance: str) -> str:
+        return f"{self.prefix}:heartbeat:{instance}"
+
+    def stream_cursor(self, stream: str, group: str) -> str:
+        return f"{self.prefix}:stream-cursor:{stream}:{group}"
+
+    def probe(self, instance: str) -> str:
+        return f"{self.prefix}:probe:{instance}"

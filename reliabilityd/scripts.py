@@ -1,0 +1,225 @@
+"""The Lua scripts reliabilityd runs in Redis, beside the keys they take.
+
+Every script receives every key it touches in KEYS, and all of them share one
+hash tag, so each runs unchanged on Redis Cluster. Scripts are sent with EVAL
+(Redis caches them by hash; redis-py refuses pipelined EVALSHA on a cluster),
+so a SCRIPT FLUSH or a Redis restart never leaves a NOSCRIPT behind.
+"""
+
+from __future__ import annotations
+
+# Apply one suite's batch atomically. KEYS: meta, tasks, hist, lottery, then
+# one dedup key per event. ARGV: dedup ttl, window, now, then (task, outcome
+# code) per event. Returns {counted, errors, skips, duplicates, version}.
+APPLY = r"""
+local meta, tasks, hist, lot = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ttl, window, now = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local counted, errors, skips, dups = 0, 0, 0, 0
+local function member(n, c, task)
+  return string.format('%010d:%010d:', n, c) .. task
+end
+local function ones(s)
+  local _, k = string.gsub(s, '1', '')
+  return k
+end
+for i = 1, #KEYS - 4 do
+  local task, o = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  if not redis.call('SET', KEYS[4 + i], '1', 'NX', 'EX', ttl) then
+    dups = dups + 1
+  elseif o == 'e' then
+    errors = errors + 1
+  elseif o == 's' then
+    skips = skips + 1
+  else
+    local n, c, bits = 0, 0, ''
+    local cur = redis.call('HGET', tasks, task)
+    if cur then
+      local sn, sc, sb = string.match(cur, '^(%d+):(%d+):?([01]*)$')
+      n, c, bits = tonumber(sn), tonumber(sc), sb
+    end
+    local hit = (o == 'p') and 1 or 0
+    local nn, nc, value
+    if window > 0 then
+      -- A task counted before the window was set has no order to trim by:
+      -- its window starts with this trial.
+      if #bits ~= n then bits = '' end
+      bits = bits .. ((hit == 1) and '1' or '0')
+      if #bits > window then bits = string.sub(bits, #bits - window + 1) end
+      nn, nc = #bits, ones(bits)
+      value = nn .. ':' .. nc .. ':' .. bits
+    else
+      nn, nc = n + 1, c + hit
+      value = nn .. ':' .. nc
+    end
+    if n > 0 then
+      local cell = n .. ':' .. c
+      if redis.call('HINCRBY', hist, cell, -1) <= 0 then redis.call('HDEL', hist, cell) end
+      if c > 0 and c < n then redis.call('ZREM', lot, member(n, c, task)) end
+    end
+    redis.call('HINCRBY', hist, nn .. ':' .. nc, 1)
+    if nc > 0 and nc < nn then redis.call('ZADD', lot, 0, member(nn, nc, task)) end
+    redis.call('HSET', tasks, task, value)
+    counted = counted + 1
+  end
+end
+local version = tonumber(redis.call('HGET', meta, 'version') or '0')
+if counted + errors + skips + dups > 0 then
+  if counted > 0 then
+    redis.call('HINCRBY', meta, 'trials', counted)
+    redis.call('HSET', meta, 'last_trial_at', now)
+  end
+  if errors > 0 then redis.call('HINCRBY', meta, 'errors', errors) end
+  if skips > 0 then redis.call('HINCRBY', meta, 'skips', skips) end
+  if dups > 0 then redis.call('HINCRBY', meta, 'duplicates', dups) end
+  version = redis.call('HINCRBY', meta, 'version', 1)
+end
+return {counted, errors, skips, dups, version}
+"""
+
+# Read meta and histogram in one atomic step, so the histogram belongs to the version.
+READ = r"""
+return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
+"""
+
+# Write a snapshot unless a newer one is there. KEYS: snapshot. ARGV: version,
+# number of CI field pairs, CI pairs..., value pairs... The CI part (json, CI
+# bounds, version) is written when version >= the stored `version`; the value
+# part (point estimates, counters) when version >= `live_version`, so two
+# daemons never overwrite new numbers with old ones.
+WRITE_SNAPSHOT = r"""
+local v = tonumber(ARGV[1])
+local nci = tonumber(ARGV[2])
+local wrote = 0
+if nci > 0 and v >= tonumber(redis.call('HGET', KEYS[1], 'version') or '-1') then
+  local args = {}
+  for i = 3, 2 + 2 * nci do args[#args + 1] = ARGV[i] end
+  redis.call('HSET', KEYS[1], 'version', v, unpack(args))
+  wrote = 1
+end
+if #ARGV > 2 + 2 * nci and v >= tonumber(redis.call('HGET', KEYS[1], 'live_version') or '-1') then
+  local args = {}
+  for i = 3 + 2 * nci, #ARGV do args[#args + 1] = ARGV[i] end
+  redis.call('HSET', KEYS[1], 'live_version', v, unpack(args))
+  wrote = wrote + 2
+end
+return wrote
+"""
+
+
+# Alert transition by compare-and-set. KEYS: the rule's state hash, then one
+# outbox list per sink. ARGV: expected seq, the snapshot version the verdict
+# was taken on, new state document, notification ("" for none). Refused when
+# the state moved on (seq) or when the verdict rests on an older snapshot than
+# the one behind the stored state: a replica that judged by an old snapshot
+# must not undo a newer decision. The state and the notification's place in
+# every sink's outbox are written together or not at all, so a crash between
+# deciding and sending loses nothing, and two daemons never both decide.
+ALERT_CAS = r"""
+local cur = redis.call('HMGET', KEYS[1], 'seq', 'snap')
+local seq = tonumber(cur[1] or '0')
+if seq ~= tonumber(ARGV[1]) then return 0 end
+if tonumber(ARGV[2]) < tonumber(cur[2] or '-1') then return -1 end
+redis.call('HSET', KEYS[1], 'seq', seq + 1, 'snap', ARGV[2], 'doc', ARGV[3])
+if ARGV[4] ~= '' then
+  for i = 2, #KEYS do redis.call('RPUSH', KEYS[i], ARGV[4]) end
+end
+return 1
+"""
+
+# Drop the head of an outbox only if it is still the entry just delivered.
+OUTBOX_POP = r"""
+if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then
+  redis.call('LPOP', KEYS[1])
+  return 1
+end
+return 0
+"""
+
+# Extend (ARGV[2] > 0) or release (ARGV[2] = 0) a lease we hold.
+LEASE = r"""
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if tonumber(ARGV[2]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"""
+
+
+# Take change marks. KEYS: changed set, claims zset (one hash tag). ARGV:
+# claim lifetime (ms), how many. Claims whose replica died (deadline passed)
+# go back to the set first, then up to ARGV[2] marks move into the claims with
+# a deadline; the caller drops its claim once the snapshot is written. A mark
+# added meanwhile (new data) stays in the set for the next claim.
+CLAIM = r"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+for _, s in ipairs(expired) do
+  redis.call('SADD', KEYS[1], s)
+  redis.call('ZREM', KEYS[2], s)
+end
+local got = redis.call('SPOP', KEYS[1], tonumber(ARGV[2]))
+for _, s in ipairs(got) do redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), s) end
+return got
+"""
+
+# Keep the largest committed stream entry id. KEYS: cursor. ARGV: entry id.
+CURSOR_MAX = r"""
+local function parse(id)
+  local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
+  return tonumber(ms or '-1'), tonumber(seq or '-1')
+end
+local ms, seq = parse(ARGV[1])
+local cms, cseq = parse(redis.call('GET', KEYS[1]))
+if ms > cms or (ms == cms and seq > cseq) then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+"""
+
+# Take one task out of a suite's counts. KEYS: meta, tasks, hist, lottery.
+# ARGV: task. Returns 1 when the task was there. Its dedup records stay (they
+# are keyed by digest, and expire by themselves): an old trial of the task
+# re-sent later is still a duplicate, a new one starts the task afresh.
+FORGET = r"""
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if not cur then return 0 end
+local sn, sc = string.match(cur, '^(%d+):(%d+)')
+local n, c = tonumber(sn), tonumber(sc)
+local cell = n .. ':' .. c
+if redis.call('HINCRBY', KEYS[3], cell, -1) <= 0 then redis.call('HDEL', KEYS[3], cell) end
+if c > 0 and c < n then
+  redis.call('ZREM', KEYS[4], string.format('%010d:%010d:', n, c) .. ARGV[1])
+end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+return 1
+"""
+
+
+# Runs in front of APPLY's body. KEYS: as APPLY, then the suite's import
+# ledger (a hash of dedup digests) last. ARGV: as APPLY. Every event whose
+# (task, trial) digest the ledger holds is dropped and the rest recorded;
+# APPLY then counts what is left, in the same atomic call.
+_IMPORT_GUARD = r"""
+local ledger = table.remove(KEYS)
+local total = #KEYS - 4
+local kept = 0
+for i = 1, total do
+  local key, task, o = KEYS[4 + i], ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  -- the dedup key ends in the 32 hex digits of its (task, trial) digest
+  if redis.call('HSETNX', ledger, string.sub(key, -32), '1') == 1 then
+    kept = kept + 1
+    KEYS[4 + kept], ARGV[2 + 2 * kept], ARGV[3 + 2 * kept] = key, task, o
+  end
+end
+for i = total, kept + 1, -1 do
+  KEYS[4 + i] = nil
+  ARGV[3 + 2 * i] = nil
+  ARGV[2 + 2 * i] = nil
+end
+"""
+IMPORT_APPLY = _IMPORT_GUARD + APPLY

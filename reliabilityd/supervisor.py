@@ -1,0 +1,58 @@
+"""The supervisor of the daemon's long-running loops.
+
+A loop that fails for an unexpected reason is logged with its traceback and
+started again after a capped backoff; only cancellation and a configuration
+error (which no restart can fix) end it. The daemon runs every supervised
+loop in one ``asyncio.TaskGroup``, so it exits only on a stop signal or a
+configuration error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from reliabilityd.backoff import Backoff
+from reliabilityd.errors import ConfigError
+from reliabilityd.logs import kv, log
+
+# A loop that ran this long before failing starts again from the shortest wait.
+HEALTHY_RUN = 60.0
+
+
+async def supervise(
+    name: str,
+    run: Callable[[], Awaitable[None]],
+    stop: asyncio.Event,
+    *,
+    backoff: Backoff | None = None,
+) -> None:
+    """Run ``run()`` until ``stop`` is set, restarting it whenever it fails or returns early."""
+    pace = backoff or Backoff(0.5, 30.0)
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            await run()
+        except (asyncio.CancelledError, ConfigError):
+            raise
+        except Exception:
+            if time.monotonic() - started > HEALTHY_RUN:
+                pace.reset()
+            delay = pace.next_delay()
+            log.exception("%s", kv("loop_failed", loop=name, restart_in=round(delay, 2)))
+            await _sleep_or_stop(stop, delay)
+            continue
+        if stop.is_set():
+            return
+        # A loop returns only when told to stop; anything else is a fault.
+        delay = pace.next_delay()
+        log.warning("%s", kv("loop_returned", loop=name, restart_in=round(delay, 2)))
+        await _sleep_or_stop(stop, delay)
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        return
