@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench bench-stats bench-ingest servers clean
+.PHONY: demo test lint typecheck unit bench bench-stats bench-ingest study-pages servers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ bench-stats: $(STAMP)
 
 bench-ingest: $(STAMP) servers
 	$(PY) -m reliabilityd bench ingest
+
+## False pages per day and detection delay of the alert rules (pagesim), as a README table.
+study-pages: $(STAMP)
+	$(PY) -m reliabilityd study pages
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,4 +1,4 @@
-"""The ``reliabilityd`` command line: run, check, demo, bench."""
+"""The ``reliabilityd`` command line: run, check, demo, bench, study."""
 
 from __future__ import annotations
 
@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("-c", "--config", required=True, help="TOML config file")
     bench = sub.add_parser("bench", help="benchmarks that print their figure beside a baseline")
     bench.add_argument("what", choices=["stats", "ingest"])
+    study = sub.add_parser("study", help="simulation studies that print a markdown table")
+    study.add_argument("what", choices=["pages"])
+    study.add_argument("--quick", action="store_true", help="a small grid in about a minute")
+    study.add_argument("--days", type=float, help="simulated days per false-page cell")
+    study.add_argument("--reps", type=int, help="regressions per detection-delay cell")
     return parser
 
 
@@ -88,6 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from reliabilityd import bench_ingest
 
             bench_ingest.main()
+        return 0
+    if args.command == "study":
+        from reliabilityd import study_pages
+
+        study_pages.main(quick=args.quick, days=args.days, reps=args.reps)
         return 0
     raise AssertionError(args.command)  # argparse enforces the choices
 
