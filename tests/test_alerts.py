@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -11,6 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reliabilityd.alerts import AlertState, Observation, Rule, step, verdict
+from reliabilityd.config import load
+from reliabilityd.errors import ConfigError
 
 RULE = Rule(name="r", k=5, below=0.75, resolve_above=0.8)
 
@@ -255,3 +258,12 @@ def test_expected_page_rate_lives_in_the_state_document() -> None:
     # Documents written before the field existed still decode.
     old = msgspec.json.decode(b'{"state":"firing","seq":3}', type=AlertState)
     assert old.expected_pages_per_day is None
+
+
+def test_a_detector_rule_on_pass_at_k_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[[alerts]]\nname = "d"\nk = 5\nbelow = 0.75\nmetric = "pass@k"\ntrigger = "detector"\n'
+    )
+    with pytest.raises(ConfigError, match=r"alerts\[0\]\.trigger"):
+        load(path, environ={})
