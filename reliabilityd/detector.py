@@ -37,6 +37,7 @@ uses them, and the plug-in ``(c/n)^k`` is never reported.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 
 import msgspec
 import numpy as np
@@ -72,21 +73,23 @@ def recent_counts(windows: Sequence[str], recent: int = DEFAULT_RECENT) -> Recen
     """
     if recent < 1:
         raise ValueError(f"recent must be at least 1, got {recent}")
-    t = len(windows)
-    n = np.zeros(t, dtype=np.int64)
-    c = np.zeros(t, dtype=np.int64)
-    tail = np.zeros((t, recent), dtype=np.int64)
-    for i, w in enumerate(windows):
+    n: list[int] = []
+    c: list[int] = []
+    tail: list[list[int]] = []
+    for w in windows:
         if w.strip("01"):
             raise ValueError(f"a window holds only 0 and 1, got {w!r}")
-        n[i] = len(w)
-        c[i] = w.count("1")
-        last = np.frombuffer(w[::-1][:recent].encode(), dtype=np.uint8) == ord("1")
-        run = np.cumsum(last, dtype=np.int64)
-        tail[i, : run.size] = run
-        if run.size:
-            tail[i, run.size :] = run[-1]
-    return RecentCounts(n=n, c=c, recent=tail)
+        n.append(len(w))
+        c.append(w.count("1"))
+        last = w[::-1][:recent]
+        run = list(accumulate(ch == "1" for ch in last))
+        # A window shorter than `recent` stops counting where it ends.
+        tail.append(run + [run[-1] if run else 0] * (recent - len(run)))
+    return RecentCounts(
+        n=np.asarray(n, dtype=np.int64).reshape(len(n)),
+        c=np.asarray(c, dtype=np.int64).reshape(len(c)),
+        recent=np.asarray(tail, dtype=np.int64).reshape(len(tail), recent),
+    )
 
 
 def _sigmoid(x: FloatArray) -> FloatArray:
