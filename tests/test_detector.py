@@ -113,7 +113,7 @@ def test_a_batch_judges_each_suite_as_alone(suites: list[list[str]]) -> None:
     assert together.tolist() == pytest.approx(alone, abs=1e-9)
 
 
-@pytest.mark.parametrize("module", ["detector", "pagesim", "study_pages"])
+@pytest.mark.parametrize("module", ["detector", "pagesim", "pagerate", "study_pages"])
 def test_new_modules_import_no_io(module: str) -> None:
     tree = ast.parse((PACKAGE / f"{module}.py").read_text())
     imported: set[str] = set()

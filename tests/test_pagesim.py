@@ -8,12 +8,12 @@ import pytest
 from reliabilityd.alerts import Rule
 from reliabilityd.estimate import estimate_metrics
 from reliabilityd.histogram import Histogram
+from reliabilityd.pagerate import expected_false_pages
 from reliabilityd.pagesim import (
     MAKE_UPS,
     SHAPES,
     Shape,
     detection_delays,
-    expected_false_pages,
     false_pages,
     outcomes,
     pass_hat,
