@@ -84,8 +84,8 @@ def run(cells: Sequence[Cell], seed: int = SEED) -> list[str]:
     lines: list[str] = []
     shapes = " | ".join(f"delay {s} (min)" for s in SHAPES)
     header = (
-        f"| tasks x window | make-up | rule | false pages/day at true pass^5 "
-        f"| time firing at 0.85 | {shapes} |"
+        "| tasks x window | make-up | rule | true pass^5: false pages/day (pages/days "
+        f"simulated, share of time firing) | {shapes} |"
     )
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
     print("\n".join(lines), flush=True)
@@ -118,16 +118,15 @@ def run(cells: Sequence[Cell], seed: int = SEED) -> list[str]:
                 )
                 for shape in SHAPES.values()
             ]
-            at85 = [t for t, _ in cell.truths].index(0.85)
             for j, (label, _) in enumerate(named):
-                fp = ", ".join(
-                    f"{t:g}: {p[j].per_day:.2f} ({p[j].pages}/{p[j].days:g}d)"
+                fp = "; ".join(
+                    f"{t:g}: **{p[j].per_day:.2f}** ({p[j].pages}/{p[j].days:g}, "
+                    f"{p[j].firing_share:.0%})"
                     for (t, _), p in zip(cell.truths, pages, strict=True)
                 )
                 dl = " | ".join(_delay(d[j], HORIZON) for d in delays)
-                share = f"{pages[at85][j].firing_share:.0%}"
                 size = f"{cell.tasks} x {cell.window}"
-                row = f"| {size} | {mname} | {label} | {fp} | {share} | {dl} |"
+                row = f"| {size} | {mname} | {label} | {fp} | {dl} |"
                 lines.append(row)
                 print(row, flush=True)
             print(
