@@ -95,12 +95,16 @@ def test_evidence_is_finite_non_negative_and_ignores_task_order(
     assert float(evidence(recent_counts(shuffled), k, below)) == pytest.approx(ev, abs=1e-9)
 
 
+@st.composite
+def same_sized_suites(draw: st.DrawFn) -> list[list[str]]:
+    tasks = draw(st.integers(1, 20))
+    window = st.text(alphabet="01", min_size=0, max_size=30)
+    suite = st.lists(window, min_size=tasks, max_size=tasks)
+    return draw(st.lists(suite, min_size=2, max_size=4))
+
+
 @settings(max_examples=30, deadline=None)
-@given(
-    st.lists(windows_strategy, min_size=2, max_size=4).filter(
-        lambda s: len({len(x) for x in s}) == 1
-    )
-)
+@given(same_sized_suites())
 def test_a_batch_judges_each_suite_as_alone(suites: list[list[str]]) -> None:
     parts = [recent_counts(w) for w in suites]
     batch = RecentCounts(
