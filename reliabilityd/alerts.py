@@ -10,6 +10,13 @@ resolves a firing alert. Too few tasks with n >= k (``min_tasks``) gives no
 verdict. A suite without a counted trial for ``stale_after`` seconds
 breaches too, so a dead judge or a stopped fleet is noticed.
 
+That is the default, ``trigger = "ci-low"``. With ``trigger = "detector"``
+a rule instead breaches on ``Observation.evidence`` (nats, from
+``detector.evidence`` over the suite's committed windows) reaching
+``evidence``, or on the CI upper bound under ``below``, and a firing alert
+resolves when the point estimate is back at ``resolve_above``. Without a
+window there is no evidence (None), and only the upper bound can breach.
+
 No I/O here: the daemon persists ``AlertState`` in Redis and applies each
 transition by compare-and-set, so replicas and restarts never notify twice.
 """
