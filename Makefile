@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench bench-stats bench-ingest bench-import servers clean
+.PHONY: demo test lint typecheck unit bench bench-stats bench-ingest bench-import study-pages servers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ bench-ingest: $(STAMP) servers
 
 bench-import: $(STAMP) servers
 	$(PY) -m reliabilityd bench import
+
+## False pages per day and detection delay of the alert rules (pagesim), as a README table.
+study-pages: $(STAMP)
+	$(PY) -m reliabilityd study pages
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -10,6 +10,13 @@ resolves a firing alert. Too few tasks with n >= k (``min_tasks``) gives no
 verdict. A suite without a counted trial for ``stale_after`` seconds
 breaches too, so a dead judge or a stopped fleet is noticed.
 
+That is the default, ``trigger = "ci-low"``. With ``trigger = "detector"``
+a rule instead breaches on ``Observation.evidence`` (nats, from
+``detector.evidence`` over the suite's committed windows) reaching
+``evidence``, or on the CI upper bound under ``below``, and a firing alert
+resolves when the point estimate is back at ``resolve_above``. Without a
+window there is no evidence (None), and only the upper bound can breach.
+
 No I/O here: the daemon persists ``AlertState`` in Redis and applies each
 transition by compare-and-set, so replicas and restarts never notify twice.
 """
@@ -23,6 +30,7 @@ import msgspec
 State = Literal["inactive", "pending", "firing", "resolved"]
 Reason = Literal["below", "unknown", "stale"]
 Notify = Literal["firing", "resolved", "repeat"]
+Trigger = Literal["ci-low", "detector"]
 
 
 # Rule names live in Redis keys and MQTT topic levels.
@@ -53,6 +61,15 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     severity: Annotated[str, msgspec.Meta(min_length=1)] = "page"
     # Notify when the suite has had no counted trial for this many seconds.
     stale_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    # What breaches: "ci-low" (the seed's gate: the CI lower bound under
+    # `below`) or "detector" (``detector.evidence`` reaching `evidence` nats
+    # that pass^k has moved to `below` or under it, or the CI upper bound
+    # under `below`); see reliabilityd/detector.py.
+    trigger: Trigger = "ci-low"
+    # Nats of evidence a "detector" rule needs to breach.
+    evidence: Annotated[float, msgspec.Meta(gt=0)] = 12.0
+    # How many of each task's most recent outcomes the detector scans.
+    recent: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 5
 
     @property
     def resolve_at(self) -> float:
@@ -68,6 +85,9 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True):
     tasks: int
     runs: int
     last_trial_at: float | None = None
+    # The change detector's evidence that pass^k is below `below` now
+    # (``detector.evidence``); only rules with ``trigger = "detector"`` read it.
+    evidence: float | None = None
 
 
 class AlertState(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,6 +97,9 @@ class AlertState(msgspec.Struct, frozen=True, kw_only=True):
     ended_at: float | None = None
     reason: Reason | None = None
     last_notified_at: float | None = None
+    # Firing notifications per day this rule would send if the suite stayed
+    # as it is now (``pagerate.expected_false_pages``); None until computed.
+    expected_pages_per_day: float | None = None
     # Bumped by every stored change: the compare-and-set token.
     seq: int = 0
     # The snapshot version this state was decided on; a transition decided on
@@ -106,9 +129,23 @@ def verdict(rule: Rule, obs: Observation, now: float) -> tuple[Verdict, Reason |
         return ("breach", "unknown") if rule.on_unknown == "alert" else ("none", None)
     if obs.tasks < rule.min_tasks:
         return "none", None
+    if rule.trigger == "detector":
+        return _detector_verdict(rule, obs)
     if obs.ci_low < rule.below:
         return "breach", "below"
     if obs.ci_low >= rule.resolve_at:
+        return "clear", None
+    return "between", None
+
+
+def _detector_verdict(rule: Rule, obs: Observation) -> tuple[Verdict, Reason | None]:
+    # Evidence of a change now, or a whole window confidently under the threshold.
+    if (obs.evidence is not None and obs.evidence >= rule.evidence) or (
+        obs.ci_high is not None and obs.ci_high < rule.below
+    ):
+        return "breach", "below"
+    assert obs.value is not None  # verdict() returned on UNKNOWN
+    if obs.value >= rule.resolve_at:
         return "clear", None
     return "between", None
 

@@ -1,4 +1,5 @@
-"""The ``reliabilityd`` command line: the daemon, emit and import, queries, demo, benchmarks."""
+"""The ``reliabilityd`` command line: the daemon, emit and import, queries, demo, benchmarks,
+studies."""
 
 from __future__ import annotations
 
@@ -78,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks that print their figure beside a baseline")
     bench.add_argument("what", choices=["stats", "ingest", "import"])
     _add_emit_import(sub)
+    study = sub.add_parser("study", help="simulation studies that print a markdown table")
+    study.add_argument("what", choices=["pages"])
+    study.add_argument("--quick", action="store_true", help="a small grid in about a minute")
+    study.add_argument("--days", type=float, help="simulated days per false-page cell")
+    study.add_argument("--reps", type=int, help="regressions per detection-delay cell")
     return parser
 
 
@@ -377,6 +383,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _emit(args)
     if args.command == "import":
         return _import(args)
+    if args.command == "study":
+        from reliabilityd import study_pages
+
+        study_pages.main(quick=args.quick, days=args.days, reps=args.reps)
+        return 0
     raise AssertionError(args.command)  # argparse enforces the choices
 
 

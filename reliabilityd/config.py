@@ -244,6 +244,12 @@ def _check(config: Config, path: str) -> None:
                 f"{alert.resolve_above} is below `below` ({alert.below}): hysteresis needs "
                 "resolve_above >= below",
             )
+        if alert.trigger == "detector" and alert.metric != "pass^k":
+            raise ConfigError(
+                path,
+                f"$.alerts[{i}].trigger",
+                'the detector watches pass^k; use trigger = "ci-low" for pass@k',
+            )
     for field, url in (
         ("$.sinks.alertmanager.url", config.sinks.alertmanager.url),
         ("$.sinks.webhook.url", config.sinks.webhook.url),

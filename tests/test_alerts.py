@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from reliabilityd.alerts import AlertState, Observation, Rule, step, verdict
+from reliabilityd.config import load
+from reliabilityd.errors import ConfigError
 
 RULE = Rule(name="r", k=5, below=0.75, resolve_above=0.8)
 
@@ -154,3 +158,112 @@ def test_stale_suite_breaches() -> None:
 )
 def test_verdicts(low: float | None, expected: str) -> None:
     assert verdict(RULE, obs(low), now=0.0)[0] == expected
+
+
+# --- trigger = "detector" ----------------------------------------------------
+
+DETECTOR = Rule(name="d", k=5, below=0.75, resolve_above=0.8, trigger="detector", evidence=12.0)
+
+
+def dobs(
+    evidence: float | None, value: float = 0.85, *, low: float = 0.7, high: float = 0.95
+) -> Observation:
+    return Observation(value=value, ci_low=low, ci_high=high, tasks=50, runs=20, evidence=evidence)
+
+
+def test_the_lower_bound_gate_stays_the_default() -> None:
+    rule = Rule(name="r", k=5, below=0.75)
+    assert rule.trigger == "ci-low"
+    # Evidence is ignored by a ci-low rule: only the bound counts.
+    assert verdict(rule, dobs(100.0, low=0.8), now=0.0)[0] == "clear"
+
+
+def test_rule_config_names_the_trigger() -> None:
+    rule = msgspec.toml.decode(
+        b'name = "d"\nk = 5\nbelow = 0.75\ntrigger = "detector"\nevidence = 10\nrecent = 8\n',
+        type=Rule,
+    )
+    assert (rule.trigger, rule.evidence, rule.recent) == ("detector", 10.0, 8)
+    with pytest.raises(msgspec.ValidationError, match="trigger"):
+        msgspec.toml.decode(b'name = "d"\nk = 5\nbelow = 0.75\ntrigger = "mean"\n', type=Rule)
+    with pytest.raises(msgspec.ValidationError, match="evidence"):
+        msgspec.toml.decode(b'name = "d"\nk = 5\nbelow = 0.75\nevidence = 0\n', type=Rule)
+
+
+@pytest.mark.parametrize(
+    ("ob", "expected"),
+    [
+        (dobs(12.0), "breach"),  # enough evidence of a drop to the threshold
+        (dobs(11.9), "clear"),  # not enough, and the window is well above
+        (dobs(None), "clear"),  # no detector input yet: the window decides
+        (dobs(0.0, low=0.5), "clear"),  # a low CI lower bound alone is no breach
+        (dobs(0.0, value=0.7, low=0.6, high=0.74), "breach"),  # the whole CI is under
+        (dobs(0.0, value=0.78, low=0.7, high=0.85), "between"),  # under resolve_above
+        (dobs(0.0, value=0.8), "clear"),
+    ],
+)
+def test_detector_verdicts(ob: Observation, expected: str) -> None:
+    assert verdict(DETECTOR, ob, now=0.0)[0] == expected
+
+
+def test_detector_unknown_and_min_tasks_behave_as_before() -> None:
+    unknown = Observation(value=None, ci_low=None, ci_high=None, tasks=50, runs=3, evidence=50.0)
+    assert verdict(DETECTOR, unknown, now=0.0)[0] == "none"
+    few = Rule(name="d", k=5, below=0.75, trigger="detector", min_tasks=60)
+    assert verdict(few, dobs(50.0), now=0.0)[0] == "none"
+
+
+def test_detector_fires_once_and_resolves_once() -> None:
+    evs = [0.0, 3.0, 13.0, 20.0, 5.0, 0.0, 0.0]
+    values = [0.9, 0.88, 0.8, 0.74, 0.7, 0.76, 0.82]
+    state = AlertState()
+    notes = []
+    for i, (ev, v) in enumerate(zip(evs, values, strict=True)):
+        t = step(DETECTOR, state, dobs(ev, v, low=v - 0.08, high=v + 0.08), now=float(i))
+        state = t.new
+        notes.append(t.notify)
+    assert notes == [None, None, "firing", None, None, None, "resolved"]
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(0.0, 30.0), st.floats(0.0, 1.0), st.floats(0.0, 0.2)),
+        max_size=60,
+    )
+)
+def test_detector_notifications_alternate_and_match_their_reasons(
+    seq: list[tuple[float, float, float]],
+) -> None:
+    state = AlertState()
+    notes = []
+    for i, (ev, value, half) in enumerate(seq):
+        high = min(1.0, value + half)
+        t = step(DETECTOR, state, dobs(ev, value, low=max(0.0, value - half), high=high), float(i))
+        if t.notify == "firing":
+            assert ev >= DETECTOR.evidence or high < DETECTOR.below
+        if t.notify == "resolved":
+            assert value >= DETECTOR.resolve_at
+            assert ev < DETECTOR.evidence
+        if t.notify:
+            notes.append(t.notify)
+        state = t.new
+    assert all(a != b for a, b in itertools.pairwise(notes))
+    assert not notes or notes[0] == "firing"
+
+
+def test_expected_page_rate_lives_in_the_state_document() -> None:
+    state = AlertState(expected_pages_per_day=7.5)
+    raw = msgspec.json.encode(state)
+    assert msgspec.json.decode(raw, type=AlertState) == state
+    # Documents written before the field existed still decode.
+    old = msgspec.json.decode(b'{"state":"firing","seq":3}', type=AlertState)
+    assert old.expected_pages_per_day is None
+
+
+def test_a_detector_rule_on_pass_at_k_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[[alerts]]\nname = "d"\nk = 5\nbelow = 0.75\nmetric = "pass@k"\ntrigger = "detector"\n'
+    )
+    with pytest.raises(ConfigError, match=r"alerts\[0\]\.trigger"):
+        load(path, environ={})

@@ -1,0 +1,162 @@
+"""A change detector for pass^k against a rule's threshold, from the committed windows.
+
+Why: a rule on the window's CI lower bound cannot tell a suite at 0.85 from
+one at 0.75 (the bound is +-0.08 wide at 50 tasks), so it pages many times a
+day for nothing, and ``for`` barely helps because a dip lasts about as long
+as the window. The bound's width is mostly the spread *between* tasks, which
+is fixed for a fixed task set; what moves when a suite regresses is each
+task's own failure rate. This detector watches exactly that.
+
+How: every task's window (its last W outcomes, as committed in Redis) is
+split into its most recent m outcomes and the older ones, the baseline. Two
+hypotheses about the recent outcomes, both anchored to the rule's
+threshold ``below``:
+
+* the baseline's own per-task pass rates, and
+* the same rates shifted by one common log-odds step ``delta`` until the
+  suite's pass^k has moved by exactly ``below - baseline pass^k`` (the
+  baseline pass^k is the exact unbiased window estimator; the shift only
+  shapes how a drop spreads over the tasks).
+
+When the baseline is above the threshold the first is the null and the
+shifted one (at the threshold) the alternative; when it is below, the other
+way round. The evidence is the log-likelihood ratio (in nats) of the recent
+outcomes, alternative over null, maximised over m = 1..``recent`` (a
+window-limited CUSUM: the change may have started at any of the last m
+rounds) and floored at 0. A rule with ``trigger = "detector"`` breaches when
+it reaches ``evidence`` nats (or when the CI's *upper* bound is under
+``below``: then the whole window says so).
+
+Nothing here keeps state between ticks: the evidence is a function of the
+committed windows alone, so replicas that judge the same version agree, and
+a restart loses nothing. Per-task rates are shrunk away from 0 and 1
+(``(c + 1/2) / (n + 1)``) only inside the likelihood; no reported number
+uses them, and the plug-in ``(c/n)^k`` is never reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import accumulate
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+DEFAULT_RECENT = 5
+_SHIFT_BOUND = 30.0
+_BISECT = 32
+PRIOR = 4.0
+
+
+class RecentCounts(msgspec.Struct, frozen=True):
+    """What the detector reads from one suite's windows.
+
+    ``n[t]`` outcomes in task t's window, ``c[t]`` of them passed, and
+    ``recent[t, m - 1]`` passes among its last m outcomes (m = 1..M). Leading
+    batch axes are allowed (the simulation judges many rounds at once).
+    """
+
+    n: IntArray
+    c: IntArray
+    recent: IntArray
+
+
+def recent_counts(windows: Sequence[str], recent: int = DEFAULT_RECENT) -> RecentCounts:
+    """Parse the tasks' windows as stored in Redis: oldest first, ``1`` = pass, ``0`` = fail.
+
+    This is the daemon's entry point: the strings come from the tasks hash
+    (``n:c:<outcomes>``), the part after the second colon.
+    """
+    if recent < 1:
+        raise ValueError(f"recent must be at least 1, got {recent}")
+    n: list[int] = []
+    c: list[int] = []
+    tail: list[list[int]] = []
+    for w in windows:
+        if w.strip("01"):
+            raise ValueError(f"a window holds only 0 and 1, got {w!r}")
+        n.append(len(w))
+        c.append(w.count("1"))
+        last = w[::-1][:recent]
+        run = list(accumulate(ch == "1" for ch in last))
+        # A window shorter than `recent` stops counting where it ends.
+        tail.append(run + [run[-1] if run else 0] * (recent - len(run)))
+    return RecentCounts(
+        n=np.asarray(n, dtype=np.int64).reshape(len(n)),
+        c=np.asarray(c, dtype=np.int64).reshape(len(c)),
+        recent=np.asarray(tail, dtype=np.int64).reshape(len(tail), recent),
+    )
+
+
+def _sigmoid(x: FloatArray) -> FloatArray:
+    out: FloatArray = 1.0 / (1.0 + np.exp(-x))
+    return out
+
+
+def _unbiased_pass_hat(n: IntArray, c: IntArray, k: int) -> FloatArray:
+    """C(c, k) / C(n, k) elementwise (0 where c < k); n >= k wherever it is used."""
+    out = np.ones(np.broadcast(n, c).shape, dtype=np.float64)
+    nf = n.astype(np.float64)
+    cf = c.astype(np.float64)
+    for i in range(k):
+        out *= np.clip(cf - i, 0.0, None) / np.maximum(nf - i, 1.0)
+    return out
+
+
+def _split_evidence(
+    n: IntArray, c: IntArray, m: int, passes: IntArray, *, k: int, below: float
+) -> FloatArray:
+    """Log-likelihood ratio of each task's last m outcomes, alternative over null."""
+    nb = n - m
+    cb = c - passes
+    used = nb >= k
+    w = used.astype(np.float64)
+    tasks = w.sum(axis=-1)
+    safe = np.maximum(tasks, 1.0)
+    base = (_unbiased_pass_hat(np.where(used, nb, k), np.where(used, cb, 0), k) * w).sum(
+        axis=-1
+    ) / safe
+    # Each task's rate is shrunk toward the suite's pooled rate by PRIOR
+    # pseudo-trials: a task that has not failed yet is not taken as perfect.
+    nbf = np.maximum(nb, 0).astype(np.float64) * w
+    pooled = ((cb * w).sum(axis=-1) + 0.5) / (nbf.sum(axis=-1) + 1.0)
+    prior = PRIOR * pooled[..., None]
+    p = (cb + prior) / (np.maximum(nb, 0) + PRIOR)
+    lp = np.log(p) - np.log1p(-p)
+    plug = ((p**k) * w).sum(axis=-1) / safe
+    # Only the shape of a drop comes from the shrunk rates; its size is the
+    # unbiased estimator's distance to the threshold.
+    goal = np.clip(plug + (below - base), 1e-12, 1.0 - 1e-12)
+    lo = np.full(goal.shape, -_SHIFT_BOUND)
+    hi = np.full(goal.shape, _SHIFT_BOUND)
+    for _ in range(_BISECT):
+        mid = (lo + hi) / 2.0
+        level = ((_sigmoid(lp - mid[..., None]) ** k) * w).sum(axis=-1) / safe
+        too_high = level > goal
+        lo = np.where(too_high, mid, lo)
+        hi = np.where(too_high, hi, mid)
+    shifted = _sigmoid(lp - ((lo + hi) / 2.0)[..., None])
+    drop = (below - base)[..., None] < 0.0  # baseline above the threshold
+    alt = np.clip(np.where(drop, shifted, p), 1e-12, 1.0 - 1e-12)
+    null = np.clip(np.where(drop, p, shifted), 1e-12, 1.0 - 1e-12)
+    per_fail = np.log1p(-alt) - np.log1p(-null)
+    per_pass = np.log(alt) - np.log(null)
+    llr: FloatArray = (((m - passes) * per_fail + passes * per_pass) * w).sum(axis=-1)
+    return np.where(tasks > 0, llr, 0.0)
+
+
+def evidence(counts: RecentCounts, k: int, below: float) -> FloatArray:
+    """Nats of evidence that the suite's pass^k has moved to ``below`` or under it, now.
+
+    Shape: the batch shape of ``counts`` (a 0-d array for one suite). For each
+    split m, tasks with fewer than m + k outcomes (no baseline) are left out.
+    """
+    best = np.zeros(counts.c.shape[:-1])
+    for m in range(1, counts.recent.shape[-1] + 1):
+        llr = _split_evidence(counts.n, counts.c, m, counts.recent[..., m - 1], k=k, below=below)
+        best = np.maximum(best, llr)
+    return best
