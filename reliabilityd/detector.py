@@ -155,6 +155,12 @@ def evidence(counts: RecentCounts, k: int, below: float) -> FloatArray:
     Shape: the batch shape of ``counts`` (a 0-d array for one suite). For each
     split m, tasks with fewer than m + k outcomes (no baseline) are left out.
     """
+    if counts.c.ndim == 1 and counts.c.size > 1:
+        # One suite: put its tasks in a canonical order first, so that float
+        # sums (and the bisection built on them) give bit-identical evidence
+        # whatever order a replica listed the tasks in.
+        order = np.lexsort((*counts.recent.T[::-1], counts.c, counts.n))
+        counts = RecentCounts(n=counts.n[order], c=counts.c[order], recent=counts.recent[order])
     best = np.zeros(counts.c.shape[:-1])
     for m in range(1, counts.recent.shape[-1] + 1):
         llr = _split_evidence(counts.n, counts.c, m, counts.recent[..., m - 1], k=k, below=below)
