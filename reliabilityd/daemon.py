@@ -27,14 +27,15 @@ from typing import TypeVar
 import msgspec
 import redis.exceptions
 
-from reliabilityd import mqtt, snapshot, streams
+from reliabilityd import mqtt, snapshot, streams, web  # [http] web
 from reliabilityd.alerts import Observation, step
-from reliabilityd.config import Config
+from reliabilityd.config import Config, parse_mqtt_url  # [http] parse_mqtt_url
 from reliabilityd.events import Rejected, TrialEvent, decode
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.lottery import ranked_cell_groups
+from reliabilityd.metrics import Metrics  # [http] metrics
 from reliabilityd.notify import Notifier, parse_time
-from reliabilityd.store import Store, connect
+from reliabilityd.store import Applied, Store, connect
 
 T = TypeVar("T")
 LIVE_INTERVAL = 0.2
@@ -65,6 +66,16 @@ class Daemon:
         # Set once the MQTT subscription is confirmed (for tests and tools).
         self.subscribed = asyncio.Event()
         self.started_at = time.time()
+        # [http] What web.py and metrics.py read: see the Backend block below.
+        self.paused = False
+        self.last_commit_at = self.started_at
+        self.http_listening = asyncio.Event()
+        self.metrics = Metrics(
+            sinks=self.notifier.sinks,
+            is_paused=self.is_paused,
+            last_commit_at=lambda: self.last_commit_at,
+        )
+        self.notifier.sinks = self.metrics.count_sink_failures(self.notifier.sinks)
 
     # --- settings ---------------------------------------------------------
 
@@ -91,8 +102,11 @@ class Daemon:
         backoff = 0.1
         while True:
             try:
-                return await op()
+                result = await op()
+                self.paused = False  # [http] metrics
+                return result
             except REDIS_ERRORS as exc:
+                self.paused = True  # [http] metrics
                 emit(logging.WARNING, "redis_unavailable", during=what, error=exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
@@ -106,8 +120,21 @@ class Daemon:
             for event in good:
                 by_suite[event.suite].append(event)
             rejected.extend((item, source) for item in bad)
+        await self._commit_decoded(by_suite, rejected, retry=True)
+
+    async def _once(self, what: str, op: Callable[[], Awaitable[T]]) -> T:  # [http]
+        return await op()
+
+    async def _commit_decoded(  # [http] split out of commit for ingest()
+        self,
+        by_suite: dict[str, list[TrialEvent]],
+        rejected: list[tuple[Rejected, str]],
+        *,
+        retry: bool,
+    ) -> list[Applied]:
+        run = self._retry if retry else self._once
         if rejected:
-            await self._retry(
+            await run(
                 "deadletter",
                 partial(
                     self.store.deadletter, rejected, maxlen=self.config.store.deadletter_maxlen
@@ -121,17 +148,22 @@ class Daemon:
                 count=len(rejected),
                 reason=first.reason,
             )
+            self.metrics.deadlettered(source for _, source in rejected)  # [http] metrics
         if not by_suite:
-            return
+            return []
         windows = {suite: self.config.suite_settings(suite)[0] for suite in by_suite}
-        applied = await self._retry(
+        started = time.monotonic()  # [http] metrics
+        applied = await run(
             "apply",
             partial(self.store.apply, by_suite, windows=windows, dedup_ttl=self.config.dedup_ttl),
         )
+        self.metrics.committed(applied, time.monotonic() - started)  # [http] metrics
+        self.last_commit_at = time.time()  # [http] metrics
         for result in applied:
             self.committed_events += result.counted
             self._live_dirty.add(result.suite)
         self._live_wake.set()
+        return applied
 
     # --- numbers out ------------------------------------------------------
 
@@ -151,7 +183,8 @@ class Daemon:
         """CIs, lottery cases and the whole snapshot; None if a newer one is stored."""
         state = await self.store.read_state(suite)
         settings = self.settings(suite)
-        estimates = await asyncio.to_thread(snapshot.full_estimates, state.hist, settings)
+        with self.metrics.ci_seconds.time():  # [http] metrics
+            estimates = await asyncio.to_thread(snapshot.full_estimates, state.hist, settings)
         lottery_k = max(self.config.stats.k)
         limit = self.config.stats.lottery_limit
         groups = ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k, limit)
@@ -276,6 +309,48 @@ class Daemon:
             if length:
                 self.notifier.kick(*triple)
 
+    # --- [http] web.Backend: what the HTTP port and /metrics read ----------
+
+    def is_paused(self) -> bool:
+        return self.paused
+
+    async def ingest(
+        self, events: Sequence[TrialEvent], rejected: Sequence[Rejected], source: str
+    ) -> list[Applied]:
+        """Commit once, no retry: the HTTP client retries on the 503 this becomes."""
+        by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
+        for event in events:
+            by_suite[event.suite].append(event)
+        try:
+            return await self._commit_decoded(
+                by_suite, [(r, source) for r in rejected], retry=False
+            )
+        except REDIS_ERRORS as exc:
+            raise web.IngestUnavailable(f"Redis: {exc}") from None
+
+    async def refresh_metrics(self) -> None:
+        await self.metrics.refresh(self.store, self.rules, list(self.notifier.sinks))
+
+    async def snapshot_json(self, suite: str) -> bytes | None:
+        return await self.store.snapshot_json(suite)
+
+    async def readiness(self) -> dict[str, str]:
+        problems: dict[str, str] = {}
+        try:
+            await asyncio.wait_for(self.store.client.ping(), 2.0)
+        except Exception as exc:
+            problems["redis"] = f"{type(exc).__name__}: {exc}"
+        if self.config.mqtt.enabled:
+            broker = parse_mqtt_url(self.config.mqtt.url)
+            try:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(broker.host, broker.port), 2.0
+                )
+                writer.close()
+            except (OSError, TimeoutError) as exc:
+                problems["mqtt"] = f"{broker.host}:{broker.port}: {type(exc).__name__} {exc}"
+        return problems
+
     # --- loops ------------------------------------------------------------
 
     async def _live_loop(self, stop: asyncio.Event) -> None:
@@ -366,6 +441,9 @@ class Daemon:
         ]
         if self.publisher is not None:
             background.append(asyncio.create_task(self.publisher.run(stop), name="publisher"))
+        if cfg.http.port:  # [http]
+            serving = web.serve(self, cfg.http, cfg.ingest.max_payload, stop, self.http_listening)
+            background.append(asyncio.create_task(serving, name="http"))
         emit(logging.INFO, "started", instance=self.instance, sources=len(sources))
         everything = [*sources, *background]
         stopper = asyncio.create_task(stop.wait())

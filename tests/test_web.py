@@ -1,0 +1,308 @@
+"""The HTTP port against a real redis-server: POST /v1/trials, probes, snapshots, /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from reliabilityd import config as config_mod
+from reliabilityd.config import Config, HttpConfig, IngestConfig, MqttConfig
+from reliabilityd.daemon import Daemon
+from reliabilityd.errors import ConfigError
+from tests.daemon_fixtures import make_config, running, store_for
+from tests.helpers import toml_of, wait_until
+from tests.servers import Mosquitto, RedisServer, free_port
+
+
+def http_config(
+    redis: RedisServer,
+    prefix: str,
+    *,
+    broker: Mosquitto | None = None,
+    token: str = "",
+    max_payload: int = 1 << 20,
+) -> Config:
+    cfg = make_config(
+        redis_url=redis.url,
+        mqtt_url=broker.url if broker else "mqtt://127.0.0.1:1",
+        prefix=prefix,
+        ks=[1, 3],
+        http=HttpConfig(port=free_port(), token=token),
+        ingest=IngestConfig(max_payload=max_payload),
+    )
+    if broker is None:
+        cfg = msgspec.structs.replace(cfg, mqtt=msgspec.structs.replace(cfg.mqtt, enabled=False))
+    return cfg
+
+
+@contextlib.asynccontextmanager
+async def serving(cfg: Config) -> AsyncIterator[tuple[Daemon, str]]:
+    async with running(cfg) as daemon:
+        await asyncio.wait_for(daemon.http_listening.wait(), 10)
+        yield daemon, f"http://127.0.0.1:{cfg.http.port}"
+
+
+def event(task: str, trial: str, outcome: str = "pass", suite: str = "web") -> dict[str, str]:
+    return {"suite": suite, "task": task, "trial": trial, "outcome": outcome}
+
+
+async def post(
+    base: str, body: Any, *, raw: bytes | None = None, token: str | None = None
+) -> tuple[int, Any, dict[str, str]]:
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = raw if raw is not None else msgspec.json.encode(body)
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{base}/v1/trials", data=data, headers=headers) as resp,
+    ):
+        text = await resp.read()
+        parsed = msgspec.json.decode(text) if text else None
+        return resp.status, parsed, dict(resp.headers)
+
+
+async def get(base: str, path: str) -> tuple[int, bytes]:
+    async with aiohttp.ClientSession() as http, http.get(base + path) as resp:
+        return resp.status, await resp.read()
+
+
+async def test_post_answers_200_only_after_the_commit(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    cfg = http_config(redis_server, prefix)
+    batch = [
+        event("t1", "a"),
+        event("t1", "b", "fail"),
+        event("t2", "a"),
+        event("t2", "e", "error"),
+    ]
+    async with serving(cfg) as (_, base), store_for(cfg) as store:
+        status, body, _ = await post(base, batch)
+        assert status == 200
+        assert [r["status"] for r in body["results"]] == ["accepted"] * 4
+        assert body["suites"]["web"] == {"counted": 3, "duplicates": 0, "errors": 1, "skips": 0}
+        # No waiting: the 200 means Redis has it.
+        assert await store.task_counts("web") == {"t1": (2, 1), "t2": (1, 1)}
+        # The same trials again: idempotent, counted as duplicates.
+        status, body, _ = await post(base, batch)
+        assert status == 200
+        assert body["suites"]["web"]["duplicates"] == 4
+        assert await store.task_counts("web") == {"t1": (2, 1), "t2": (1, 1)}
+
+
+async def test_rejected_elements_get_a_reason_each_and_the_good_ones_count(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    cfg = http_config(redis_server, prefix)
+    batch: list[Any] = [
+        event("t1", "a"),
+        event("t1", "b", suite="bad/suite"),
+        {"suite": "web", "task": "t1", "trial": "c"},
+        event("t1", "d", "fail"),
+    ]
+    async with serving(cfg) as (_, base), store_for(cfg) as store:
+        status, body, _ = await post(base, batch)
+        assert status == 422
+        assert body["accepted"] == 2
+        assert body["rejected"] == 2
+        results = body["results"]
+        assert [r["status"] for r in results] == ["accepted", "rejected", "rejected", "accepted"]
+        assert "suite contains one of" in results[1]["reason"]
+        assert results[1]["reason"].startswith("element 1:")
+        assert "outcome" in results[2]["reason"]
+        assert await store.task_counts("web") == {"t1": (2, 1)}
+        letters = await store.deadletters()
+        assert [d.source for d in letters] == ["http", "http"]
+
+
+async def test_a_body_that_does_not_decode_is_400_and_counts_nothing(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    cfg = http_config(redis_server, prefix)
+    async with serving(cfg) as (_, base), store_for(cfg) as store:
+        status, body, _ = await post(base, None, raw=b'{"suite": "web", "task"')
+        assert status == 400
+        assert "not" in body["error"]
+        status, body, _ = await post(base, None, raw=b"")
+        assert status == 400
+        assert body["error"] == "empty payload"
+        assert await store.suites() == []
+        assert await store.deadletter_count() == 2
+
+
+async def test_a_body_past_max_payload_is_413(redis_server: RedisServer, prefix: str) -> None:
+    cfg = http_config(redis_server, prefix, max_payload=1000)
+    big = [event(f"task {i}", str(i)) for i in range(40)]
+    async with serving(cfg) as (_, base), store_for(cfg) as store:
+        status, body, _ = await post(base, big)
+        assert status == 413
+        assert "exceeds 1000" in body["error"]
+        assert await store.suites() == []
+        status, _, _ = await post(base, big[:5])
+        assert status == 200
+
+
+async def test_a_token_is_required_when_set(redis_server: RedisServer, prefix: str) -> None:
+    cfg = http_config(redis_server, prefix, token="s3cret")
+    async with serving(cfg) as (_, base), store_for(cfg) as store:
+        status, _, headers = await post(base, [event("t", "1")])
+        assert status == 401
+        assert headers["WWW-Authenticate"].startswith("Bearer")
+        status, _, _ = await post(base, [event("t", "1")], token="wrong")
+        assert status == 401
+        assert await store.suites() == []
+        status, _, _ = await post(base, [event("t", "1")], token="s3cret")
+        assert status == 200
+        # Reads stay open: Prometheus and probes carry no token.
+        assert (await get(base, "/healthz"))[0] == 200
+        assert (await get(base, "/metrics"))[0] == 200
+
+
+def test_listening_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
+    cfg = Config(http=HttpConfig(host="0.0.0.0", port=9780))
+    path = tmp_path / "c.toml"
+    path.write_bytes(toml_of(cfg))
+    with pytest.raises(ConfigError) as err:
+        config_mod.load(path, environ={})
+    assert err.value.field == "$.http.token"
+    loaded = config_mod.load(path, environ={"RELIABILITYD_HTTP_TOKEN": "t0ken"})
+    assert loaded.http.token == "t0ken"
+    # Loopback and off need none.
+    for http in (HttpConfig(host="127.0.0.1", port=9780), HttpConfig(host="0.0.0.0", port=0)):
+        path.write_bytes(toml_of(Config(http=http)))
+        assert config_mod.load(path, environ={}).http == http
+
+
+async def test_redis_down_is_503_with_retry_after_and_nothing_is_lost(
+    private_redis: RedisServer, prefix: str
+) -> None:
+    cfg = http_config(private_redis, prefix)
+    cfg = msgspec.structs.replace(cfg, redis=msgspec.structs.replace(cfg.redis, timeout=1.0))
+    async with serving(cfg) as (_, base):
+        assert (await post(base, [event("t", "1")]))[0] == 200
+        private_redis.kill()
+        status, body, headers = await post(base, [event("t", "2", "fail")])
+        assert status == 503
+        assert int(headers["Retry-After"]) > 0
+        assert "not committed" in body["error"]
+        # Liveness is the process; readiness is Redis.
+        assert (await get(base, "/healthz"))[0] == 200
+        status, ready = await get(base, "/readyz")
+        assert status == 503
+        assert "redis" in msgspec.json.decode(ready)["problems"]
+        private_redis.start()
+        # The client retries what was refused (and what it is unsure of): counted once.
+        for _ in range(2):
+            status, _, _ = await post(base, [event("t", "2", "fail")])
+            assert status == 200
+        assert (await get(base, "/readyz"))[0] == 200
+        async with store_for(cfg) as store:
+            assert await store.task_counts("web") == {"t": (2, 1)}
+
+
+async def test_readyz_names_an_unreachable_broker(
+    redis_server: RedisServer, private_mosquitto: Mosquitto, prefix: str
+) -> None:
+    cfg = http_config(redis_server, prefix, broker=private_mosquitto)
+    async with serving(cfg) as (_, base):
+        assert (await get(base, "/readyz"))[0] == 200
+        private_mosquitto.stop()
+        status, body = await get(base, "/readyz")
+        assert status == 503
+        assert list(msgspec.json.decode(body)["problems"]) == ["mqtt"]
+        assert (await get(base, "/healthz"))[0] == 200
+        private_mosquitto.start()
+
+
+async def test_suite_url_answers_the_newest_snapshot(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    cfg = http_config(redis_server, prefix)
+    batch = [event(f"t{i}", str(j), "pass" if j else "fail") for i in range(4) for j in range(3)]
+    async with serving(cfg) as (_, base), store_for(cfg) as store:
+        assert (await post(base, batch))[0] == 200
+
+        async def snapshot_ready() -> bool:
+            return await store.snapshot_json("web") is not None
+
+        await wait_until(snapshot_ready)
+        status, raw = await get(base, "/suites/web?rule=whatever")
+        assert status == 200
+        doc = msgspec.json.decode(raw)
+        assert doc["suite"] == "web"
+        assert doc["tasks"] == 4
+        assert raw == await store.snapshot_json("web")
+        status, _ = await get(base, "/suites/nope")
+        assert status == 404
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+async def scrape(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    status, raw = await get(base, "/metrics")
+    assert status == 200
+    return samples(raw.decode())
+
+
+async def test_replicas_export_the_same_suite_gauges_and_their_own_counters(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    a = http_config(redis_server, prefix)
+    b = msgspec.structs.replace(
+        a,
+        http=HttpConfig(port=free_port()),
+        mqtt=MqttConfig(enabled=False, client_id=f"{prefix}-b"),
+        daemon=msgspec.structs.replace(a.daemon, instance=f"{prefix}-b"),
+    )
+    # 4 tasks x 3 trials: pass^3 is 1 on two tasks, 0 on the others.
+    batch = [
+        event(f"t{i}", str(j), "pass" if i < 2 or j == 0 else "fail")
+        for i in range(4)
+        for j in range(3)
+    ]
+    async with serving(a) as (_, base_a), serving(b) as (_, base_b), store_for(a) as store:
+        assert (await post(base_a, [*batch, event("t0", "x", "skip")]))[0] == 200
+        assert (await post(base_a, batch[:2]))[0] == 200
+
+        async def snapshot_ready() -> bool:
+            return await store.snapshot_json("web") is not None
+
+        await wait_until(snapshot_ready)
+        seen_a, seen_b = await scrape(base_a), await scrape(base_b)
+    key = ("reliabilityd_pass_hat_k_ratio", (("k", "3"), ("suite", "web")))
+    assert seen_a[key] == seen_b[key] == 0.5
+    for name in (
+        "reliabilityd_pass_hat_k_ci_lower_ratio",
+        "reliabilityd_pass_hat_k_ci_upper_ratio",
+        "reliabilityd_pass_at_k_ratio",
+    ):
+        k3 = (name, (("k", "3"), ("suite", "web")))
+        assert seen_a[k3] == seen_b[k3]
+    low = seen_a[("reliabilityd_pass_hat_k_ci_lower_ratio", (("k", "3"), ("suite", "web")))]
+    assert 0 <= low <= 0.5
+    assert seen_a[("reliabilityd_tasks", (("suite", "web"),))] == 4
+    # Counters are each process's own work: b committed nothing.
+    counted = ("reliabilityd_trials_total", (("outcome", "counted"), ("suite", "web")))
+    assert seen_a[counted] == 12
+    assert counted not in seen_b
+    assert seen_a[("reliabilityd_trials_total", (("outcome", "skip"), ("suite", "web")))] == 1
+    assert seen_a[("reliabilityd_duplicates_total", (("suite", "web"),))] == 2
+    assert seen_a[("reliabilityd_commit_duration_seconds_count", ())] == 2
+    assert seen_a[("reliabilityd_http_ingest_requests_total", (("code", "200"),))] == 2
+    assert seen_a[("reliabilityd_ingest_paused", ())] == 0
+    assert seen_a[("reliabilityd_redis_up", ())] == 1
