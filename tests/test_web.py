@@ -2,77 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import msgspec
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from reliabilityd import config as config_mod
-from reliabilityd.config import Config, HttpConfig, IngestConfig, MqttConfig
-from reliabilityd.daemon import Daemon
+from reliabilityd.config import Config, HttpConfig, MqttConfig
 from reliabilityd.errors import ConfigError
-from tests.daemon_fixtures import make_config, running, store_for
+from tests.daemon_fixtures import store_for
 from tests.helpers import toml_of, wait_until
+from tests.http_helpers import event, get, http_config, post, scrape, serving
 from tests.servers import Mosquitto, RedisServer, free_port
-
-
-def http_config(
-    redis: RedisServer,
-    prefix: str,
-    *,
-    broker: Mosquitto | None = None,
-    token: str = "",
-    max_payload: int = 1 << 20,
-) -> Config:
-    cfg = make_config(
-        redis_url=redis.url,
-        mqtt_url=broker.url if broker else "mqtt://127.0.0.1:1",
-        prefix=prefix,
-        ks=[1, 3],
-        http=HttpConfig(port=free_port(), token=token),
-        ingest=IngestConfig(max_payload=max_payload),
-    )
-    if broker is None:
-        cfg = msgspec.structs.replace(cfg, mqtt=msgspec.structs.replace(cfg.mqtt, enabled=False))
-    return cfg
-
-
-@contextlib.asynccontextmanager
-async def serving(cfg: Config) -> AsyncIterator[tuple[Daemon, str]]:
-    async with running(cfg) as daemon:
-        await asyncio.wait_for(daemon.http_listening.wait(), 10)
-        yield daemon, f"http://127.0.0.1:{cfg.http.port}"
-
-
-def event(task: str, trial: str, outcome: str = "pass", suite: str = "web") -> dict[str, str]:
-    return {"suite": suite, "task": task, "trial": trial, "outcome": outcome}
-
-
-async def post(
-    base: str, body: Any, *, raw: bytes | None = None, token: str | None = None
-) -> tuple[int, Any, dict[str, str]]:
-    headers = {"Content-Type": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    data = raw if raw is not None else msgspec.json.encode(body)
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"{base}/v1/trials", data=data, headers=headers) as resp,
-    ):
-        text = await resp.read()
-        parsed = msgspec.json.decode(text) if text else None
-        return resp.status, parsed, dict(resp.headers)
-
-
-async def get(base: str, path: str) -> tuple[int, bytes]:
-    async with aiohttp.ClientSession() as http, http.get(base + path) as resp:
-        return resp.status, await resp.read()
 
 
 async def test_post_answers_200_only_after_the_commit(
@@ -243,20 +185,6 @@ async def test_suite_url_answers_the_newest_snapshot(
         assert raw == await store.snapshot_json("web")
         status, _ = await get(base, "/suites/nope")
         assert status == 404
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-async def scrape(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    status, raw = await get(base, "/metrics")
-    assert status == 200
-    return samples(raw.decode())
 
 
 async def test_replicas_export_the_same_suite_gauges_and_their_own_counters(
