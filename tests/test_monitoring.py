@@ -20,12 +20,13 @@ import msgspec
 import yaml
 
 from reliabilityd.alerts import Rule
-from reliabilityd.config import AlertmanagerSinkConfig, SinksConfig
+from reliabilityd.config import AlertmanagerSinkConfig, Config, SinksConfig
 from reliabilityd.devservers import DEPLOY
+from reliabilityd.notify import Notification, alertmanager_alert, generator_url
 from tests.daemon_fixtures import store_for
 from tests.helpers import wait_until
-from tests.http_helpers import event, get, http_config, post, serving
-from tests.servers import Alertmanager, RedisServer, StartPrometheus
+from tests.http_helpers import event, get, http_config, post, scrape, serving
+from tests.servers import Alertmanager, RedisServer, StartPrometheus, free_port
 
 SUITE = "deploy-bot"
 
@@ -153,3 +154,64 @@ async def test_alertmanager_receives_firing_and_resolved_and_the_link_answers(
         assert await store.outbox_lengths([(SUITE, "deploy-reliability", "alertmanager")]) == [0]
         assert state.ended_at is not None
         assert state.ended_at <= time.time()
+
+
+async def test_a_sink_that_is_down_shows_in_failures_and_outbox_depth(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    cfg = http_config(redis_server, prefix, ks=[5])
+    nobody = f"http://127.0.0.1:{free_port()}"
+    cfg = msgspec.structs.replace(
+        cfg,
+        alerts=[Rule(name="deploy-reliability", suite="deploy-*", k=5, below=0.75)],
+        sinks=SinksConfig(alertmanager=AlertmanagerSinkConfig(url=nobody, timeout=1.0)),
+    )
+    async with serving(cfg) as (_, base):
+        before = await scrape(base)
+        failures = ("reliabilityd_sink_failures_total", (("sink", "alertmanager"),))
+        assert before[failures] == 0
+        assert (await post(base, flaky_batch(20, "a", flaky=True)))[0] == 200
+
+        async def failing() -> bool:
+            seen = await scrape(base)
+            depth = seen.get(("reliabilityd_outbox_depth", (("sink", "alertmanager"),)), 0)
+            return seen[failures] >= 1 and depth >= 1
+
+        await wait_until(failing, within=30, interval=0.2)
+        seen = await scrape(base)
+        firing = (
+            "reliabilityd_alert_state",
+            (("rule", "deploy-reliability"), ("state", "firing"), ("suite", SUITE)),
+        )
+        assert seen[firing] == 1
+        # The Redis sink took it: its outbox is empty.
+        assert seen[("reliabilityd_outbox_depth", (("sink", "redis"),))] == 0
+
+
+def test_no_generator_url_without_external_url() -> None:
+    cfg = Config()
+    assert generator_url(cfg, SUITE, "r") is None
+    note = Notification(
+        id="x",
+        rule="r",
+        suite=SUITE,
+        metric="pass^k",
+        k=5,
+        state="firing",
+        reason="below",
+        value=0.1,
+        ci_low=0.0,
+        ci_high=0.2,
+        below=0.75,
+        resolve_above=0.75,
+        tasks=20,
+        runs=5,
+        started_at=None,
+        severity="page",
+        lottery=[],
+        at="2026-11-30T00:00:00.000Z",
+        generator_url=generator_url(cfg, SUITE, "r"),
+    )
+    assert "generatorURL" not in alertmanager_alert(note, now=0.0, resend_interval=60)
+    with_url = msgspec.structs.replace(cfg, external_url="http://127.0.0.1:9780/")
+    assert generator_url(with_url, SUITE, "r") == (f"http://127.0.0.1:9780/suites/{SUITE}?rule=r")

@@ -12,7 +12,7 @@ from reliabilityd import config as config_mod
 from reliabilityd.config import Config, HttpConfig, MqttConfig
 from reliabilityd.errors import ConfigError
 from tests.daemon_fixtures import store_for
-from tests.helpers import toml_of, wait_until
+from tests.helpers import publish, toml_of, wait_until
 from tests.http_helpers import event, get, http_config, post, scrape, serving
 from tests.servers import Mosquitto, RedisServer, free_port
 
@@ -234,3 +234,40 @@ async def test_replicas_export_the_same_suite_gauges_and_their_own_counters(
     assert seen_a[("reliabilityd_http_ingest_requests_total", (("code", "200"),))] == 2
     assert seen_a[("reliabilityd_ingest_paused", ())] == 0
     assert seen_a[("reliabilityd_redis_up", ())] == 1
+
+
+async def test_ingest_paused_while_redis_refuses_mqtt_commits(
+    private_redis: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    cfg = http_config(private_redis, prefix, broker=mosquitto)
+    cfg = msgspec.structs.replace(cfg, redis=msgspec.structs.replace(cfg.redis, timeout=1.0))
+    async with serving(cfg) as (daemon, base):
+        assert (await scrape(base))[("reliabilityd_ingest_paused", ())] == 0
+        private_redis.kill()
+        message = msgspec.json.encode(event("t", "1"))
+        await publish(mosquitto.port, f"{prefix}/trials/x", [message], client_id=f"{prefix}-p")
+
+        async def paused() -> bool:
+            return daemon.is_paused()
+
+        await wait_until(paused)
+        seen = await scrape(base)
+        assert seen[("reliabilityd_ingest_paused", ())] == 1
+        assert seen[("reliabilityd_redis_up", ())] == 0
+        status, body = await get(base, "/healthz")
+        assert status == 200
+        assert msgspec.json.decode(body)["paused"] is True
+        # While the MQTT consumer holds its batch, HTTP is told to come back later.
+        status, _, headers = await post(base, [event("t", "2")])
+        assert status == 503
+        assert "Retry-After" in headers
+        private_redis.start()
+
+        async def resumed() -> bool:
+            return not daemon.is_paused()
+
+        await wait_until(resumed)
+        seen = await scrape(base)
+        assert seen[("reliabilityd_ingest_paused", ())] == 0
+        assert seen[("reliabilityd_trials_total", (("outcome", "counted"), ("suite", "web")))] == 1
+        assert seen[("reliabilityd_last_commit_age_seconds", ())] < 60
