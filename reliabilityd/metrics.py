@@ -18,7 +18,6 @@ first and ``SuiteCollector.collect`` only formats what it read.
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -139,7 +138,7 @@ class SuiteCollector(Collector):
 async def read_view(store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -> SuiteView:
     """The newest snapshot of every suite, every alert state and outbox depth."""
     suites = await store.suites()
-    raws = await asyncio.gather(*(store.snapshot_json(s) for s in suites))
+    raws = await store.snapshots_json(suites)
     snapshots = []
     for raw in raws:
         if raw is None:

@@ -451,6 +451,15 @@ class Store:
         raw: Any = await self.client.hget(self.key(suite, "snapshot"), "json")
         return None if raw is None else bytes(raw)
 
+    async def snapshots_json(self, suites: Sequence[str]) -> list[bytes | None]:
+        """The snapshot documents of many suites in one pipelined round trip (/metrics)."""
+        if not suites:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for suite in suites:
+            pipe.hget(self.key(suite, "snapshot"), "json")
+        return [None if raw is None else bytes(raw) for raw in await pipe.execute()]
+
     async def write_snapshot(
         self,
         suite: str,
