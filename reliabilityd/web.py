@@ -9,7 +9,7 @@
   or an array, JSON or MessagePack. 200 only after Redis applied every
   element; 422 when some elements were rejected (the good ones are
   committed all the same, each rejected one has its reason); 400 when the
-  body does not decode at all; 413 past ``ingest.max_payload``; 401 without
+  body is not JSON or MessagePack at all; 413 past ``ingest.max_payload``; 401 without
   the bearer token when one is set; 503 with ``Retry-After`` while Redis is
   unusable (retrying is safe: trial ids make it idempotent).
 * ``GET /suites/<suite>``: the newest snapshot document (what alert
@@ -109,8 +109,22 @@ def _elements(payload: bytes) -> list[bytes] | None:
     return None
 
 
+def _parses(payload: bytes) -> bool:
+    """True when the payload is well-formed JSON or MessagePack, whatever it holds."""
+    try:
+        if payload.lstrip(b" \t\r\n")[:1] in (b"{", b"["):
+            msgspec.json.decode(payload)
+        elif payload:
+            msgspec.msgpack.decode(payload)
+        else:
+            return False
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
 def decode_elements(payload: bytes, max_payload: int) -> tuple[list[TrialEvent | Rejected], bool]:
-    """Each element's event or rejection, in order; the flag is False if nothing decoded.
+    """Each element's event or rejection, in order; the flag is False if nothing parsed.
 
     Decoding is ``events.decode``'s, element by element only when the batch
     has a bad one, so an element is valid here exactly when it would count
@@ -121,8 +135,9 @@ def decode_elements(payload: bytes, max_payload: int) -> tuple[list[TrialEvent |
         return list(good), True
     items = _elements(payload)
     if items is None:
-        # A single object, or not a decodable payload at all.
-        return list(bad), bool(good)
+        # A single object that is not a valid event (422), or no JSON or
+        # MessagePack at all (400).
+        return list(bad), _parses(payload)
     out: list[TrialEvent | Rejected] = []
     for index, item in enumerate(items):
         g, b = decode(item, max_payload)

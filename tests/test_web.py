@@ -77,8 +77,14 @@ async def test_a_body_that_does_not_decode_is_400_and_counts_nothing(
         status, body, _ = await post(base, None, raw=b"")
         assert status == 400
         assert body["error"] == "empty payload"
+        # Well-formed, but not a trial event: a rejected element, not a bad body.
+        status, body, _ = await post(base, {"suite": "web", "task": "t", "trial": "1"})
+        assert status == 422
+        (result,) = body["results"]
+        assert result["status"] == "rejected"
+        assert "outcome" in result["reason"]
         assert await store.suites() == []
-        assert await store.deadletter_count() == 2
+        assert await store.deadletter_count() == 3
 
 
 async def test_a_body_past_max_payload_is_413(redis_server: RedisServer, prefix: str) -> None:
