@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench bench-stats bench-ingest servers clean
+.PHONY: demo test lint typecheck unit bench bench-stats bench-ingest bench-http servers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,13 +32,16 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest
 
-bench: bench-stats bench-ingest
+bench: bench-stats bench-ingest bench-http
 
 bench-stats: $(STAMP)
 	$(PY) -m reliabilityd bench stats
 
 bench-ingest: $(STAMP) servers
 	$(PY) -m reliabilityd bench ingest
+
+bench-http: $(STAMP) servers
+	$(PY) -m reliabilityd bench http
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

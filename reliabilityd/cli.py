@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     chk = sub.add_parser("check", help="exit 0 when this instance's heartbeat is fresh")
     chk.add_argument("-c", "--config", required=True, help="TOML config file")
     bench = sub.add_parser("bench", help="benchmarks that print their figure beside a baseline")
-    bench.add_argument("what", choices=["stats", "ingest"])
+    bench.add_argument("what", choices=["stats", "ingest", "http"])
     return parser
 
 
@@ -84,6 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from reliabilityd import bench_stats
 
             bench_stats.main()
+        elif args.what == "http":
+            from reliabilityd import bench_http
+
+            bench_http.main()
         else:
             from reliabilityd import bench_ingest
 

@@ -347,6 +347,8 @@ class Daemon:
                     asyncio.open_connection(broker.host, broker.port), 2.0
                 )
                 writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
             except (OSError, TimeoutError) as exc:
                 problems["mqtt"] = f"{broker.host}:{broker.port}: {type(exc).__name__} {exc}"
         return problems
