@@ -1,9 +1,9 @@
 """Real Prometheus and Alertmanager (Debian's packages) against the daemon.
 
 Prometheus scrapes the daemon's /metrics and evaluates a rule taken verbatim
-(bar its `for`) from deploy/prometheus/rules.yml; Alertmanager receives the
-daemon's firing and resolved alerts, read back through its own API
-(/api/v2/alerts). tests/alertmanager_stub.py remains where a real server
+(bar its `for`) from deploy/prometheus/rules.yml, on a suite's pass^k bound
+and on paused ingest; Alertmanager receives the daemon's firing and
+resolved alerts, read back through its own API (/api/v2/alerts). tests/alertmanager_stub.py remains where a real server
 cannot do the job: answering 503 on demand (retry and backoff tests) and
 receiving the generic JSON webhook.
 """
@@ -24,9 +24,9 @@ from reliabilityd.config import AlertmanagerSinkConfig, Config, SinksConfig
 from reliabilityd.devservers import DEPLOY
 from reliabilityd.notify import Notification, alertmanager_alert, generator_url
 from tests.daemon_fixtures import store_for
-from tests.helpers import wait_until
+from tests.helpers import publish, wait_until
 from tests.http_helpers import event, get, http_config, post, scrape, serving
-from tests.servers import Alertmanager, RedisServer, StartPrometheus, free_port
+from tests.servers import Alertmanager, Mosquitto, RedisServer, StartPrometheus, free_port
 
 SUITE = "deploy-bot"
 
@@ -215,3 +215,45 @@ def test_no_generator_url_without_external_url() -> None:
     assert "generatorURL" not in alertmanager_alert(note, now=0.0, resend_interval=60)
     with_url = msgspec.structs.replace(cfg, external_url="http://127.0.0.1:9780/")
     assert generator_url(with_url, SUITE, "r") == (f"http://127.0.0.1:9780/suites/{SUITE}?rule=r")
+
+
+async def test_prometheus_pages_on_paused_ingest_while_redis_is_down(
+    private_redis: RedisServer,
+    mosquitto: Mosquitto,
+    prefix: str,
+    tmp_path: Path,
+    start_prometheus: StartPrometheus,
+) -> None:
+    cfg = http_config(private_redis, prefix, broker=mosquitto)
+    cfg = msgspec.structs.replace(cfg, redis=msgspec.structs.replace(cfg.redis, timeout=1.0))
+    rules = example_rule(tmp_path, "ReliabilitydIngestPaused")
+    async with serving(cfg) as (daemon, _):
+        prom = start_prometheus([f"127.0.0.1:{cfg.http.port}"], (rules,))
+
+        async def alerts() -> list[dict[str, Any]]:
+            return list((await api(f"{prom.url}/api/v1/alerts"))["data"]["alerts"])
+
+        async def scraped() -> bool:
+            query = quote('reliabilityd_ingest_paused{job="reliabilityd"}')
+            return bool((await api(f"{prom.url}/api/v1/query?query={query}"))["data"]["result"])
+
+        await wait_until(scraped, within=60, interval=0.5)
+        assert await alerts() == []
+        private_redis.kill()
+        message = msgspec.json.encode(event("t", "1"))
+        await publish(mosquitto.port, f"{prefix}/trials/x", [message], client_id=f"{prefix}-p")
+
+        async def firing() -> bool:
+            return any(a["state"] == "firing" for a in await alerts())
+
+        await wait_until(firing, within=60, interval=0.5)
+        (alert,) = await alerts()
+        assert alert["labels"]["alertname"] == "ReliabilitydIngestPaused"
+        assert daemon.is_paused()
+        private_redis.start()
+
+        async def cleared() -> bool:
+            return await alerts() == []
+
+        await wait_until(cleared, within=60, interval=0.5)
+        assert not daemon.is_paused()
