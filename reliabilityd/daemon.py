@@ -29,7 +29,7 @@ import redis.exceptions
 
 from reliabilityd import mqtt, snapshot, streams, web  # [http] web
 from reliabilityd.alerts import Observation, step
-from reliabilityd.config import Config, parse_mqtt_url  # [http] parse_mqtt_url
+from reliabilityd.config import Config
 from reliabilityd.events import Rejected, TrialEvent, decode
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.lottery import ranked_cell_groups
@@ -335,23 +335,8 @@ class Daemon:
         return await self.store.snapshot_json(suite)
 
     async def readiness(self) -> dict[str, str]:
-        problems: dict[str, str] = {}
-        try:
-            await asyncio.wait_for(self.store.client.ping(), 2.0)
-        except Exception as exc:
-            problems["redis"] = f"{type(exc).__name__}: {exc}"
-        if self.config.mqtt.enabled:
-            broker = parse_mqtt_url(self.config.mqtt.url)
-            try:
-                _, writer = await asyncio.wait_for(
-                    asyncio.open_connection(broker.host, broker.port), 2.0
-                )
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
-            except (OSError, TimeoutError) as exc:
-                problems["mqtt"] = f"{broker.host}:{broker.port}: {type(exc).__name__} {exc}"
-        return problems
+        broker = self.config.mqtt.url if self.config.mqtt.enabled else None
+        return await web.probe(self.store.client, broker)
 
     # --- loops ------------------------------------------------------------
 

@@ -31,14 +31,15 @@ from typing import Any, Protocol
 import msgspec
 from aiohttp import web
 
-from reliabilityd.config import HttpConfig
+from reliabilityd.config import HttpConfig, parse_mqtt_url
 from reliabilityd.errors import ReliabilitydError
 from reliabilityd.events import Rejected, TrialEvent, decode
 from reliabilityd.metrics import CONTENT_TYPE, Metrics
-from reliabilityd.store import Applied
+from reliabilityd.store import Applied, Redis
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
 SOURCE = "http"
+PROBE_TIMEOUT = 2.0  # seconds /readyz waits for Redis and for the broker
 
 
 class IngestUnavailable(ReliabilitydError):
@@ -146,6 +147,27 @@ def decode_elements(payload: bytes, max_payload: int) -> tuple[list[TrialEvent |
         else:
             out.append(Rejected(item, f"element {index}: {b[0].reason}"))
     return out, True
+
+
+async def probe(client: Redis, mqtt_url: str | None) -> dict[str, str]:
+    """/readyz: Redis answers PING, the broker accepts a TCP connection; what fails, why."""
+    problems: dict[str, str] = {}
+    try:
+        await asyncio.wait_for(client.ping(), PROBE_TIMEOUT)
+    except Exception as exc:
+        problems["redis"] = f"{type(exc).__name__}: {exc}"
+    if mqtt_url is not None:
+        broker = parse_mqtt_url(mqtt_url)
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(broker.host, broker.port), PROBE_TIMEOUT
+            )
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        except (OSError, TimeoutError) as exc:
+            problems["mqtt"] = f"{broker.host}:{broker.port}: {type(exc).__name__} {exc}"
+    return problems
 
 
 def _json(body: Any, status: int, **headers: str) -> web.Response:

@@ -3,9 +3,10 @@
 Prometheus scrapes the daemon's /metrics and evaluates a rule taken verbatim
 (bar its `for`) from deploy/prometheus/rules.yml, on a suite's pass^k bound
 and on paused ingest; Alertmanager receives the daemon's firing and
-resolved alerts, read back through its own API (/api/v2/alerts). tests/alertmanager_stub.py remains where a real server
-cannot do the job: answering 503 on demand (retry and backoff tests) and
-receiving the generic JSON webhook.
+resolved alerts, read back through its own API (/api/v2/alerts).
+tests/alertmanager_stub.py remains where a real server cannot do the job:
+answering 503 on demand (retry and backoff tests) and receiving the generic
+JSON webhook.
 """
 
 from __future__ import annotations
