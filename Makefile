@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench bench-stats bench-ingest bench-import study-pages servers clean
+.PHONY: demo test lint typecheck unit bench bench-stats bench-ingest bench-import bench-http \
+	study-pages servers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +35,7 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest
 
-bench: bench-stats bench-ingest bench-import
+bench: bench-stats bench-ingest bench-import bench-http
 
 bench-stats: $(STAMP)
 	$(PY) -m reliabilityd bench stats
@@ -48,6 +49,9 @@ bench-import: $(STAMP) servers
 ## False pages per day and detection delay of the alert rules (pagesim), as a README table.
 study-pages: $(STAMP)
 	$(PY) -m reliabilityd study pages
+
+bench-http: $(STAMP) servers
+	$(PY) -m reliabilityd bench http
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("-c", "--config", required=True, help="TOML config file")
     _add_query_commands(sub)
     bench = sub.add_parser("bench", help="benchmarks that print their figure beside a baseline")
-    bench.add_argument("what", choices=["stats", "ingest", "import"])
+    bench.add_argument("what", choices=["stats", "ingest", "import", "http"])
     _add_emit_import(sub)
     study = sub.add_parser("study", help="simulation studies that print a markdown table")
     study.add_argument("what", choices=["pages"])
@@ -374,6 +374,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from reliabilityd import bench_import
 
             bench_import.main()
+        elif args.what == "http":
+            from reliabilityd import bench_http
+
+            bench_http.main()
         else:
             from reliabilityd import bench_ingest
 

@@ -132,6 +132,25 @@ class SinksConfig(Base):
     webhook: WebhookSinkConfig = msgspec.field(default_factory=WebhookSinkConfig)
 
 
+class HttpConfig(Base):
+    # 127.0.0.1 by default; anything beyond loopback needs `token`.
+    host: str = "127.0.0.1"
+    # /metrics, /healthz, /readyz, POST /v1/trials, GET /suites/<suite>; 0 = no HTTP server.
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0
+    # Bearer token POST /v1/trials requires (RELIABILITYD_HTTP_TOKEN overrides); "" = none.
+    token: str = ""
+    # Seconds a POST may wait for Redis before it is answered 503.
+    commit_timeout: PositiveFloat = 10.0
+
+
+LOOPBACK_HOSTS = frozenset({"localhost", "::1"})
+
+
+def is_loopback(host: str) -> bool:
+    """True when `host` only listens on this machine (127.0.0.0/8, ::1, localhost)."""
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
 class DaemonConfig(Base):
     # Names this daemon's heartbeat key; empty = the host name.
     instance: str = ""
@@ -150,6 +169,7 @@ class Config(Base):
     stats: StatsConfig = msgspec.field(default_factory=StatsConfig)
     suites: list[SuiteOverride] = msgspec.field(default_factory=list)
     daemon: DaemonConfig = msgspec.field(default_factory=DaemonConfig)
+    http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     alerts: list[Rule] = msgspec.field(default_factory=list)
     sinks: SinksConfig = msgspec.field(default_factory=SinksConfig)
     # Base URL for links in notifications (Alertmanager generatorURL); "" = none.
@@ -257,6 +277,13 @@ def _check(config: Config, path: str) -> None:
     ):
         if url and urlsplit(url).scheme not in ("http", "https"):
             raise ConfigError(path, field, "must be an http:// or https:// URL")
+    if config.http.port and not is_loopback(config.http.host) and not config.http.token:
+        raise ConfigError(
+            path,
+            "$.http.token",
+            f"http.host {config.http.host!r} listens beyond loopback: set a bearer token "
+            "(http.token or RELIABILITYD_HTTP_TOKEN) or bind 127.0.0.1",
+        )
     if 0 < config.stats.window < max_k:
         raise ConfigError(
             path, "$.stats.window", f"window {config.stats.window} is shorter than k={max_k}"
@@ -271,6 +298,11 @@ def _check(config: Config, path: str) -> None:
 ENV_OVERRIDES = {
     "RELIABILITYD_REDIS_URL": ("redis", "url"),
     "RELIABILITYD_MQTT_URL": ("mqtt", "url"),
+    # Replicas built from one config file (compose, a Kubernetes StatefulSet)
+    # differ only by these: each needs its own broker session and heartbeat.
+    "RELIABILITYD_MQTT_CLIENT_ID": ("mqtt", "client_id"),
+    "RELIABILITYD_INSTANCE": ("daemon", "instance"),
+    "RELIABILITYD_HTTP_TOKEN": ("http", "token"),
 }
 
 

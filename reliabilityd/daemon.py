@@ -31,7 +31,7 @@ from typing import TypeVar
 import msgspec
 import redis.exceptions
 
-from reliabilityd import mqtt, sinks, snapshot, streams
+from reliabilityd import mqtt, sinks, snapshot, streams, web
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import Config
 from reliabilityd.errors import ConfigError
@@ -39,8 +39,9 @@ from reliabilityd.evaluator import Evaluator
 from reliabilityd.events import Rejected, TrialEvent, decode
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.lottery import ranked_cell_groups
+from reliabilityd.metrics import Metrics
 from reliabilityd.outbox import Outbox
-from reliabilityd.store import Store, StreamCursor, connect
+from reliabilityd.store import Applied, Store, StreamCursor, connect
 from reliabilityd.supervisor import supervise
 from reliabilityd.watchdog import BlindWatch, RedisHealth, describe
 
@@ -75,8 +76,16 @@ class Daemon:
             else None
         )
         self.rules = config.rules()
+        self.started_at = time.time()
+        # What the HTTP port and /metrics read (web.Backend, below).
+        self.last_commit_at = self.started_at
+        self.http_listening = asyncio.Event()
         self.http = sinks.Http()
-        self.sinks = sinks.configured(config, self.store, self.publisher, self.http)
+        configured = sinks.configured(config, self.store, self.publisher, self.http)
+        self.metrics = Metrics(
+            sinks=configured, is_paused=self.is_paused, last_commit_at=lambda: self.last_commit_at
+        )
+        self.sinks = self.metrics.count_sink_failures(configured)
         self.outbox = Outbox(config, self.store, self.sinks, self.instance)
         self.evaluator = Evaluator(config, self.store, self.outbox)
         self.blind = BlindWatch(
@@ -92,7 +101,6 @@ class Daemon:
         self.committed_events = 0
         # Set once the MQTT subscription is confirmed (for tests and tools).
         self.subscribed = asyncio.Event()
-        self.started_at = time.time()
 
     # --- settings ---------------------------------------------------------
 
@@ -153,8 +161,23 @@ class Daemon:
             for event in good:
                 by_suite[event.suite].append(event)
             rejected.extend((item, source) for item in bad)
+        await self._commit_decoded(by_suite, rejected, retry=True, cursor=cursor)
+
+    async def _once(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
+        return await op()
+
+    async def _commit_decoded(
+        self,
+        by_suite: dict[str, list[TrialEvent]],
+        rejected: list[tuple[Rejected, str]],
+        *,
+        retry: bool,
+        cursor: StreamCursor | None = None,
+    ) -> list[Applied]:
+        """Dead-letter, then apply; with ``retry`` until Redis takes it, else once."""
+        run = self._retry if retry else self._once
         if rejected:
-            await self._retry(
+            await run(
                 "deadletter",
                 partial(
                     self.store.deadletter, rejected, maxlen=self.config.store.deadletter_maxlen
@@ -168,10 +191,12 @@ class Daemon:
                 count=len(rejected),
                 reason=first.reason,
             )
+            self.metrics.deadlettered(source for _, source in rejected)
         if not by_suite and cursor is None:
-            return
+            return []
         windows = {suite: self.config.suite_settings(suite)[0] for suite in by_suite}
-        applied = await self._retry(
+        started = time.monotonic()
+        applied = await run(
             "apply",
             partial(
                 self.store.apply,
@@ -181,10 +206,13 @@ class Daemon:
                 cursor=cursor,
             ),
         )
+        self.metrics.committed(applied, time.monotonic() - started)
+        self.last_commit_at = time.time()
         for result in applied:
             self.committed_events += result.counted
             self._live_dirty.add(result.suite)
         self._live_wake.set()
+        return applied
 
     # --- numbers out ------------------------------------------------------
 
@@ -204,7 +232,8 @@ class Daemon:
         """CIs, lottery cases and the whole snapshot; None if a newer one is stored."""
         state = await self.store.read_state(suite)
         settings = self.settings(suite)
-        estimates = await asyncio.to_thread(snapshot.full_estimates, state.hist, settings)
+        with self.metrics.ci_seconds.time():
+            estimates = await asyncio.to_thread(snapshot.full_estimates, state.hist, settings)
         lottery_k = max(self.config.stats.k)
         limit = self.config.stats.lottery_limit
         groups = ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k, limit)
@@ -267,6 +296,36 @@ class Daemon:
             log.exception("%s", kv("snapshot_failed", suite=suite))
             await self.store.mark_changed([suite])
         await self.store.release_claim(suite)
+
+    # --- web.Backend: what the HTTP port and /metrics read -----------------
+
+    def is_paused(self) -> bool:
+        """True while ingest waits for Redis (the sources hold their input)."""
+        return self.health.since is not None
+
+    async def ingest(
+        self, events: Sequence[TrialEvent], rejected: Sequence[Rejected], source: str
+    ) -> list[Applied]:
+        """Commit once, no retry: the HTTP client retries on the 503 this becomes."""
+        by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
+        for event in events:
+            by_suite[event.suite].append(event)
+        try:
+            return await self._commit_decoded(
+                by_suite, [(r, source) for r in rejected], retry=False
+            )
+        except REDIS_ERRORS as exc:
+            raise web.IngestUnavailable(f"Redis: {exc}") from None
+
+    async def refresh_metrics(self) -> None:
+        await self.metrics.refresh(self.store, self.rules, list(self.sinks))
+
+    async def snapshot_json(self, suite: str) -> bytes | None:
+        return await self.store.snapshot_json(suite)
+
+    async def readiness(self) -> dict[str, str]:
+        broker = self.config.mqtt.url if self.config.mqtt.enabled else None
+        return await web.probe(self.store.client, broker)
 
     # --- loops ------------------------------------------------------------
 
@@ -378,6 +437,10 @@ class Daemon:
                 }
                 if self.publisher is not None:
                     loops["publisher"] = partial(self.publisher.run, stop)
+                if cfg.http.port:
+                    loops["http"] = partial(
+                        web.serve, self, cfg.http, cfg.ingest.max_payload, stop, self.http_listening
+                    )
                 background = [
                     tg.create_task(supervise(name, loop, stop), name=name)
                     for name, loop in loops.items()

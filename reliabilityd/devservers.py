@@ -1,4 +1,6 @@
-"""Private redis-server and mosquitto processes for the demo, the benchmarks and the tests.
+"""Private servers for the demo, the benchmarks and the tests.
+
+redis-server and mosquitto, and (for the monitoring tests) Prometheus and Alertmanager.
 
 Each server runs with the settings shipped in the package's ``deploy/``
 (append-only file with fsync always, broker persistence, deep queues; the
@@ -13,12 +15,14 @@ from __future__ import annotations
 import abc
 import contextlib
 import getpass
+import json
 import random
 import shutil
 import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import BinaryIO
 
@@ -239,3 +243,99 @@ def cluster_create(nodes: list[ClusterNode], timeout: float = 30.0) -> None:
             return
         time.sleep(0.1)
     raise TimeoutError("cluster did not reach cluster_state:ok")
+
+
+def wait_http_ready(url: str, timeout: float = 30.0) -> None:
+    """Until `url` answers 200 (Prometheus and Alertmanager: /-/ready)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1.0) as response:
+            if response.status == 200:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} not ready after {timeout} s")
+
+
+class Prometheus(Server):
+    """A private Prometheus scraping `targets` every second and evaluating `rule_files`.
+
+    The config is written as JSON, which YAML parsers read as it is.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        port: int,
+        *,
+        targets: list[str],
+        rule_files: tuple[Path, ...] = (),
+        job: str = "reliabilityd",
+        interval: str = "1s",
+    ) -> None:
+        super().__init__(name, workdir, port)
+        self.targets = targets
+        self.rule_files = rule_files
+        self.job = job
+        self.interval = interval
+
+    def argv(self) -> list[str]:
+        conf = self.workdir / "prometheus.yml"
+        conf.write_text(
+            json.dumps(
+                {
+                    "global": {
+                        "scrape_interval": self.interval,
+                        "evaluation_interval": self.interval,
+                    },
+                    "rule_files": [str(p) for p in self.rule_files],
+                    "scrape_configs": [
+                        {"job_name": self.job, "static_configs": [{"targets": self.targets}]}
+                    ],
+                }
+            )
+        )
+        return [
+            _binary("prometheus"),
+            f"--config.file={conf}",
+            f"--storage.tsdb.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+        ]
+
+    def start(self, timeout: float = 10.0) -> None:
+        super().start(timeout)
+        wait_http_ready(f"{self.url}/-/ready")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class Alertmanager(Server):
+    """A private Alertmanager that keeps what it receives and sends nothing anywhere."""
+
+    def argv(self) -> list[str]:
+        conf = self.workdir / "alertmanager.yml"
+        # One receiver without integrations: alerts are kept and visible in the
+        # API, and no notification leaves the machine.
+        conf.write_text(
+            json.dumps({"route": {"receiver": "keep"}, "receivers": [{"name": "keep"}]})
+        )
+        return [
+            _binary("prometheus-alertmanager")
+            if shutil.which("prometheus-alertmanager")
+            else _binary("alertmanager"),
+            f"--config.file={conf}",
+            f"--storage.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            # No gossip: a lone instance must not listen on the cluster port 9094.
+            "--cluster.listen-address=",
+        ]
+
+    def start(self, timeout: float = 10.0) -> None:
+        super().start(timeout)
+        wait_http_ready(f"{self.url}/-/ready")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"

@@ -1,18 +1,20 @@
-"""Fixtures that start private redis-server and mosquitto processes on free ports."""
+"""Fixtures that start private redis-server, mosquitto, Prometheus and Alertmanager processes."""
 
 from __future__ import annotations
 
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
 from reliabilityd.devservers import (
+    Alertmanager,
     ClusterNode,
     Mosquitto,
+    Prometheus,
     RedisServer,
     Server,
     cluster_create,
@@ -20,7 +22,7 @@ from reliabilityd.devservers import (
     free_port,
 )
 
-__all__ = ["ClusterNode", "Mosquitto", "RedisServer", "free_port"]
+__all__ = ["Alertmanager", "ClusterNode", "Mosquitto", "Prometheus", "RedisServer", "free_port"]
 
 
 S = TypeVar("S", bound=Server)
@@ -80,3 +82,32 @@ def redis_cluster(tmp_path: Path) -> Iterator[list[ClusterNode]]:
     finally:
         for node in nodes:
             node.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[Alertmanager]:
+    """A real Alertmanager (Debian's prometheus-alertmanager) of this test's own."""
+    yield from _served(Alertmanager("alertmanager", tmp_path / "alertmanager", free_port()))
+
+
+StartPrometheus = Callable[[list[str], tuple[Path, ...]], Prometheus]
+
+
+@pytest.fixture
+def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
+    """Starts a real Prometheus scraping the given targets with the given rule files."""
+    started: list[Prometheus] = []
+
+    def start(targets: list[str], rule_files: tuple[Path, ...] = ()) -> Prometheus:
+        workdir = tmp_path / f"prometheus{len(started)}"
+        workdir.mkdir(parents=True)
+        server = Prometheus(
+            "prometheus", workdir, free_port(), targets=targets, rule_files=rule_files
+        )
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
