@@ -90,7 +90,7 @@ class Daemon:
         self.evaluator = Evaluator(config, self.store, self.outbox)
         self.blind = BlindWatch(
             self.health,
-            self.sinks,
+            configured,  # its watchdog needs the Alertmanager sink itself, not a wrapper
             self.instance,
             blind_after=config.daemon.blind_after,
             resend_interval=config.sinks.alertmanager.resend_interval,

@@ -29,7 +29,7 @@ from typing import BinaryIO
 from reliabilityd.errors import ReliabilitydError
 
 # The shipped server settings: package data, so an installed wheel has them too.
-DEPLOY = Path(__file__).resolve().parent / "deploy"
+SERVER_CONFIGS = Path(__file__).resolve().parent / "deploy"
 
 
 class ServerError(ReliabilitydError):
@@ -153,7 +153,7 @@ class RedisServer(Server):
     def argv(self) -> list[str]:
         return [
             self.binary or _binary("redis-server"),
-            str(DEPLOY / "redis.conf"),
+            str(SERVER_CONFIGS / "redis.conf"),
             "--port",
             str(self.port),
             "--bind",
@@ -194,7 +194,7 @@ class Mosquitto(Server):
         conf = self.workdir / "mosquitto.conf"
         lines = [
             line
-            for line in (DEPLOY / "mosquitto.conf").read_text().splitlines()
+            for line in (SERVER_CONFIGS / "mosquitto.conf").read_text().splitlines()
             if not line.startswith(self._REPLACED)
         ]
         lines += [

@@ -24,7 +24,7 @@ import yaml
 from reliabilityd import config as config_mod
 from reliabilityd.alerts import Rule
 from reliabilityd.config import Config
-from reliabilityd.devservers import DEPLOY, _binary
+from reliabilityd.devservers import _binary
 from reliabilityd.errors import ConfigError
 from tests.daemon_fixtures import store_for
 from tests.helpers import wait_until
@@ -34,6 +34,9 @@ from tests.servers import RedisServer
 CONFIG_PATH = "/etc/reliabilityd/config.toml"
 METRIC = re.compile(r"\breliabilityd_[a-z0-9_]+\b")
 TOKEN_ENV = {"RELIABILITYD_HTTP_TOKEN": "t"}
+
+# The deploy files users copy, at the repository root.
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
 
 def load_yaml(relative: str) -> Any:

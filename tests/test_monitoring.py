@@ -22,7 +22,6 @@ import yaml
 
 from reliabilityd.alerts import Rule
 from reliabilityd.config import AlertmanagerSinkConfig, Config, SinksConfig
-from reliabilityd.devservers import DEPLOY
 from reliabilityd.notify import Notification, alertmanager_alert, generator_url
 from tests.daemon_fixtures import store_for
 from tests.helpers import publish, wait_until
@@ -30,6 +29,9 @@ from tests.http_helpers import event, get, http_config, post, scrape, serving
 from tests.servers import Alertmanager, Mosquitto, RedisServer, StartPrometheus, free_port
 
 SUITE = "deploy-bot"
+
+# The deploy files users copy, at the repository root.
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
 
 def flaky_batch(tasks: int, run: str, *, flaky: bool) -> list[dict[str, str]]:
