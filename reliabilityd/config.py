@@ -270,6 +270,14 @@ def _check(config: Config, path: str) -> None:
                 f"$.alerts[{i}].trigger",
                 'the detector watches pass^k; use trigger = "ci-low" for pass@k',
             )
+        windowed = config.stats.window > 0 or any(o.window for o in config.suites)
+        if alert.trigger == "detector" and not windowed:
+            raise ConfigError(
+                path,
+                f"$.alerts[{i}].trigger",
+                "the detector reads each task's last outcomes: set stats.window (or a "
+                "[[suites]] window) for the suites it watches",
+            )
     for field, url in (
         ("$.sinks.alertmanager.url", config.sinks.alertmanager.url),
         ("$.sinks.webhook.url", config.sinks.webhook.url),

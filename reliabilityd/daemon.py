@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import logging
 import os
 import signal
@@ -31,7 +32,8 @@ from typing import TypeVar
 import msgspec
 import redis.exceptions
 
-from reliabilityd import mqtt, sinks, snapshot, streams, web
+from reliabilityd import mqtt, rulestate, sinks, snapshot, streams, web
+from reliabilityd.alerts import Rule
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import Config
 from reliabilityd.errors import ConfigError
@@ -40,6 +42,7 @@ from reliabilityd.events import Rejected, TrialEvent, decode
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.lottery import ranked_cell_groups
 from reliabilityd.metrics import Metrics
+from reliabilityd.notify import parse_time
 from reliabilityd.outbox import Outbox
 from reliabilityd.store import Applied, Store, StreamCursor, connect
 from reliabilityd.supervisor import supervise
@@ -55,6 +58,10 @@ CLAIM_BATCH = 32
 CLAIM_LIFETIME = 30.0
 # The full version scan that finds what the change marks cannot (see mark_stale).
 RECONCILE_EVERY = 60.0
+# A rule's expected page rate (a simulation) is recomputed this often at most,
+# and a replica runs at most this many such simulations per CI tick.
+FORECAST_EVERY = 600.0
+FORECASTS_PER_TICK = 1
 
 
 class Daemon:
@@ -97,6 +104,7 @@ class Daemon:
             watchdog=config.sinks.alertmanager.watchdog,
         )
         self._next_reconcile = 0.0
+        self._forecast_budget = FORECASTS_PER_TICK
         self._unfinished: set[str] = set()
         self.committed_events = 0
         # Set once the MQTT subscription is confirmed (for tests and tools).
@@ -228,17 +236,56 @@ class Daemon:
         }
         await self.store.write_snapshot(suite, c.version, {}, values)
 
+    def _due_forecasts(
+        self, rules: Sequence[Rule], previous: snapshot.Snapshot | None, now: float
+    ) -> frozenset[str]:
+        """The rules whose expected page rate is due, within this tick's budget."""
+        due = []
+        for rule in rules:
+            view = None if previous is None else previous.rule(rule.name)
+            at = None if view is None else view.expected_at
+            if (at is None or now - at >= FORECAST_EVERY) and self._forecast_budget > 0:
+                self._forecast_budget -= 1
+                due.append(rule.name)
+        return frozenset(due)
+
     async def refresh_snapshot(self, suite: str) -> snapshot.Snapshot | None:
-        """CIs, lottery cases and the whole snapshot; None if a newer one is stored."""
-        state = await self.store.read_state(suite)
+        """CIs, lottery cases, rule views and the whole snapshot; None if a newer one is stored."""
+        rules = [r for r in self.rules if fnmatch.fnmatchcase(suite, r.suite)]
         settings = self.settings(suite)
+        detector = settings.window > 0 and any(r.trigger == "detector" for r in rules)
+        state = await self.store.read_state(suite, windows=detector)
+        previous = await self.evaluator.newest_snapshot(suite) if rules else None
+        now = time.time()
+        c = state.counters
+        suite_pace = rulestate.pace(
+            c.trials,
+            state.hist.tasks,
+            now,
+            None
+            if previous is None
+            else (previous.trials, parse_time(previous.updated_at) or now, previous.pace),
+        )
+        views = partial(
+            rulestate.rule_views,
+            rules,
+            state.hist,
+            state.windows,
+            window=settings.window,
+            suite_pace=suite_pace,
+            previous={} if previous is None else {v.rule: v for v in previous.rules},
+            forecast=self._due_forecasts(rules, previous, now),
+            now=now,
+            n_boot=settings.n_boot,
+            seed=settings.seed,
+        )
         with self.metrics.ci_seconds.time():
             estimates = await asyncio.to_thread(snapshot.full_estimates, state.hist, settings)
+        rule_views = await asyncio.to_thread(views) if rules else []
         lottery_k = max(self.config.stats.k)
         limit = self.config.stats.lottery_limit
         groups = ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k, limit)
         rows = await self.store.lottery_rows(suite, groups, limit)
-        c = state.counters
         snap = snapshot.build(
             suite=suite,
             hist=state.hist,
@@ -251,8 +298,10 @@ class Daemon:
             estimates=estimates,
             lottery_k=lottery_k,
             lottery_rows=rows,
-            now=time.time(),
+            now=now,
             last_trial_at=c.last_trial_at,
+            pace=suite_pace,
+            rules=rule_views,
         )
         ci, values = snapshot.redis_fields(snap)
         wrote_ci, _ = await self.store.write_snapshot(suite, c.version, ci, values)
@@ -277,6 +326,7 @@ class Daemon:
                 await self.store.release_claim(suite)
             self._unfinished.clear()
         claimed = await self.store.claim_changed(CLAIM_BATCH, CLAIM_LIFETIME)
+        self._forecast_budget = FORECASTS_PER_TICK
         for i, suite in enumerate(claimed):
             try:
                 await self._recompute(suite)

@@ -65,6 +65,10 @@ class Evaluator:
             await self.store.mark_changed(unreadable)
         return out
 
+    async def newest_snapshot(self, suite: str) -> Snapshot | None:
+        """The suite's snapshot in Redis now, None when there is none or it does not decode."""
+        return (await self.newest_snapshots([suite])).get(suite)
+
     async def evaluate(self, suites: Sequence[str]) -> None:
         """Step every (suite, rule) pair against the suite's newest snapshot."""
         if not self.rules:
@@ -107,6 +111,7 @@ class Evaluator:
             return  # no estimate with this k yet: no verdict
         if snap.version < current.snapshot_version:
             return  # the stored state rests on a newer snapshot than Redis showed us
+        view = snap.rule(rule.name)
         obs = Observation(
             value=est.value,
             ci_low=est.ci_low,
@@ -114,13 +119,22 @@ class Evaluator:
             tasks=est.tasks,
             runs=est.runs,
             last_trial_at=parse_time(snap.last_trial_at),
+            evidence=None if view is None else view.evidence,
         )
         note_for = partial(
             build, self.config, rule=rule, suite=suite, estimate=est, snap=snap, now=now
         )
         t = step(rule, current, obs, now)
-        if t.new != current:
-            new = msgspec.structs.replace(t.new, seq=current.seq + 1, snapshot_version=snap.version)
+        target = t.new
+        expected = None if view is None else view.expected_pages_per_day
+        if expected is not None and expected != target.expected_pages_per_day:
+            # The rule's forecast travels with its state, so on-call sees what
+            # the threshold costs (a CAS write without a notification).
+            target = msgspec.structs.replace(target, expected_pages_per_day=expected)
+        if target != current:
+            new = msgspec.structs.replace(
+                target, seq=current.seq + 1, snapshot_version=snap.version
+            )
             note = None
             if t.notify is not None:
                 note = note_for(state=new, repeat=t.notify == "repeat")

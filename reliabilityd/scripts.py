@@ -81,6 +81,14 @@ READ = r"""
 return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
 """
 
+# The same, plus every task's stored value (`n:c:<window outcomes>`), for the
+# change detector: O(tasks), read only for suites a detector rule watches.
+READ_WINDOWS = r"""
+return {
+  redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]), redis.call('HVALS', KEYS[3])
+}
+"""
+
 # Write a snapshot unless a newer one is there. KEYS: snapshot. ARGV: version,
 # number of CI field pairs, CI pairs..., value pairs... The CI part (json, CI
 # bounds, version) is written when version >= the stored `version`; the value

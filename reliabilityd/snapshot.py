@@ -24,6 +24,24 @@ class Lottery(msgspec.Struct, frozen=True):
     rows: list[LotteryCase]
 
 
+class RuleView(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What this snapshot says about one alert rule that watches the suite.
+
+    ``evidence``: the change detector's nats that pass^k is at or under the
+    rule's ``below`` now (``trigger = "detector"`` rules on windowed suites).
+    ``expected_pages_per_day``: the firing notifications a day this rule
+    would send if the suite stayed as it is, simulated with the current
+    per-task estimates taken as the truth (``pagerate``), computed at
+    ``expected_at`` (Unix seconds) on ``expected_pace`` trials per task per day.
+    """
+
+    rule: str
+    evidence: float | None = None
+    expected_pages_per_day: float | None = None
+    expected_at: float | None = None
+    expected_pace: float | None = None
+
+
 class Snapshot(msgspec.Struct, frozen=True):
     schema: int
     suite: str
@@ -40,6 +58,15 @@ class Snapshot(msgspec.Struct, frozen=True):
     pass_at_k: list[Estimate]
     pass_hat_k: list[Estimate]
     lottery: Lottery
+    # Trials per task per day, measured between this snapshot and the one before.
+    pace: float | None = None
+    rules: list[RuleView] = msgspec.field(default_factory=list)
+
+    def rule(self, name: str) -> RuleView | None:
+        for view in self.rules:
+            if view.rule == name:
+                return view
+        return None
 
     def estimate(self, metric: str, k: int) -> Estimate | None:
         for est in self.pass_at_k if metric == "pass@k" else self.pass_hat_k:
@@ -136,6 +163,8 @@ def build(
     lottery_rows: Sequence[LotteryCase],
     now: float,
     last_trial_at: float | None = None,
+    pace: float | None = None,
+    rules: Sequence[RuleView] = (),
 ) -> Snapshot:
     return Snapshot(
         schema=SCHEMA,
@@ -152,6 +181,8 @@ def build(
         pass_at_k=[e for e in estimates if e.metric == "pass@k"],
         pass_hat_k=[e for e in estimates if e.metric == "pass^k"],
         lottery=Lottery(k=lottery_k, rows=list(lottery_rows)),
+        pace=pace,
+        rules=list(rules),
     )
 
 

@@ -28,6 +28,7 @@ from reliabilityd.scripts import (
     FORGET,
     IMPORT_APPLY,
     READ,
+    READ_WINDOWS,
     WRITE_SNAPSHOT,
 )
 from reliabilityd.streamstore import StreamStore
@@ -81,6 +82,8 @@ class SuiteState(msgspec.Struct, frozen=True):
     suite: str
     counters: Counters
     hist: Histogram
+    # Each task's last outcomes, oldest first ("1" = pass), when asked for.
+    windows: list[str] | None = None
 
 
 class Applied(msgspec.Struct, frozen=True):
@@ -256,11 +259,18 @@ class Store(StreamStore):
     async def suites(self) -> list[str]:
         return sorted(_text(s) for s in await self.client.smembers(self.suites_key))
 
-    async def read_state(self, suite: str) -> SuiteState:
-        """Counters and histogram of one suite, read atomically."""
-        meta_raw, hist_raw = await self.client.eval(
-            READ, 2, self.key(suite, "meta"), self.key(suite, "hist")
-        )
+    async def read_state(self, suite: str, *, windows: bool = False) -> SuiteState:
+        """Counters and histogram of one suite (and each task's window), read atomically."""
+        keys = [self.key(suite, "meta"), self.key(suite, "hist")]
+        if windows:
+            reply = await self.client.eval(READ_WINDOWS, 3, *keys, self.key(suite, "tasks"))
+            meta_raw, hist_raw, values = reply
+            outcomes = [
+                _text(v).split(":", 2)[2] if _text(v).count(":") == 2 else "" for v in values
+            ]
+        else:
+            meta_raw, hist_raw = await self.client.eval(READ, 2, *keys)
+            outcomes = None
         meta = _pairs(meta_raw)
         cells: list[tuple[int, int, int]] = []
         for cell, count in _pairs(hist_raw).items():
@@ -275,7 +285,7 @@ class Store(StreamStore):
             version=int(meta.get("version", 0)),
             last_trial_at=float(last) if last else None,
         )
-        return SuiteState(suite, counters, Histogram.from_cells(cells))
+        return SuiteState(suite, counters, Histogram.from_cells(cells), outcomes)
 
     async def task_counts(self, suite: str) -> dict[str, tuple[int, int]]:
         """Every task's (n, c): O(tasks), for tests and tools, never on the tick path."""

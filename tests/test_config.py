@@ -162,6 +162,11 @@ def test_alert_rules_decode_with_defaults(tmp_path: Path) -> None:
             "$.stats.window",
             "shorter than k=5",
         ),
+        (
+            "[[alerts]]\nname = 'a'\nk = 5\nbelow = 0.5\ntrigger = 'detector'\n",
+            "$.alerts[0].trigger",
+            "set stats.window",
+        ),
         ("[sinks.alertmanager]\nurl = 'am:9093'\n", "$.sinks.alertmanager.url", "http"),
         ("[sinks.smtp]\nurl = 'x'\n", "$.sinks", "unknown field `smtp`"),
     ],

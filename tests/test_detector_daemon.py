@@ -1,0 +1,133 @@
+"""The detector trigger and the expected page rate, judged by a real daemon on real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+
+from reliabilityd import rulestate
+from reliabilityd.alerts import Rule
+from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
+from reliabilityd.events import TrialEvent
+from reliabilityd.snapshot import Snapshot
+from reliabilityd.store import Store
+from tests.daemon_fixtures import running
+from tests.helpers import wait_until
+from tests.servers import RedisServer
+
+RULE = Rule(
+    name="deploy-detector",
+    suite="deploy-*",
+    k=5,
+    below=0.75,
+    resolve_above=0.8,
+    trigger="detector",
+    evidence=12.0,
+    recent=5,
+)
+TASKS = 40
+
+
+def config(redis_server: RedisServer, prefix: str) -> Config:
+    return Config(
+        redis=RedisConfig(url=redis_server.url, prefix=prefix),
+        mqtt=MqttConfig(enabled=False),
+        stats=StatsConfig(k=[1, 5], ci_interval=0.2, n_boot=200, window=20),
+        alerts=[RULE],
+    )
+
+
+def round_of(suite: str, r: int, failing: int) -> list[TrialEvent]:
+    """One trial per task; the first `failing` tasks fail it."""
+    return [
+        TrialEvent(suite, f"task {t}", f"r{r}", "fail" if t < failing else "pass")
+        for t in range(TASKS)
+    ]
+
+
+async def snapshot_of(store: Store, suite: str) -> Snapshot | None:
+    raw = await store.snapshot_json(suite)
+    return None if raw is None else msgspec.json.decode(raw, type=Snapshot)
+
+
+async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
+    redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pace from snapshots a second apart, so the test needs no minutes.
+    monkeypatch.setattr(rulestate, "PACE_MIN_SECONDS", 0.5)
+    cfg = config(redis_server, prefix)
+    suite = "deploy-bot"
+    async with running(cfg) as daemon:
+        store = daemon.store
+
+        async def commit(events: list[TrialEvent]) -> None:
+            await store.apply({suite: events}, windows={suite: 20}, dedup_ttl=cfg.dedup_ttl)
+
+        async def version_judged(v: int) -> bool:
+            snap = await snapshot_of(store, suite)
+            return snap is not None and snap.version >= v
+
+        # A healthy suite: 20 rounds, every task passes.
+        for r in range(20):
+            await commit(round_of(suite, r, failing=0))
+        await wait_until(lambda: version_judged(20), 20)
+        snap = await snapshot_of(store, suite)
+        assert snap is not None
+        view = snap.rule(RULE.name)
+        assert view is not None
+        assert view.evidence == 0.0  # nothing moved: no evidence of a drop
+        states = await store.alert_states([(suite, RULE.name)])
+        assert states[0].state == "inactive"
+
+        # More healthy rounds a moment later: the suite has a pace, and the
+        # rule's expected page rate lands in its stored state.
+        await asyncio.sleep(0.6)
+        for r in range(20, 25):
+            await commit(round_of(suite, r, failing=0))
+
+        async def forecast_stored() -> bool:
+            state = (await store.alert_states([(suite, RULE.name)]))[0]
+            return state.expected_pages_per_day is not None
+
+        await wait_until(forecast_stored, 30)
+        state = (await store.alert_states([(suite, RULE.name)]))[0]
+        assert state.state == "inactive"
+        # Every task passed all it ran: at that truth the rule never pages.
+        assert state.expected_pages_per_day == 0.0
+        snap = await snapshot_of(store, suite)
+        assert snap is not None
+        assert snap.pace is not None
+        assert snap.pace > 0
+
+        # A fifth of the tasks start failing every trial: within recent=5
+        # rounds the evidence passes 12 nats and the rule fires.
+        for r in range(25, 30):
+            await commit(round_of(suite, r, failing=TASKS // 5))
+
+        async def firing() -> bool:
+            return (await store.alert_states([(suite, RULE.name)]))[0].state == "firing"
+
+        await wait_until(firing, 20)
+        snap = await snapshot_of(store, suite)
+        assert snap is not None
+        view = snap.rule(RULE.name)
+        assert view is not None
+        assert view.evidence is not None
+        assert view.evidence >= RULE.evidence
+
+        # They recover: once the point estimate is back at resolve_above, it resolves.
+        for r in range(30, 60):
+            await commit(round_of(suite, r, failing=0))
+
+        async def resolved() -> bool:
+            return (await store.alert_states([(suite, RULE.name)]))[0].state == "resolved"
+
+        await wait_until(resolved, 30)
+        history = await store.alert_history(cfg.alerts_key)
+        notes = [msgspec.json.decode(h) for h in history]
+        assert [(n["state"], n["rule"]) for n in notes] == [
+            ("firing", RULE.name),
+            ("resolved", RULE.name),
+        ]
