@@ -22,7 +22,7 @@ from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon import Daemon
 from reliabilityd.devservers import Mosquitto, RedisServer, free_port
 from reliabilityd.events import TrialEvent
-from reliabilityd.mqtt import make_client
+from reliabilityd.mqtt_client import connect
 
 SEED_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
 SUITE = "deploy-bot"
@@ -66,12 +66,16 @@ async def _run(workdir: Path, *, serve: bool) -> int:
         await asyncio.wait_for(daemon.subscribed.wait(), 20)
 
         events = seed_events()
-        publisher = make_client(config.mqtt, identifier="demo-agent", persistent=False)
-        async with publisher:
+        publisher = await connect(config.mqtt, identifier="demo-agent", persistent=False)
+        try:
             for event in events:
                 await publisher.publish(
-                    "reliability/trials/deploy-bot", msgspec.json.encode(event), qos=1
+                    "reliability/trials/deploy-bot",
+                    msgspec.json.encode(event),
+                    retain=False,
                 )
+        finally:
+            await publisher.close()
         print(f"published {len(events)} trial events (20 tasks x 5 runs), one per message, e.g.")
         print(f"  {msgspec.json.encode(events[0]).decode()}")
 
