@@ -148,6 +148,8 @@ class Connection(asyncio.Protocol):
         self._next_id = 0
         self._last_in = time.monotonic()
         self._pinger: asyncio.Task[None] | None = None
+        # QoS 1 publishes awaiting PUBACK, at most the broker's Receive Maximum.
+        self._quota = asyncio.Semaphore(65535)
         self.error: MqttError | None = None
         self.closed = asyncio.Event()
 
@@ -320,6 +322,9 @@ class Connection(asyncio.Protocol):
             server_keepalive = props_in.get(SERVER_KEEP_ALIVE)
             if isinstance(server_keepalive, int):
                 self.keepalive = server_keepalive
+            quota = props_in.get(RECEIVE_MAXIMUM)
+            if isinstance(quota, int) and quota > 0:
+                self._quota = asyncio.Semaphore(quota)
             text = props_in.get(REASON_STRING, b"")
             reason = text if isinstance(text, bytes) else b""
         if code != 0:
@@ -342,10 +347,14 @@ class Connection(asyncio.Protocol):
             raise Refused(f"the broker refused the subscription to {topic!r}: {reply[i]:#x}")
 
     async def publish(self, topic: str, payload: bytes, *, retain: bool) -> None:
-        """PUBLISH at QoS 1 and wait for the broker's PUBACK."""
-        mid = self._packet_id()
-        body = _str(topic) + struct.pack("!H", mid) + (b"\x00" if self.v5 else b"") + payload
-        reply = await self._request((PUBACK, mid), _packet(PUBLISH | 0x02 | int(retain), body))
+        """PUBLISH at QoS 1 and wait for the broker's PUBACK.
+
+        Concurrent calls are fine: beyond the broker's Receive Maximum they wait.
+        """
+        async with self._quota:
+            mid = self._packet_id()
+            body = _str(topic) + struct.pack("!H", mid) + (b"\x00" if self.v5 else b"") + payload
+            reply = await self._request((PUBACK, mid), _packet(PUBLISH | 0x02 | int(retain), body))
         if len(reply) > 2 and reply[2] >= 0x80:
             raise Refused(f"the broker refused the message on {topic!r}: {reply[2]:#x}")
 
