@@ -152,6 +152,7 @@ class Connection(asyncio.Protocol):
         self._quota = asyncio.Semaphore(65535)
         self.error: MqttError | None = None
         self.closed = asyncio.Event()
+        self._lost = asyncio.Event()
 
     # --- asyncio.Protocol ---------------------------------------------------
 
@@ -160,6 +161,7 @@ class Connection(asyncio.Protocol):
         self._transport = transport
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._lost.set()
         self._fail(MqttError(f"connection to the broker lost: {exc or 'closed'}"))
 
     def data_received(self, data: bytes) -> None:
@@ -417,6 +419,11 @@ class Connection(asyncio.Protocol):
             with contextlib.suppress(MqttError):
                 self._send(bytes([DISCONNECT, 0]))
             self._fail(MqttError("the connection was closed"))
+            # The broker closes its side once it has read the DISCONNECT, so
+            # everything before it (the last PUBACKs) has been read too;
+            # closing first could reset the socket with those still unread.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lost.wait(), 2.0)
             self._transport.close()
         else:
             self._transport.abort()

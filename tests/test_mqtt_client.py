@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Literal
 
+import msgspec
 import pytest
 
 from reliabilityd.config import MqttConfig
 from reliabilityd.mqtt_client import Connection, Message, MqttError, connect
-from tests.servers import Mosquitto
+from tests.servers import Mosquitto, free_port
 
 
 class FakeTransport(asyncio.Transport):
@@ -173,3 +177,82 @@ async def test_a_refused_connection_says_why(mosquitto: Mosquitto) -> None:
     # MQTT 3.1.1 forbids an empty client id with a persistent session: refused.
     with pytest.raises(MqttError, match="refused"):
         await connect(cfg, identifier="", persistent=True)
+
+
+def make_certificates(where: Path) -> tuple[Path, Path, Path]:
+    """A throwaway CA and a server certificate for 127.0.0.1: (ca, cert, key)."""
+    ca, ca_key = where / "ca.crt", where / "ca.key"
+    cert, key, csr = where / "server.crt", where / "server.key", where / "server.csr"
+    san = where / "san.cnf"
+    san.write_text("subjectAltName=IP:127.0.0.1\n")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    run(
+        *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+        *("-keyout", str(ca_key), "-out", str(ca), "-subj", "/CN=reliabilityd test CA"),
+    )
+    run(
+        *("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key)),
+        *("-out", str(csr), "-subj", "/CN=127.0.0.1"),
+    )
+    run(
+        *("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key)),
+        *("-CAcreateserial", "-out", str(cert), "-days", "1", "-extfile", str(san)),
+    )
+    return ca, cert, key
+
+
+@pytest.fixture
+def tls_broker(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """A broker with a TLS listener that wants user `agent`, password `s3cr3t`: (port, CA)."""
+    ca, cert, key = make_certificates(tmp_path)
+    passwords = tmp_path / "passwd"
+    passwords.touch()
+    subprocess.run(
+        ["mosquitto_passwd", "-b", str(passwords), "agent", "s3cr3t"],
+        check=True,
+        capture_output=True,
+    )
+    tls_port = free_port()
+    broker = Mosquitto(
+        "mosquitto",
+        tmp_path,
+        free_port(),
+        extra=(
+            "allow_anonymous false",
+            f"password_file {passwords}",
+            f"listener {tls_port} 127.0.0.1",
+            f"cafile {ca}",
+            f"certfile {cert}",
+            f"keyfile {key}",
+        ),
+    )
+    broker.start()
+    yield tls_port, ca
+    broker.stop()
+
+
+async def test_tls_and_credentials_from_an_mqtts_url(
+    tls_broker: tuple[int, Path], prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mqtts://user:password@host:port verifies the broker's certificate and logs in."""
+    port, ca = tls_broker
+    url = f"mqtts://agent:s3cr3t@127.0.0.1:{port}"
+    cfg = MqttConfig(url=url, topic=f"{prefix}/t", client_id=f"{prefix}-c")
+    # Without our CA the certificate is not trusted: no connection.
+    with pytest.raises(MqttError, match="CERTIFICATE_VERIFY_FAILED"):
+        await connect(cfg, identifier=cfg.client_id, persistent=False)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    wrong = msgspec.structs.replace(cfg, url=f"mqtts://agent:nope@127.0.0.1:{port}")
+    with pytest.raises(MqttError, match="refused"):
+        await connect(wrong, identifier=cfg.client_id, persistent=False)
+    sub = await connect(cfg, identifier=cfg.client_id, persistent=False)
+    await sub.subscribe(cfg.topic)
+    pub = await connect(cfg, identifier=f"{prefix}-p", persistent=False)
+    await pub.publish(cfg.topic, b"over TLS", retain=False)
+    (message,) = await asyncio.wait_for(sub.take(10), 10)
+    assert message.payload == b"over TLS"
+    await pub.close()
+    await sub.close()
