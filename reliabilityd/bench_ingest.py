@@ -1,46 +1,58 @@
-"""Benchmark: events committed to Redis per second, beside a bare subscriber's rate.
+"""Benchmark: events committed to Redis per second, beside bare subscribers' rates.
 
-Both consumers drain the same kind of backlog from the same broker in the
+Every consumer drains the same kind of backlog from the same broker in the
 same run: the publisher first fills the broker's queue for the consumer's
 persistent session, then the consumer connects and the clock runs until the
-last message is in (bare aiomqtt subscriber, automatic acknowledgment) or
-the last event is committed in Redis (reliabilityd, acknowledgment after
-commit). Draining a backlog measures the consumer, not the publisher.
+last message is in (bare subscribers) or the last event is committed in
+Redis (reliabilityd, acknowledgment after commit). Draining a backlog
+measures the consumer, not the publisher. The bare subscribers: the client
+reliabilityd uses (``mqtt_client``, acknowledging each batch as it is taken),
+gmqtt 0.8 and aiomqtt (paho) with automatic acknowledgment, and the C
+``mosquitto_sub``. Consumers alternate for a few rounds; each keeps its best.
 
-Also prints Redis memory per task with 100,000 tasks.
+Also: the Redis-side bound (``Store.apply`` alone, no MQTT), the latency from
+publish to commit at a steady 1,000 events/s, the daemon's CPU per 1,000
+events, and Redis memory per task with 100,000 tasks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
+import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-import aiomqtt
 import msgspec
 
-from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
+from reliabilityd.config import Config, IngestConfig, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon import Daemon
 from reliabilityd.devservers import Mosquitto, RedisServer, free_port
 from reliabilityd.events import TrialEvent
-from reliabilityd.mqtt import make_client
-from reliabilityd.store import Store, connect
+from reliabilityd.mqtt_client import connect
+from reliabilityd.store import Store
+from reliabilityd.store import connect as redis_connect
 
-SINGLE_MESSAGES = 20_000
-BATCH_MESSAGES = 1_000
+SINGLE_MESSAGES = 40_000
+BATCH_MESSAGES = 2_000
 BATCH_SIZE = 100
 MEMORY_TASKS = 100_000
 ROUNDS = 3
+STEADY_RATE = 1_000
+STEADY_SECONDS = 5.0
+# Today's README figures (aiomqtt consumer), 1 event per message: the 4x target's base.
+PREVIOUS_RATE = 9_200
 
 
-def _events(count: int, offset: int = 0) -> list[TrialEvent]:
+def _events(count: int, offset: int = 0, suite: str = "bench") -> list[TrialEvent]:
     return [
         TrialEvent(
-            "bench",
+            suite,
             f"task {i % 5000}",
             f"run-{offset + i}",
             "pass" if (i * 7) % 10 < 7 else "fail",
@@ -49,70 +61,180 @@ def _events(count: int, offset: int = 0) -> list[TrialEvent]:
     ]
 
 
-async def _fill(port: int, topic: str, messages: list[bytes]) -> float:
-    """Publish everything at QoS 1; returns the publisher's rate (messages/s)."""
-    started = time.perf_counter()
-    async with aiomqtt.Client("127.0.0.1", port, identifier="bench-publisher") as client:
-        client.pending_calls_threshold = 10_000
-        for i in range(0, len(messages), 100):
-            await asyncio.gather(*(client.publish(topic, m, qos=1) for m in messages[i : i + 100]))
-    return len(messages) / (time.perf_counter() - started)
+async def _redis_cpu(redis_url: str) -> float:
+    """CPU seconds the Redis server has used (its own accounting, robust to a busy machine)."""
+    client = redis_connect(redis_url)
+    info = await client.info("cpu")
+    await client.aclose()
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _mqtt_config(port: int, client_id: str, topic: str) -> MqttConfig:
     return MqttConfig(url=f"mqtt://127.0.0.1:{port}", topic=topic, client_id=client_id)
 
 
-async def _raw_rate(port: int, messages: list[bytes]) -> float:
-    """A bare aiomqtt subscriber draining a backlog: messages/s."""
-    cfg = _mqtt_config(port, "bench-raw", "bench/raw")
-    async with make_client(
-        cfg, identifier=cfg.client_id, persistent=True, receive_maximum=1000
-    ) as c:
-        await c.subscribe(cfg.topic, qos=1)
-    await _fill(port, cfg.topic, messages)
-    client = make_client(cfg, identifier=cfg.client_id, persistent=True, receive_maximum=1000)
+async def _fill(port: int, topic: str, messages: Sequence[bytes]) -> None:
+    """Publish everything at QoS 1, 500 unacknowledged at a time."""
+    conn = await connect(
+        _mqtt_config(port, "bench-publisher", topic), identifier="bench-publisher", persistent=False
+    )
+    try:
+        for i in range(0, len(messages), 500):
+            await asyncio.gather(
+                *(conn.publish(topic, m, retain=False) for m in messages[i : i + 500])
+            )
+    finally:
+        await conn.close()
+
+
+async def _session(port: int, client_id: str, topic: str) -> None:
+    """Create the persistent session and its subscription, then go away."""
+    cfg = _mqtt_config(port, client_id, topic)
+    conn = await connect(cfg, identifier=client_id, persistent=True, receive_maximum=1000)
+    await conn.subscribe(topic)
+    await conn.close()
+
+
+# --- bare subscribers: messages/s draining a backlog --------------------------
+
+
+async def _ours(port: int, client_id: str, topic: str, count: int) -> float:
+    cfg = _mqtt_config(port, client_id, topic)
+    started = time.perf_counter()
+    conn = await connect(cfg, identifier=client_id, persistent=True, receive_maximum=1000)
+    await conn.subscribe(topic)
+    received = 0
+    while received < count:
+        batch = await conn.take(500)
+        conn.ack(batch)
+        received += len(batch)
+    took = time.perf_counter() - started
+    await conn.close()
+    return count / took
+
+
+async def _gmqtt(port: int, client_id: str, topic: str, count: int) -> float:
+    import gmqtt
+
+    done = asyncio.Event()
+    received = 0
+
+    def on_message(*_: object) -> int:
+        nonlocal received
+        received += 1
+        if received == count:
+            done.set()
+        return 0
+
+    client = gmqtt.Client(
+        client_id, clean_session=False, session_expiry_interval=3600, receive_maximum=1000
+    )
+    client.on_message = on_message
+    started = time.perf_counter()
+    await client.connect("127.0.0.1", port)
+    client.subscribe(topic, qos=1)
+    await done.wait()
+    took = time.perf_counter() - started
+    await client.disconnect()
+    return count / took
+
+
+async def _aiomqtt(port: int, client_id: str, topic: str, count: int) -> float:
+    import aiomqtt
+
     started = time.perf_counter()
     received = 0
-    async with client:
-        await client.subscribe(cfg.topic, qos=1)
+    async with aiomqtt.Client(
+        "127.0.0.1",
+        port,
+        identifier=client_id,
+        clean_session=False,
+        protocol=aiomqtt.ProtocolVersion.V311,
+    ) as client:
+        await client.subscribe(topic, qos=1)
         async for _ in client.messages:
             received += 1
-            if received == len(messages):
+            if received == count:
                 break
-    return received / (time.perf_counter() - started)
+    return count / (time.perf_counter() - started)
+
+
+async def _mosquitto_sub(port: int, client_id: str, topic: str, count: int) -> float:
+    binary = shutil.which("mosquitto_sub")
+    assert binary is not None
+    argv = [binary, "-p", str(port), "-i", client_id, "-c", "-q", "1", "-t", topic]
+    started = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        *argv, "-C", str(count), stdout=asyncio.subprocess.DEVNULL
+    )
+    await proc.wait()
+    return count / (time.perf_counter() - started)
+
+
+Bare = Callable[[int, str, str, int], Awaitable[float]]
+
+
+async def _bare_rate(port: int, name: str, run: Bare, messages: Sequence[bytes]) -> float:
+    client_id = f"bench-{name}-{time.monotonic_ns()}"
+    topic = f"bench/{client_id}"
+    if run is _mosquitto_sub:
+        binary = shutil.which("mosquitto_sub")
+        assert binary is not None
+        argv = [binary, "-p", str(port), "-i", client_id, "-c", "-q", "1", "-t", topic, "-E"]
+        await (await asyncio.create_subprocess_exec(*argv)).wait()
+    else:
+        await _session(port, client_id, topic)
+    await _fill(port, topic, messages)
+    return await run(port, client_id, topic, len(messages))
+
+
+# --- reliabilityd -------------------------------------------------------------
+
+
+def _daemon_config(redis_url: str, port: int, prefix: str) -> Config:
+    return Config(
+        redis=RedisConfig(url=redis_url, prefix=prefix),
+        mqtt=_mqtt_config(port, f"bench-{prefix}", f"bench/{prefix}"),
+        stats=StatsConfig(k=[1, 5], ci_interval=5.0),
+        ingest=IngestConfig(),
+    )
 
 
 async def _daemon_rate(
     redis_url: str, port: int, prefix: str, messages: list[bytes], events: int
-) -> float:
-    """reliabilityd draining a backlog: events/s committed to Redis."""
-    cfg = Config(
-        redis=RedisConfig(url=redis_url, prefix=prefix),
-        mqtt=_mqtt_config(port, f"bench-{prefix}", f"bench/{prefix}"),
-        stats=StatsConfig(k=[1, 5], ci_interval=5.0),
-    )
+) -> tuple[float, float, float]:
+    """reliabilityd draining a backlog: events/s committed, daemon and Redis CPU ms/1,000 events."""
+    cfg = _daemon_config(redis_url, port, prefix)
     # First start creates the persistent session; then the backlog builds up.
     await _run_until(cfg, _true)
     await _fill(port, cfg.mqtt.topic, messages)
-    store = Store(connect(redis_url), prefix)
+    store = Store(redis_connect(redis_url), prefix)
+    counted = 0
 
     async def done() -> bool:
-        return (await store.read_state("bench")).counters.trials >= events
+        nonlocal counted
+        counted = (await store.read_state("bench")).counters.trials
+        return counted >= events
 
+    redis_cpu = await _redis_cpu(redis_url)
+    cpu = time.process_time()
     started = time.perf_counter()
     await _run_until(cfg, done)
     took = time.perf_counter() - started
+    cpu = time.process_time() - cpu
+    redis_cpu = await _redis_cpu(redis_url) - redis_cpu
     await store.client.aclose()
-    return events / took
+    return events / took, 1e6 * cpu / events, 1e6 * redis_cpu / events
 
 
 async def _true() -> bool:
     return True
 
 
-async def _run_until(cfg: Config, finished: Callable[[], Awaitable[bool]]) -> None:
-    daemon = Daemon(cfg)
+async def _run_until(
+    cfg: Config, finished: Callable[[], Awaitable[bool]], daemon: Daemon | None = None
+) -> None:
+    daemon = daemon or Daemon(cfg)
     stop = asyncio.Event()
     task = asyncio.create_task(daemon.run(stop))
     await daemon.subscribed.wait()
@@ -124,9 +246,88 @@ async def _run_until(cfg: Config, finished: Callable[[], Awaitable[bool]]) -> No
     await daemon.store.client.aclose()
 
 
+async def _latency(redis_url: str, port: int) -> tuple[float, float, float]:
+    """Publish at a steady rate; (p50 ms, p99 ms, daemon CPU ms per 1,000 events).
+
+    The publisher is a child process (its CPU is not the daemon's); each event
+    carries its send time in ``ts``, read back when its batch is committed.
+    """
+    cfg = _daemon_config(redis_url, port, "steady")
+    daemon = Daemon(cfg)
+    count = int(STEADY_RATE * STEADY_SECONDS)
+    latencies: list[float] = []
+    inner = daemon.commit
+    decoder = msgspec.json.Decoder(TrialEvent)
+
+    async def timed_commit(batch: Sequence[tuple[bytes, str]]) -> None:
+        await inner(batch)
+        now = time.time()
+        latencies.extend(now - (decoder.decode(p).ts or now) for p, _ in batch)
+
+    daemon.commit = timed_commit  # type: ignore[method-assign,assignment]
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.run(stop))
+    await daemon.subscribed.wait()
+    cpu = time.process_time()
+    publisher = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "reliabilityd.bench_ingest", "publish-steady", str(port), str(count)
+    )
+    await publisher.wait()
+    for _ in range(500):
+        if len(latencies) >= count:
+            break
+        await asyncio.sleep(0.01)
+    cpu = time.process_time() - cpu
+    stop.set()
+    await task
+    await daemon.store.client.aclose()
+    q = statistics.quantiles(latencies, n=100)
+    return 1000 * q[49], 1000 * q[98], 1e6 * cpu / len(latencies)
+
+
+async def _publish_steady(port: int, count: int) -> None:
+    """The steady publisher's own process: one event per message at STEADY_RATE."""
+    cfg = _mqtt_config(port, "bench-steady-publisher", "bench/steady")
+    conn = await connect(cfg, identifier=cfg.client_id, persistent=False)
+    events = _events(count, offset=5 * 10**7)
+    pending: list[asyncio.Task[None]] = []
+    started = time.perf_counter()
+    for i, event in enumerate(events):
+        delay = started + i / STEADY_RATE - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        payload = msgspec.json.encode(msgspec.structs.replace(event, ts=time.time()))
+        pending.append(asyncio.create_task(conn.publish(cfg.topic, payload, retain=False)))
+    await asyncio.gather(*pending)
+    await conn.close()
+
+
+async def _redis_bound(
+    redis_url: str, events_per_call: int, chunks: int, offset: int
+) -> tuple[float, float]:
+    """Store.apply alone (no MQTT, no decoding): events/s, and events per Redis CPU second.
+
+    New trials only (``offset`` apart from any earlier call): duplicates cost Redis less.
+    """
+    store = Store(redis_connect(redis_url), "bound")
+    batches = [
+        {"bench": _events(events_per_call, offset=offset + i * events_per_call)}
+        for i in range(chunks)
+    ]
+    redis_cpu = await _redis_cpu(redis_url)
+    started = time.perf_counter()
+    for batch in batches:
+        await store.apply(batch, windows={"bench": 0}, dedup_ttl=7200)
+    took = time.perf_counter() - started
+    redis_cpu = await _redis_cpu(redis_url) - redis_cpu
+    await store.client.aclose()
+    total = events_per_call * chunks
+    return total / took, total / redis_cpu
+
+
 async def _memory(redis_url: str) -> None:
-    client = connect(redis_url)
-    store = Store(client, "mem")
+    store = Store(redis_connect(redis_url), "mem")
+    client = store.client
     before = int((await client.info("memory"))["used_memory"])
     per_batch = 2000
     for start in range(0, MEMORY_TASKS, per_batch):
@@ -159,7 +360,18 @@ async def _memory(redis_url: str) -> None:
     print(f"  used_memory grew {(after - before) / MEMORY_TASKS:6.1f} B/task (everything included)")
 
 
+def _has_gmqtt() -> bool:
+    try:
+        import gmqtt  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 async def _main() -> None:
+    bares: dict[str, Bare] = {"ours": _ours, "aiomqtt": _aiomqtt, "mosquitto_sub": _mosquitto_sub}
+    if _has_gmqtt():
+        bares["gmqtt"] = _gmqtt
     with tempfile.TemporaryDirectory(prefix="reliabilityd-bench-") as tmp:
         redis = RedisServer("redis", Path(tmp), free_port())
         broker = Mosquitto("mosquitto", Path(tmp), free_port())
@@ -171,29 +383,38 @@ async def _main() -> None:
             batches = [
                 msgspec.json.encode(evs[i : i + BATCH_SIZE]) for i in range(0, len(evs), BATCH_SIZE)
             ]
-            # Alternate the two consumers and keep each one's best round: on a
+            # Alternate the consumers and keep each one's best round: on a
             # shared machine a slow round says more about the neighbours.
-            raw = ours = raw_b = ours_b = 0.0
+            one: dict[str, float] = dict.fromkeys(["reliabilityd", *bares], 0.0)
+            hundred = dict(one)
+            cpu_one = cpu_hundred = redis_one = redis_hundred = float("inf")
             for r in range(ROUNDS):
-                raw = max(raw, await _raw_rate(broker.port, singles))
-                ours = max(
-                    ours,
-                    await _daemon_rate(redis.url, broker.port, f"one{r}", singles, len(singles)),
+                rate, cpu, rcpu = await _daemon_rate(
+                    redis.url, broker.port, f"one{r}", singles, len(singles)
                 )
-                raw_b = max(raw_b, BATCH_SIZE * await _raw_rate(broker.port, batches))
-                ours_b = max(
-                    ours_b,
-                    await _daemon_rate(redis.url, broker.port, f"batch{r}", batches, len(evs)),
+                one["reliabilityd"] = max(one["reliabilityd"], rate)
+                cpu_one, redis_one = min(cpu_one, cpu), min(redis_one, rcpu)
+                rate, cpu, rcpu = await _daemon_rate(
+                    redis.url, broker.port, f"hundred{r}", batches, len(evs)
                 )
-            print(f"best of {ROUNDS} alternating rounds, each draining a backlog")
-            print(f"{'shape':<26} {'reliabilityd':>16} {'bare subscriber':>18} {'ratio':>7}")
-            print(
-                f"{'1 event/message':<26} {ours:>10,.0f} ev/s {raw:>12,.0f} msg/s "
-                f"{ours / raw:>6.0%}"
-            )
-            print(
-                f"{f'{BATCH_SIZE} events/message':<26} {ours_b:>10,.0f} ev/s "
-                f"{raw_b:>12,.0f} ev/s {ours_b / raw_b:>6.0%}"
+                hundred["reliabilityd"] = max(hundred["reliabilityd"], rate)
+                cpu_hundred, redis_hundred = min(cpu_hundred, cpu), min(redis_hundred, rcpu)
+                for name, run in bares.items():
+                    one[name] = max(one[name], await _bare_rate(broker.port, name, run, singles))
+                    rate = BATCH_SIZE * await _bare_rate(broker.port, name, run, batches)
+                    hundred[name] = max(hundred[name], rate)
+            bounds = [
+                await _redis_bound(redis.url, 2000, 25, offset=10**8 * (r + 1))
+                for r in range(ROUNDS)
+            ]
+            p50, p99, cpu_steady = await _latency(redis.url, broker.port)
+            _report(
+                one,
+                hundred,
+                bound=(max(b[0] for b in bounds), max(b[1] for b in bounds)),
+                cpu=(cpu_one, cpu_hundred, cpu_steady),
+                redis_cpu=(redis_one, redis_hundred),
+                latency=(p50, p99),
             )
             await _memory(redis.url)
         finally:
@@ -203,9 +424,68 @@ async def _main() -> None:
                 redis.stop(signal.SIGKILL)
 
 
+def _report(
+    one: dict[str, float],
+    hundred: dict[str, float],
+    *,
+    bound: tuple[float, float],
+    cpu: tuple[float, float, float],
+    redis_cpu: tuple[float, float],
+    latency: tuple[float, float],
+) -> None:
+    cpu_one, cpu_hundred, cpu_steady = cpu
+    p50, p99 = latency
+    bound_wall, bound_cpu = bound
+    labels = {
+        "reliabilityd": "reliabilityd (committed)",
+        "ours": "bare mqtt_client (ours)",
+        "gmqtt": "bare gmqtt 0.8",
+        "aiomqtt": "bare aiomqtt (paho)",
+        "mosquitto_sub": "mosquitto_sub (C)",
+    }
+    print(f"best of {ROUNDS} alternating rounds, each draining a backlog (events/s)")
+    print(f"{'consumer':<26} {'1 event/message':>16} {f'{BATCH_SIZE} events/message':>20}")
+    for name, rate in one.items():
+        print(f"{labels[name]:<26} {rate:>16,.0f} {hundred[name]:>20,.0f}")
+    ours = one["reliabilityd"]
+    for name in ("ours", "gmqtt", "aiomqtt", "mosquitto_sub"):
+        if name in one:
+            print(
+                f"  reliabilityd / {labels[name]:<24} {ours / one[name]:5.2f}x at 1 event/message"
+            )
+    print(
+        f"  reliabilityd / the previous consumer ({PREVIOUS_RATE:,} ev/s) "
+        f"{ours / PREVIOUS_RATE:5.2f}x"
+    )
+    print(
+        f"Redis-side bound, Store.apply of 2,000-event chunks alone: {bound_wall:,.0f} events/s; "
+        f"{bound_cpu:,.0f} events per second of Redis CPU"
+    )
+    print(
+        f"  reliabilityd at {BATCH_SIZE} events/message / Redis bound: "
+        f"{hundred['reliabilityd'] / bound_wall:.2f}"
+    )
+    print(
+        f"daemon CPU per 1,000 events: {cpu_one:.1f} ms (1 event/message, draining), "
+        f"{cpu_hundred:.1f} ms ({BATCH_SIZE} events/message), "
+        f"{cpu_steady:.1f} ms (steady {STEADY_RATE:,}/s, one commit per message, CI ticks included)"
+    )
+    print(
+        f"Redis CPU per 1,000 events: {redis_cpu[0]:.1f} ms (1 event/message), "
+        f"{redis_cpu[1]:.1f} ms ({BATCH_SIZE} events/message)"
+    )
+    print(
+        f"publish -> commit latency at a steady {STEADY_RATE:,} events/s, 1 per message: "
+        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+    )
+
+
 def main() -> None:
     asyncio.run(_main())
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["publish-steady"]:
+        asyncio.run(_publish_steady(int(sys.argv[2]), int(sys.argv[3])))
+    else:
+        main()

@@ -15,6 +15,13 @@ APPLY = r"""
 local meta, tasks, hist, lot = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl, window, now = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local counted, errors, skips, dups = 0, 0, 0, 0
+-- Histogram moves are summed per cell and written once per cell at the end:
+-- a chunk touches few distinct (n, c) cells, so this saves two calls per event.
+local moves, cells = {}, {}
+local function move(cell, d)
+  if moves[cell] == nil then moves[cell] = 0; cells[#cells + 1] = cell end
+  moves[cell] = moves[cell] + d
+end
 local function member(n, c, task)
   return string.format('%010d:%010d:', n, c) .. task
 end
@@ -52,15 +59,18 @@ for i = 1, #KEYS - 4 do
       value = nn .. ':' .. nc
     end
     if n > 0 then
-      local cell = n .. ':' .. c
-      if redis.call('HINCRBY', hist, cell, -1) <= 0 then redis.call('HDEL', hist, cell) end
+      move(n .. ':' .. c, -1)
       if c > 0 and c < n then redis.call('ZREM', lot, member(n, c, task)) end
     end
-    redis.call('HINCRBY', hist, nn .. ':' .. nc, 1)
+    move(nn .. ':' .. nc, 1)
     if nc > 0 and nc < nn then redis.call('ZADD', lot, 0, member(nn, nc, task)) end
     redis.call('HSET', tasks, task, value)
     counted = counted + 1
   end
+end
+for _, cell in ipairs(cells) do
+  local d = moves[cell]
+  if d ~= 0 and redis.call('HINCRBY', hist, cell, d) <= 0 then redis.call('HDEL', hist, cell) end
 end
 local version = tonumber(redis.call('HGET', meta, 'version') or '0')
 if counted + errors + skips + dups > 0 then
