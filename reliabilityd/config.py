@@ -21,6 +21,7 @@ from reliabilityd.errors import ConfigError
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 Fraction01 = Annotated[float, msgspec.Meta(gt=0, le=1)]
 
@@ -82,6 +83,7 @@ class SuiteOverride(Base):
     match: Annotated[str, msgspec.Meta(min_length=1)]
     window: NonNegInt | None = None
     min_coverage: Fraction01 | None = None
+    idle_expiry: NonNegFloat | None = None
 
 
 class StatsConfig(Base):
@@ -96,6 +98,8 @@ class StatsConfig(Base):
     window: NonNegInt = 0
     min_coverage: Fraction01 = 1.0
     lottery_limit: NonNegInt = 10
+    # A task without any event for this many seconds leaves the suite (0 = never).
+    idle_expiry: NonNegFloat = 0.0
 
 
 class MqttSinkConfig(Base):
@@ -202,6 +206,15 @@ class Config(Base):
                 )
                 return window, cov
         return self.stats.window, self.stats.min_coverage
+
+    def idle_expiry(self, suite: str) -> float:
+        """Seconds without an event after which a task leaves the suite; 0 = never."""
+        for override in self.suites:
+            if fnmatch.fnmatchcase(suite, override.match):
+                if override.idle_expiry is not None:
+                    return override.idle_expiry
+                break
+        return self.stats.idle_expiry
 
 
 class MqttEndpoint(msgspec.Struct, frozen=True):

@@ -61,6 +61,8 @@ RECONCILE_EVERY = 60.0
 # A rule's expected page rate (a simulation) is recomputed this often at most,
 # and a replica runs at most this many such simulations per CI tick.
 FORECAST_EVERY = 600.0
+# Idle tasks are looked for this often (at most 500 per suite per sweep).
+IDLE_SWEEP_EVERY = 10.0
 FORECASTS_PER_TICK = 1
 
 
@@ -105,6 +107,7 @@ class Daemon:
         )
         self._next_reconcile = 0.0
         self._forecast_budget = FORECASTS_PER_TICK
+        self._next_idle_sweep = 0.0
         self._unfinished: set[str] = set()
         self.committed_events = 0
         # Set once the MQTT subscription is confirmed (for tests and tools).
@@ -203,6 +206,7 @@ class Daemon:
         if not by_suite and cursor is None:
             return []
         windows = {suite: self.config.suite_settings(suite)[0] for suite in by_suite}
+        touch = {suite for suite in by_suite if self.config.idle_expiry(suite) > 0}
         started = time.monotonic()
         applied = await run(
             "apply",
@@ -212,6 +216,7 @@ class Daemon:
                 windows=windows,
                 dedup_ttl=self.config.dedup_ttl,
                 cursor=cursor,
+                touch=touch,
             ),
         )
         self.metrics.committed(applied, time.monotonic() - started)
@@ -335,6 +340,19 @@ class Daemon:
                 raise
         return claimed
 
+    async def expire_idle(self, suites: Sequence[str]) -> int:
+        """Retire the tasks of suites with an idle expiry that had no event for that long."""
+        now = time.time()
+        gone = 0
+        for suite in suites:
+            idle = self.config.idle_expiry(suite)
+            if idle > 0:
+                left = await self.store.expire_idle(suite, now - idle)
+                if left:
+                    emit(logging.INFO, "tasks_expired", suite=suite, tasks=left, idle_s=idle)
+                gone += left
+        return gone
+
     async def _recompute(self, suite: str) -> None:
         try:
             await self.refresh_snapshot(suite)
@@ -401,6 +419,9 @@ class Daemon:
         while not stop.is_set():
             started = time.monotonic()
             try:
+                if time.monotonic() >= self._next_idle_sweep:
+                    self._next_idle_sweep = time.monotonic() + IDLE_SWEEP_EVERY
+                    await self.expire_idle(await self.store.suites())
                 await self.ci_tick()
                 await self.evaluator.evaluate(await self.store.suites())
             except REDIS_ERRORS as exc:

@@ -8,6 +8,7 @@ Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
     <p>:{<suite>}:lottery     zset  "%010d:%010d:<task>" (score 0) for tasks with 0 < c < n
     <p>:{<suite>}:seen:<hex>  string with TTL: one (task, trial) already applied
     <p>:{<suite>}:snapshot    hash  flat numbers for redis-cli, plus `json`
+    <p>:{<suite>}:touched     zset  task -> time of its last event (suites with an idle expiry)
     <p>:{<suite>}:imported    hash  import ledger: digest of every imported (task, trial) -> 1
     <p>:{<suite>}:imports     hash  run id -> note of its first finished import
     <p>:{<suite>}:alert:<rule> hash alert rule state: seq, snap (its snapshot version), doc

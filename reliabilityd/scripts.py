@@ -198,24 +198,50 @@ end
 return 0
 """
 
-# Take one task out of a suite's counts. KEYS: meta, tasks, hist, lottery.
-# ARGV: task. Returns 1 when the task was there. Its dedup records stay (they
-# are keyed by digest, and expire by themselves): an old trial of the task
-# re-sent later is still a duplicate, a new one starts the task afresh.
-FORGET = r"""
-local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if not cur then return 0 end
-local sn, sc = string.match(cur, '^(%d+):(%d+)')
-local n, c = tonumber(sn), tonumber(sc)
-local cell = n .. ':' .. c
-if redis.call('HINCRBY', KEYS[3], cell, -1) <= 0 then redis.call('HDEL', KEYS[3], cell) end
-if c > 0 and c < n then
-  redis.call('ZREM', KEYS[4], string.format('%010d:%010d:', n, c) .. ARGV[1])
+# One task out of the counts, histogram, lottery index and idle index. Its
+# dedup records stay (they are keyed by digest, and expire by themselves): an
+# old trial of the task re-sent later is still a duplicate, a new one starts
+# the task afresh.
+_FORGET_ONE = r"""
+local function forget(task)
+  local cur = redis.call('HGET', KEYS[2], task)
+  redis.call('ZREM', KEYS[5], task)
+  if not cur then return 0 end
+  local sn, sc = string.match(cur, '^(%d+):(%d+)')
+  local n, c = tonumber(sn), tonumber(sc)
+  local cell = n .. ':' .. c
+  if redis.call('HINCRBY', KEYS[3], cell, -1) <= 0 then redis.call('HDEL', KEYS[3], cell) end
+  if c > 0 and c < n then
+    redis.call('ZREM', KEYS[4], string.format('%010d:%010d:', n, c) .. task)
+  end
+  redis.call('HDEL', KEYS[2], task)
+  return 1
 end
-redis.call('HDEL', KEYS[2], ARGV[1])
+"""
+
+# Take one task out of a suite's counts. KEYS: meta, tasks, hist, lottery,
+# touched. ARGV: task. Returns 1 when the task was there.
+FORGET = (
+    _FORGET_ONE
+    + r"""
+if forget(ARGV[1]) == 0 then return 0 end
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 return 1
 """
+)
+
+# Take out the tasks without an event since ARGV[1] (Unix seconds), at most
+# ARGV[2] of them. KEYS: as FORGET. Returns how many left the counts.
+EXPIRE_IDLE = (
+    _FORGET_ONE
+    + r"""
+local idle = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[1], 'LIMIT', 0, ARGV[2])
+local gone = 0
+for _, task in ipairs(idle) do gone = gone + forget(task) end
+if gone > 0 then redis.call('HINCRBY', KEYS[1], 'version', 1) end
+return gone
+"""
+)
 
 
 # Runs in front of APPLY's body. KEYS: as APPLY, then the suite's import

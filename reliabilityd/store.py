@@ -10,7 +10,7 @@ and Histograms, never raw bytes.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import msgspec
@@ -25,6 +25,7 @@ from reliabilityd.scripts import (
     APPLY,
     CLAIM,
     CURSOR_MAX,
+    EXPIRE_IDLE,
     FORGET,
     IMPORT_APPLY,
     READ,
@@ -39,6 +40,8 @@ _OUTCOME_CODE = {"pass": "p", "fail": "f", "error": "e", "skip": "s"}
 _CELL_PAD = 10
 # Events per EVAL: bounds how long one script call holds Redis.
 CHUNK = 2000
+# KEYS of FORGET and EXPIRE_IDLE, in order.
+_FORGET_KEYS = ("meta", "tasks", "hist", "lottery", "touched")
 
 
 _GLOB_SPECIAL = frozenset("*?[]\\")
@@ -161,6 +164,7 @@ class Store(StreamStore):
         dedup_ttl: int,
         now: float | None = None,
         cursor: StreamCursor | None = None,
+        touch: Collection[str] = (),
     ) -> list[Applied]:
         """Apply each suite's events (one round trip), atomically per chunk of a suite.
 
@@ -177,6 +181,12 @@ class Store(StreamStore):
             return []
         stamp = repr(time.time() if now is None else now)
         pipe = self.client.pipeline(transaction=False)
+        # The idle index first (each task's last event, for idle expiry): a
+        # task touched before its trial is applied cannot be expired between
+        # the two and lose that trial. Idempotent on a retry.
+        touched = [suite for suite in batches if suite in touch]
+        for suite in touched:
+            pipe.zadd(self.key(suite, "touched"), {e.task: float(stamp) for e in batches[suite]})
         calls: list[str] = []
         for suite, events in batches.items():
             for start in range(0, len(events), CHUNK):
@@ -195,7 +205,8 @@ class Store(StreamStore):
             pipe.eval(CURSOR_MAX, 1, key, cursor.entry_id)
         replies = await pipe.execute()
         totals: dict[str, list[int]] = {}
-        for suite, reply in zip(calls, replies[: len(calls)], strict=True):
+        scripts = replies[len(touched) : len(touched) + len(calls)]
+        for suite, reply in zip(calls, scripts, strict=True):
             counted, errors, skips, dups, version = (int(x) for x in reply)
             acc = totals.setdefault(suite, [0, 0, 0, 0, 0])
             acc[0] += counted
@@ -444,11 +455,22 @@ class Store(StreamStore):
 
     async def forget_task(self, suite: str, task: str) -> bool:
         """Remove one task from the suite's counts, histogram and lottery index, atomically."""
-        keys = [self.key(suite, name) for name in ("meta", "tasks", "hist", "lottery")]
+        keys = [self.key(suite, name) for name in _FORGET_KEYS]
         if not int(await self.client.eval(FORGET, len(keys), *keys, task)):
             return False
         await self.client.sadd(self.keys.changed, suite)  # the CI loop recomputes it
         return True
+
+    async def expire_idle(self, suite: str, before: float, limit: int = 500) -> int:
+        """Take out (at most ``limit``) tasks without an event since ``before``; how many left.
+
+        Only tasks of suites applied with ``touch`` are in the idle index.
+        """
+        keys = [self.key(suite, name) for name in _FORGET_KEYS]
+        gone = int(await self.client.eval(EXPIRE_IDLE, len(keys), *keys, repr(before), limit))
+        if gone:
+            await self.client.sadd(self.keys.changed, suite)  # the CI loop recomputes it
+        return gone
 
     async def reset_suite(self, suite: str, batch: int = 1000) -> int:
         """Delete every key of the suite and drop it from the suite list; returns keys deleted.

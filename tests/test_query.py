@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import msgspec
 import pytest
 
 from reliabilityd import Client, estimate, lottery_cases
@@ -219,3 +220,49 @@ def test_reset_deletes_the_suite_and_nothing_else(
     apply(cfg, seed_events("x*"))
     with Client(redis_server.url, prefix=prefix) as rel:
         assert rel.tasks("x*") == {f"deploy service {i}": (5, c) for i, c in enumerate(SEED_PASSES)}
+
+
+async def test_idle_tasks_leave_a_lifetime_suite(
+    redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reliabilityd import daemon as daemon_mod
+    from reliabilityd.config import SuiteOverride
+
+    monkeypatch.setattr(daemon_mod, "IDLE_SWEEP_EVERY", 0.1)
+    cfg = msgspec.structs.replace(
+        config_for(redis_server, prefix),
+        suites=[SuiteOverride(match="retiring-*", idle_expiry=1.0)],
+    )
+    events = [
+        TrialEvent(suite, task, f"r{r}", "pass" if r else "fail")
+        for suite in ("retiring-bot", "lifetime-bot")
+        for task in ("old task", "live task")
+        for r in range(3)
+    ]
+    async with running(cfg) as daemon:
+        store = daemon.store
+        by_suite: dict[str, list[TrialEvent]] = {}
+        for e in events:
+            by_suite.setdefault(e.suite, []).append(e)
+        await daemon._commit_decoded(by_suite, [], retry=True)
+        # The live task keeps getting events; the old one goes quiet.
+        for r in range(3, 8):
+            await asyncio.sleep(0.3)
+            live = [TrialEvent("retiring-bot", "live task", f"r{r}", "pass")]
+            await daemon._commit_decoded({"retiring-bot": live}, [], retry=True)
+
+        async def retired() -> bool:
+            return set(await store.task_counts("retiring-bot")) == {"live task"}
+
+        await wait_until(retired, 10)
+        assert await store.task_counts("retiring-bot") == {"live task": (8, 7)}
+        # A suite without idle expiry keeps every task.
+        assert set(await store.task_counts("lifetime-bot")) == {"old task", "live task"}
+        state = await store.read_state("retiring-bot")
+        assert state.hist.cells() == [(8, 7, 1)]
+
+        async def snapshot_follows() -> bool:
+            raw = await store.snapshot_json("retiring-bot")
+            return raw is not None and msgspec.json.decode(raw)["tasks"] == 1
+
+        await wait_until(snapshot_follows, 10)
