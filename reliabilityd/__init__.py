@@ -12,9 +12,11 @@ from __future__ import annotations
 from reliabilityd.estimate import Estimate, estimate, estimate_metrics
 from reliabilityd.estimators import pass_at_k, pass_hat_k
 from reliabilityd.histogram import Histogram
+from reliabilityd.intervals import INTERVALS
 from reliabilityd.lottery import LotteryCase, lottery_cases
 
 __all__ = [
+    "INTERVALS",
     "Estimate",
     "Histogram",
     "LotteryCase",

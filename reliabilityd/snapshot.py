@@ -57,6 +57,8 @@ class StatsSettings(msgspec.Struct, frozen=True):
     n_boot: int = 2000
     confidence: float = 0.95
     seed: int = 0
+    # A name from reliabilityd.INTERVALS: `stats.interval`, or the suite's override.
+    interval: str = "percentile"
 
 
 def rfc3339(ts: float) -> str:
@@ -105,7 +107,7 @@ def point_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
 
 
 def full_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
-    """Every metric at every k with its cluster-bootstrap CI."""
+    """Every metric at every k with its CI (``settings.interval``)."""
     out: list[Estimate] = []
     for k in settings.ks:
         out.extend(
@@ -116,6 +118,7 @@ def full_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
                 n_boot=settings.n_boot,
                 seed=settings.seed,
                 min_coverage=settings.min_coverage,
+                interval=settings.interval,
             ).values()
         )
     return out
