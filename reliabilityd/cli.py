@@ -52,6 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("-c", "--config", required=True, help="TOML config file")
     bench = sub.add_parser("bench", help="benchmarks that print their figure beside a baseline")
     bench.add_argument("what", choices=["stats", "ingest"])
+    study = sub.add_parser("study", help="simulation studies behind the README's tables")
+    study.add_argument("what", choices=["coverage"])
+    study.add_argument("--reps", type=int, default=5000, help="simulated suites per cell")
+    study.add_argument("--seed", type=int, default=0)
+    study.add_argument(
+        "--only", default="", help="populations whose name contains this text (default: all)"
+    )
+    study.add_argument("--quick", action="store_true", help="T in {20, 50}, n = 10: a minute")
+    study.add_argument("--out", default="", help="also write every cell as JSON lines here")
+    study.add_argument(
+        "--report", default="", help="print the tables of a JSON-lines file and exit"
+    )
     return parser
 
 
@@ -89,6 +101,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             bench_ingest.main()
         return 0
+    if args.command == "study":
+        from reliabilityd import coverage
+
+        return coverage.main(
+            reps=args.reps,
+            seed=args.seed,
+            only=args.only,
+            quick=args.quick,
+            out=args.out,
+            report=args.report,
+        )
     raise AssertionError(args.command)  # argparse enforces the choices
 
 

@@ -18,6 +18,7 @@ import msgspec
 
 from reliabilityd.alerts import Rule
 from reliabilityd.errors import ConfigError
+from reliabilityd.intervals import IntervalName
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -82,6 +83,8 @@ class SuiteOverride(Base):
     match: Annotated[str, msgspec.Meta(min_length=1)]
     window: NonNegInt | None = None
     min_coverage: Fraction01 | None = None
+    # The CI of this suite's estimates; None = stats.interval.
+    interval: IntervalName | None = None
 
 
 class StatsConfig(Base):
@@ -96,6 +99,9 @@ class StatsConfig(Base):
     window: NonNegInt = 0
     min_coverage: Fraction01 = 1.0
     lottery_limit: NonNegInt = 10
+    # Which CI (reliabilityd.INTERVALS): "percentile" is multivon-eval's; "gaffke"
+    # also covers suites whose failures are rare (README: Coverage).
+    interval: IntervalName = "percentile"
 
 
 class MqttSinkConfig(Base):
@@ -176,6 +182,13 @@ class Config(Base):
                 )
                 return window, cov
         return self.stats.window, self.stats.min_coverage
+
+    def suite_interval(self, suite: str) -> IntervalName:
+        """The CI a suite's estimates use: the first matching [[suites]] entry, or stats."""
+        for override in self.suites:
+            if fnmatch.fnmatchcase(suite, override.match):
+                return self.stats.interval if override.interval is None else override.interval
+        return self.stats.interval
 
 
 class MqttEndpoint(msgspec.Struct, frozen=True):
