@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reliabilityd import INTERVALS, Histogram, estimate, estimate_metrics
 from reliabilityd.estimators import metric_cells
@@ -181,3 +183,25 @@ def test_settings_pass_the_interval_through() -> None:
         if e.interval == name
     }
     assert names == set(INTERVALS)
+
+
+suites = st.lists(
+    st.integers(1, 12).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n))),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=60)
+@given(suites, st.integers(1, 4), st.sampled_from(INTERVALS), st.sampled_from(["pass@k", "pass^k"]))
+def test_every_interval_stays_in_the_unit_interval_around_its_value(
+    tasks: list[tuple[int, int]], k: int, name: str, metric: str
+) -> None:
+    est = estimate(tasks, k, metric, min_coverage=1e-9, n_boot=200, interval=name)  # type: ignore[arg-type]
+    if est.value is None:
+        return
+    assert est.ci is not None
+    lo, hi = est.ci
+    assert 0.0 <= lo <= est.value <= hi <= 1.0
+    assert est.interval == name
+    assert est.method in ("exact-draw", "saddlepoint", "wilson")
