@@ -19,6 +19,7 @@ exact draw there. Every quantile lies strictly inside [min v, max v].
 
 from __future__ import annotations
 
+from math import copysign, erfc, exp, inf, isfinite, log, nan, pi, sqrt
 from statistics import NormalDist
 
 import numpy as np
@@ -35,35 +36,24 @@ _NEWTON = 60
 _W_SMALL = 1e-4
 
 
-def _phi(x: FloatArray) -> FloatArray:
-    return np.asarray(np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi), dtype=np.float64)
+def _lugannani_rice(w: float, u: float) -> float:
+    """P(X <= x) from the signed root w and the scaled tilt u at x."""
+    cdf = 0.5 * erfc(-w / sqrt(2.0))
+    if abs(w) < _W_SMALL or u == 0.0:
+        return cdf
+    phi = exp(-0.5 * w * w) / sqrt(2.0 * pi)
+    return min(1.0, max(0.0, cdf + phi * (1.0 / w - 1.0 / u)))
 
 
-def _norm_cdf(x: FloatArray) -> FloatArray:
-    # numpy has no erf; the vectorised form of NormalDist().cdf.
-    return np.asarray(np.frompyfunc(_ND.cdf, 1, 1)(x), dtype=np.float64)
-
-
-def _lugannani_rice(w: FloatArray, u: FloatArray) -> FloatArray:
-    small = np.abs(w) < _W_SMALL
-    ws = np.where(small, 1.0, w)
-    us = np.where(small | (u == 0.0), 1.0, u)
-    tail = _norm_cdf(w) + _phi(w) * (1.0 / ws - 1.0 / us)
-    tail = np.where(small, _norm_cdf(w), tail)
-    return np.clip(tail, 0.0, 1.0)
-
-
-def _log_mgf(
-    t: FloatArray, v: FloatArray, logp: FloatArray
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """kappa(t), kappa'(t), kappa''(t) of one draw, for each t (shape (Q,))."""
-    a = t[:, None] * v[None, :] + logp[None, :]
-    top = a.max(axis=1, keepdims=True)
+def _cgf(t: float, v: FloatArray, vv: FloatArray, logp: FloatArray) -> tuple[float, float, float]:
+    """kappa(t), kappa'(t), kappa''(t) of one draw: the O(D) step."""
+    a = t * v + logp
+    top = float(a.max())
     e = np.exp(a - top)
-    s = e.sum(axis=1)
-    mean = (e @ v) / s
-    second = (e @ (v * v)) / s
-    return np.log(s) + top[:, 0], mean, np.maximum(second - mean * mean, 0.0)
+    total = float(e.sum())
+    k1 = float(e @ v) / total
+    k2 = max(float(e @ vv) / total - k1 * k1, 0.0)
+    return log(total) + top, k1, k2
 
 
 def bootstrap_mean_quantiles(
@@ -73,49 +63,51 @@ def bootstrap_mean_quantiles(
     m = float(count.sum())
     p = count / m
     v = values.astype(np.float64)
+    vv = v * v
     mu = float(p @ v)
-    sd = float(np.sqrt(max(float(p @ (v - mu) ** 2), 0.0)))
+    sd = sqrt(max(float(p @ vv) - mu * mu, 0.0))
     q = np.asarray(probs, dtype=np.float64)
-    if sd == 0.0:
+    vmin, vmax = float(v.min()), float(v.max())
+    if sd == 0.0 or vmin == vmax:
         return np.full(q.shape, mu)
     logp = np.log(p)
-    root_m = np.sqrt(m)
 
-    def evaluate(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    def evaluate(t: float) -> tuple[float, float, float]:
         """(tail probability, the mean it is at, d tail / d t) at one-draw tilt t."""
-        k, k1, k2 = _log_mgf(t, v, logp)
-        w = np.sign(t) * np.sqrt(np.maximum(2.0 * m * (t * k1 - k), 0.0))
-        u = t * np.sqrt(m * k2)
+        k, k1, k2 = _cgf(t, v, vv, logp)
+        w = copysign(sqrt(max(2.0 * m * (t * k1 - k), 0.0)), t)
+        u = t * sqrt(m * k2)
         # The saddlepoint density of the mean times dx/dt = kappa''(t).
-        slope = _phi(w) * np.sqrt(m * k2)
+        slope = exp(-0.5 * w * w) / sqrt(2.0 * pi) * sqrt(m * k2)
         return _lugannani_rice(w, u), k1, slope
 
-    # Start at the normal quantile's tilt and Newton-step on the tilt,
-    # keeping a bracket so a step never leaves the region the root is in.
-    z = np.array([_ND.inv_cdf(min(max(x, 1e-12), 1.0 - 1e-12)) for x in q.tolist()])
-    t = z / (sd * root_m)
-    lo = np.full(q.shape, -np.inf)
-    hi = np.full(q.shape, np.inf)
-    x = np.full(q.shape, mu)
-    for _ in range(_NEWTON):
-        f, x, slope = evaluate(t)
-        below = f < q
-        lo = np.where(below, t, lo)
-        hi = np.where(below, hi, t)
-        step = t - (f - q) / np.where(slope > 0, slope, np.inf)
-        bad = ~((step > lo) & (step < hi)) | (slope <= 0)
-        # Outside the bracket: bisect it, or double outwards while one side is open.
-        fallback = np.where(
-            np.isfinite(lo) & np.isfinite(hi),
-            0.5 * (lo + hi),
-            np.where(np.isfinite(lo), np.maximum(2.0 * np.abs(lo), 1.0 / (sd * root_m)), 0.0)
-            + np.where(np.isfinite(hi), -np.maximum(2.0 * np.abs(hi), 1.0 / (sd * root_m)), 0.0),
-        )
-        t_new = np.where(bad, fallback, step)
-        if bool(np.all(np.abs(f - q) < 1e-10)):
-            break
-        t = t_new
-    return np.asarray(np.clip(x, float(v.min()), float(v.max())), dtype=np.float64)
+    out = np.empty(q.shape)
+    unit = 1.0 / (sd * sqrt(m))
+    for i, target in enumerate(q.tolist()):
+        # Newton on the tilt from the normal quantile's, inside a bracket that
+        # every evaluation narrows; outside it, bisect (or step out while open).
+        t = _ND.inv_cdf(min(max(target, 1e-12), 1.0 - 1e-12)) * unit
+        lo, hi = -inf, inf
+        x = mu
+        for _ in range(_NEWTON):
+            f, x, slope = evaluate(t)
+            if abs(f - target) < 1e-10:
+                break
+            if f < target:
+                lo = t
+            else:
+                hi = t
+            step = t - (f - target) / slope if slope > 0 else nan
+            if lo < step < hi:
+                t = step
+            elif isfinite(lo) and isfinite(hi):
+                t = 0.5 * (lo + hi)
+            elif isfinite(lo):
+                t = lo + max(abs(lo), unit)
+            else:
+                t = hi - max(abs(hi), unit)
+        out[i] = min(max(x, vmin), vmax)
+    return out
 
 
 def _gamma_sum_tail(d: FloatArray, alpha: FloatArray, t0: float = 0.0) -> tuple[float, float]:
@@ -146,9 +138,9 @@ def _gamma_sum_tail(d: FloatArray, alpha: FloatArray, t0: float = 0.0) -> tuple[
     one = 1.0 - t * d
     k = -float(alpha @ np.log(one))
     k2 = float(alpha @ (d / one) ** 2)
-    w = np.sign(t) * np.sqrt(max(-2.0 * k, 0.0))
-    u = t * np.sqrt(k2)
-    return float(_lugannani_rice(np.array([w]), np.array([u]))[0]), t
+    w = copysign(sqrt(max(-2.0 * k, 0.0)), t)
+    u = t * sqrt(k2)
+    return _lugannani_rice(w, u), t
 
 
 def dirichlet_mean_quantile(values: FloatArray, alpha: FloatArray, prob: float) -> float:
