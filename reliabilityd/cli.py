@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument(
         "--report", default="", help="print the tables of a JSON-lines file and exit"
     )
+    study.add_argument("--full", action="store_true", help="also print every cell")
     return parser
 
 
@@ -111,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             quick=args.quick,
             out=args.out,
             report=args.report,
+            full=args.full,
         )
     raise AssertionError(args.command)  # argparse enforces the choices
 

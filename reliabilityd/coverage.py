@@ -348,6 +348,7 @@ def main(
     quick: bool = False,
     out: str = "",
     report: str = "",
+    full: bool = False,
 ) -> int:
     """``reliabilityd study coverage``: run the grid (or read a run) and print its tables."""
     import sys
@@ -381,4 +382,7 @@ def main(
     print(headline(results))
     print()
     print(summary_table(results))
+    if full:
+        print()
+        print(full_table(results))
     return 0
