@@ -110,15 +110,22 @@ def bootstrap_mean_quantiles(
     return out
 
 
-def _gamma_sum_tail(d: FloatArray, alpha: FloatArray, t0: float = 0.0) -> tuple[float, float]:
-    """(P(sum_j G_j d_j <= 0), the saddlepoint t), G_j ~ Gamma(alpha_j) independent.
+def _gamma_sum_tail(
+    d: FloatArray, alpha: FloatArray, t0: float = 0.0
+) -> tuple[float, float, float]:
+    """P(sum_j G_j d_j <= 0) for independent G_j ~ Gamma(alpha_j), with d = v - x.
 
-    d must hold both signs, so the saddlepoint exists.
+    Returns (tail, the saddlepoint t, the density of sum w_j v_j at x), the
+    last for Newton steps on x. d must hold both signs, so the saddlepoint
+    exists.
     """
     # K(t) = -sum a log(1 - t d) lives on (1/min d, 1/max d), where K' is
     # increasing from -inf to +inf: safeguarded Newton on K'(t) = 0.
     lo = 1.0 / float(d.min())
     hi = 1.0 / float(d.max())
+    if not lo < t0 < hi or t0 == 0.0:
+        # One Newton step from 0 without the division: K'(0) + K''(0) t = 0.
+        t0 = -float(alpha @ d) / float(alpha @ (d * d))
     t = t0 if lo < t0 < hi else 0.0
     for _ in range(_NEWTON):
         r = d / (1.0 - t * d)
@@ -131,7 +138,7 @@ def _gamma_sum_tail(d: FloatArray, alpha: FloatArray, t0: float = 0.0) -> tuple[
             hi = t
         step = t - g / h
         t_new = step if lo < step < hi else 0.5 * (lo + hi)
-        done = abs(t_new - t) <= 1e-13 * max(1.0, abs(t))
+        done = abs(t_new - t) <= 1e-12 * max(1.0, abs(t))
         t = t_new
         if done:
             break
@@ -140,7 +147,9 @@ def _gamma_sum_tail(d: FloatArray, alpha: FloatArray, t0: float = 0.0) -> tuple[
     k2 = float(alpha @ (d / one) ** 2)
     w = copysign(sqrt(max(-2.0 * k, 0.0)), t)
     u = t * sqrt(k2)
-    return _lugannani_rice(w, u), t
+    # d/dx P(X <= x) = f_S(0) E[sum G | S = 0]; under the tilt E[G_j] = a_j / (1 - t d_j).
+    density = exp(min(k, 0.0)) / sqrt(2.0 * pi * k2) * float((alpha / one).sum())
+    return _lugannani_rice(w, u), t, density
 
 
 def dirichlet_mean_quantile(values: FloatArray, alpha: FloatArray, prob: float) -> float:
@@ -152,49 +161,24 @@ def dirichlet_mean_quantile(values: FloatArray, alpha: FloatArray, prob: float) 
         return vmin
     total = float(a.sum())
     mean = float(a @ v) / total
-    sd = float(np.sqrt(max(float(a @ (v - mean) ** 2) / total, 0.0) / (total + 1.0)))
-    t_warm = 0.0
-
-    def f(x: float) -> float:
-        nonlocal t_warm
-        if x <= vmin:
-            return -prob
-        if x >= vmax:
-            return 1.0 - prob
-        tail, t_warm = _gamma_sum_tail(v - x, a, t_warm)
-        return tail - prob
-
-    # A bracket around the normal guess, widened until it straddles the root,
-    # then Illinois steps (regula falsi that halves a stuck end's weight).
-    guess = mean + _ND.inv_cdf(min(max(prob, 1e-12), 1 - 1e-12)) * sd
-    width = max(sd, 1e-12)
-    a_x, b_x = max(vmin, guess - width), min(vmax, guess + width)
-    fa, fb = f(a_x), f(b_x)
-    while fa > 0:
-        a_x = max(vmin, a_x - 2.0 * (b_x - a_x))
-        fa = f(a_x)
-    while fb < 0:
-        b_x = min(vmax, b_x + 2.0 * (b_x - a_x))
-        fb = f(b_x)
-    side = 0
-    x = a_x
+    sd = sqrt(max(float(a @ (v - mean) ** 2) / total, 0.0) / (total + 1.0))
+    # Newton on x from the normal guess, inside a bracket every evaluation
+    # narrows (the tail is increasing in x); bisect when a step leaves it.
+    lo, hi = vmin, vmax
+    z = _ND.inv_cdf(min(max(prob, 1e-12), 1.0 - 1e-12))
+    x = min(max(mean + z * sd, vmin + 1e-3 * (vmax - vmin)), vmax - 1e-3 * (vmax - vmin))
+    t = 0.0
     for _ in range(_BISECT):
-        if fb == fa or b_x - a_x < 1e-13:
+        f, t, density = _gamma_sum_tail(v - x, a, t)
+        if abs(f - prob) < 1e-10:
             break
-        x = b_x - fb * (b_x - a_x) / (fb - fa)
-        if not a_x < x < b_x:
-            x = 0.5 * (a_x + b_x)
-        fx = f(x)
-        if abs(fx) < 1e-11:
-            break
-        if fx < 0:
-            a_x, fa = x, fx
-            if side == -1:
-                fb *= 0.5
-            side = -1
+        if f < prob:
+            lo = x
         else:
-            b_x, fb = x, fx
-            if side == 1:
-                fa *= 0.5
-            side = 1
+            hi = x
+        step = x - (f - prob) / density if density > 0 else nan
+        x_new = step if lo < step < hi else 0.5 * (lo + hi)
+        if abs(x_new - x) < 1e-14 * max(1.0, abs(x)):
+            break
+        x = x_new
     return min(max(x, vmin), vmax)
