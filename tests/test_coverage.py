@@ -92,3 +92,13 @@ def test_results_round_trip_and_tabulate() -> None:
     table = summary_table(rows)
     assert "| all p = 0.9 | 20 |" in table
     assert table.count("\n") == 2
+
+
+def test_the_command_prints_the_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    from reliabilityd.cli import main
+
+    assert main(["study", "coverage", "--quick", "--reps", "30", "--only", "all p = 0.9"]) == 0
+    out = capsys.readouterr().out
+    assert "30 suites per cell" in out
+    assert "| all p = 0.9 | 20 |" in out
+    assert "| all p = 0.98 |" not in out  # an exact name picks one population

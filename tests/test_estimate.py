@@ -322,3 +322,13 @@ def test_serialised_shape() -> None:
     assert unknown["unknown_reason"].startswith("UNKNOWN")
     back = msgspec.json.decode(msgspec.json.encode(estimate(SEED_TASKS, 5)), type=Estimate)
     assert back == estimate(SEED_TASKS, 5)
+
+
+def test_an_estimate_written_before_the_interval_fields_still_decodes() -> None:
+    old = (
+        b'{"k":5,"value":0.1,"ci_95":[0.0,0.25],"estimator":"hypergeometric-exact",'
+        b'"runs":5,"tasks":20,"left_out":0}'
+    )
+    est = msgspec.json.decode(old, type=Estimate)
+    assert est.ci_95 == (0.0, 0.25)
+    assert (est.ci, est.interval, est.method) == (None, None, None)
