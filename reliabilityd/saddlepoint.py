@@ -14,7 +14,7 @@ formula with no random draw at all:
 Both are the B -> infinity limit of the corresponding Monte Carlo draw,
 accurate to O(1/m^{3/2}) in the centre of a smooth distribution; they are
 poor on a lattice with a handful of atoms, which is why the callers use the
-exact draw there. Every quantile lies strictly inside [min v, max v].
+exact draw there. Every quantile lies within [min v, max v].
 """
 
 from __future__ import annotations
