@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument(
         "--only", default="", help="populations whose name contains this text (default: all)"
     )
-    study.add_argument("--quick", action="store_true", help="T in {20, 50}, n = 10: a minute")
+    study.add_argument("--quick", action="store_true", help="only T in {20, 50} and n = 10")
     study.add_argument("--out", default="", help="also write every cell as JSON lines here")
     study.add_argument(
         "--report", default="", help="print the tables of a JSON-lines file and exit"
