@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--report", default="", help="print the tables of a JSON-lines file and exit"
     )
     study.add_argument("--full", action="store_true", help="also print every cell")
+    study.add_argument(
+        "--compare", action="store_true", help="also measure BCa (not offered by the library)"
+    )
     return parser
 
 
@@ -113,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out=args.out,
             report=args.report,
             full=args.full,
+            compare=args.compare,
         )
     raise AssertionError(args.command)  # argparse enforces the choices
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from math import prod
+from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +34,9 @@ FloatArray = npt.NDArray[np.float64]
 Sampler = Callable[[np.random.Generator, tuple[int, ...]], FloatArray]
 
 STUDY_INTERVALS = ("percentile", "gaffke")
+# Measured for comparison only (``--compare``); not offered by the library.
+COMPARED = ("bca",)
+_ORDER = (*STUDY_INTERVALS, *COMPARED)
 TASKS = (10, 20, 50, 200)
 TRIALS = (5, 10, 20)
 KS = (1, 3, 5)
@@ -151,17 +155,19 @@ def intervals_for_block(
     t = values.shape[1]
     alpha = 1.0 - confidence
     out: dict[str, tuple[FloatArray, FloatArray]] = {}
-    if "percentile" in names:
+    same = (values == values[:, :1]).all(axis=1)
+    if "percentile" in names or "bca" in names:
         w = rng.multinomial(t, np.full(t, 1.0 / t), size=n_boot) / t
         # float32 halves the memory the partial sorts walk; 1e-7 is far below
         # any width that decides coverage.
         reps = (values @ w.T).astype(np.float32)
         lo, hi = _quantile_rows(reps, (alpha / 2.0, 1.0 - alpha / 2.0))
-        same = (values == values[:, :1]).all(axis=1)
         if same.any():
             wlo, whi = _wilson_rows(values[same, 0], t, confidence)
             lo[same], hi[same] = wlo, whi
         out["percentile"] = (lo, hi)
+        if "bca" in names:
+            out["bca"] = _bca_rows(values, reps, confidence, same, out["percentile"])
     if "gaffke" in names:
         g = rng.standard_exponential(size=(n_boot, t + 1))
         w = g / g.sum(axis=1, keepdims=True)
@@ -171,6 +177,44 @@ def intervals_for_block(
         (hi,) = _quantile_rows((reps + w[None, :, t]).astype(np.float32), (1.0 - alpha / 2.0,))
         out["gaffke"] = (np.maximum(lo, 0.0), np.minimum(hi, 1.0))
     return out
+
+
+def _bca_rows(
+    values: FloatArray,
+    reps: npt.NDArray[np.float32],
+    confidence: float,
+    same: npt.NDArray[np.bool_],
+    fallback: tuple[FloatArray, FloatArray],
+) -> tuple[FloatArray, FloatArray]:
+    """Bias-corrected and accelerated percentile bounds from the same resamples.
+
+    Acceleration from the jackknife of the mean, sum d^3 / (6 (sum d^2)^1.5)
+    with d the per-task deviations; rows of identical values keep the
+    percentile interval's Wilson fallback.
+    """
+    b = reps.shape[1]
+    mean = values.mean(axis=1)
+    below = (reps < mean[:, None].astype(np.float32)).mean(axis=1)
+    below = np.clip(below, 1.0 / (2 * b), 1.0 - 1.0 / (2 * b))
+    inv = np.frompyfunc(NormalDist().inv_cdf, 1, 1)
+    cdf = np.frompyfunc(NormalDist().cdf, 1, 1)
+    z0 = np.asarray(inv(below), dtype=np.float64)
+    d = values - mean[:, None]
+    s2 = (d * d).sum(axis=1)
+    accel = np.where(s2 > 0, (d**3).sum(axis=1) / (6.0 * np.maximum(s2, 1e-300) ** 1.5), 0.0)
+    ordered = np.sort(reps, axis=1).astype(np.float64)
+    bounds = []
+    for z in (-z_value(confidence), z_value(confidence)):
+        level = np.asarray(cdf(z0 + (z0 + z) / (1.0 - accel * (z0 + z))), dtype=np.float64)
+        pos = np.clip(level, 0.0, 1.0) * (b - 1)
+        i = np.minimum(np.floor(pos).astype(np.int64), b - 2)
+        frac = pos - i
+        rows = np.arange(values.shape[0])
+        bounds.append(ordered[rows, i] + frac * (ordered[rows, i + 1] - ordered[rows, i]))
+    lo, hi = bounds
+    lo = np.where(same, fallback[0], lo)
+    hi = np.where(same, fallback[1], hi)
+    return lo, hi
 
 
 def study_cell(
@@ -240,6 +284,7 @@ def run(
     reps: int = 5000,
     seed: int = 0,
     n_boot: int = 2000,
+    names: Sequence[str] = STUDY_INTERVALS,
     progress: Callable[[str], None] | None = None,
 ) -> list[CellResult]:
     """The grid. Each population draws from its own stream, seeded by (seed, its
@@ -250,7 +295,9 @@ def run(
         rng = np.random.default_rng([seed, POPULATIONS.index(pop)])
         for t in tasks:
             for n in trials:
-                out.extend(study_cell(pop, t, n, ks, reps=reps, rng=rng, n_boot=n_boot))
+                out.extend(
+                    study_cell(pop, t, n, ks, reps=reps, rng=rng, n_boot=n_boot, names=names)
+                )
                 if progress is not None:
                     progress(f"{pop.name} T={t} n={n}")
     return out
@@ -284,7 +331,7 @@ def summary_table(results: Sequence[CellResult]) -> str:
     the n x k cells, and the median over those cells of each cell's median
     interval width.
     """
-    names = sorted({r.interval for r in results}, key=STUDY_INTERVALS.index)
+    names = sorted({r.interval for r in results}, key=_ORDER.index)
     head = ["population", "T"] + [f"{m} {i}" for m in METRICS for i in names]
     lines = ["| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(head) - 2)]
     pops = list(dict.fromkeys(r.population for r in results))
@@ -306,7 +353,7 @@ def summary_table(results: Sequence[CellResult]) -> str:
 def headline(results: Sequence[CellResult], min_tasks: int = 20) -> str:
     """One line per interval and metric: worst and median coverage with T >= min_tasks."""
     out = []
-    for name in sorted({r.interval for r in results}, key=STUDY_INTERVALS.index):
+    for name in sorted({r.interval for r in results}, key=_ORDER.index):
         for metric in METRICS:
             cells = [
                 r
@@ -349,6 +396,7 @@ def main(
     out: str = "",
     report: str = "",
     full: bool = False,
+    compare: bool = False,
 ) -> int:
     """``reliabilityd study coverage``: run the grid (or read a run) and print its tables."""
     import sys
@@ -374,6 +422,7 @@ def main(
             trials=(10,) if quick else TRIALS,
             reps=reps,
             seed=seed,
+            names=(*STUDY_INTERVALS, *COMPARED) if compare else STUDY_INTERVALS,
             progress=progress,
         )
         if out:
