@@ -17,6 +17,7 @@ PURE = [
     "snapshot",
     "intervals",
     "saddlepoint",
+    "coverage",
 ]
 BANNED = {"redis", "aiomqtt", "paho", "asyncio", "socket", "urllib", "http"}
 PACKAGE = Path(__file__).resolve().parent.parent / "reliabilityd"
