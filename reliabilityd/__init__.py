@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 from reliabilityd.estimate import Estimate, estimate, estimate_metrics
 from reliabilityd.estimators import pass_at_k, pass_hat_k
 from reliabilityd.histogram import Histogram
+from reliabilityd.intervals import INTERVALS
 from reliabilityd.lottery import LotteryCase, lottery_cases
 
 if TYPE_CHECKING:
     from reliabilityd.emitter import Emitter
 
 __all__ = [
+    "INTERVALS",
     "AsyncClient",
     "Client",
     "Emitter",

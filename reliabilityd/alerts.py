@@ -27,6 +27,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from reliabilityd.intervals import IntervalName
+
 State = Literal["inactive", "pending", "firing", "resolved"]
 Reason = Literal["below", "unknown", "stale"]
 Notify = Literal["firing", "resolved", "repeat"]
@@ -66,6 +68,8 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     # that pass^k has moved to `below` or under it, or the CI upper bound
     # under `below`); see reliabilityd/detector.py.
     trigger: Trigger = "ci-low"
+    # The CI this rule judges (reliabilityd.INTERVALS); None = its suite's interval.
+    interval: IntervalName | None = None
     # Nats of evidence a "detector" rule needs to breach.
     evidence: Annotated[float, msgspec.Meta(gt=0)] = 12.0
     # How many of each task's most recent outcomes the detector scans.

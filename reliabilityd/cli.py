@@ -79,11 +79,29 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks that print their figure beside a baseline")
     bench.add_argument("what", choices=["stats", "ingest", "import", "http"])
     _add_emit_import(sub)
-    study = sub.add_parser("study", help="simulation studies that print a markdown table")
-    study.add_argument("what", choices=["pages"])
-    study.add_argument("--quick", action="store_true", help="a small grid in about a minute")
-    study.add_argument("--days", type=float, help="simulated days per false-page cell")
-    study.add_argument("--reps", type=int, help="regressions per detection-delay cell")
+    study = sub.add_parser("study", help="simulation studies behind the README's tables")
+    study.add_argument("what", choices=["coverage", "pages"])
+    study.add_argument(
+        "--quick", action="store_true", help="a small grid (coverage: T in {20, 50}, n = 10)"
+    )
+    study.add_argument(
+        "--reps",
+        type=int,
+        help="coverage: simulated suites per cell (5000); pages: regressions per delay cell",
+    )
+    study.add_argument("--days", type=float, help="pages: simulated days per false-page cell")
+    study.add_argument("--seed", type=int, default=0, help="coverage: the study's seed")
+    study.add_argument(
+        "--only", default="", help="coverage: populations whose name contains this text"
+    )
+    study.add_argument("--out", default="", help="coverage: also write every cell as JSON lines")
+    study.add_argument(
+        "--report", default="", help="coverage: print the tables of a JSON-lines file and exit"
+    )
+    study.add_argument("--full", action="store_true", help="coverage: also print every cell")
+    study.add_argument(
+        "--compare", action="store_true", help="coverage: also measure BCa (not in the library)"
+    )
     return parser
 
 
@@ -387,11 +405,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _emit(args)
     if args.command == "import":
         return _import(args)
-    if args.command == "study":
+    if args.command == "study" and args.what == "pages":
         from reliabilityd import study_pages
 
         study_pages.main(quick=args.quick, days=args.days, reps=args.reps)
         return 0
+    if args.command == "study":
+        from reliabilityd import coverage
+
+        return coverage.main(
+            reps=5000 if args.reps is None else args.reps,
+            seed=args.seed,
+            only=args.only,
+            quick=args.quick,
+            out=args.out,
+            report=args.report,
+            full=args.full,
+            compare=args.compare,
+        )
     raise AssertionError(args.command)  # argparse enforces the choices
 
 

@@ -18,6 +18,7 @@ import msgspec
 
 from reliabilityd.alerts import Rule
 from reliabilityd.errors import ConfigError
+from reliabilityd.intervals import IntervalName
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -84,6 +85,8 @@ class SuiteOverride(Base):
     window: NonNegInt | None = None
     min_coverage: Fraction01 | None = None
     idle_expiry: NonNegFloat | None = None
+    # The CI of this suite's estimates; None = stats.interval.
+    interval: IntervalName | None = None
 
 
 class StatsConfig(Base):
@@ -100,6 +103,9 @@ class StatsConfig(Base):
     lottery_limit: NonNegInt = 10
     # A task without any event for this many seconds leaves the suite (0 = never).
     idle_expiry: NonNegFloat = 0.0
+    # Which CI (reliabilityd.INTERVALS): "percentile" is multivon-eval's; "gaffke"
+    # also covers suites whose failures are rare (README: Coverage).
+    interval: IntervalName = "percentile"
 
 
 class MqttSinkConfig(Base):
@@ -215,6 +221,13 @@ class Config(Base):
                     return override.idle_expiry
                 break
         return self.stats.idle_expiry
+
+    def suite_interval(self, suite: str) -> IntervalName:
+        """The CI a suite's estimates use: the first matching [[suites]] entry, or stats."""
+        for override in self.suites:
+            if fnmatch.fnmatchcase(suite, override.match):
+                return self.stats.interval if override.interval is None else override.interval
+        return self.stats.interval
 
 
 class MqttEndpoint(msgspec.Struct, frozen=True):

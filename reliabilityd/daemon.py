@@ -129,6 +129,7 @@ class Daemon:
             n_boot=stats.n_boot,
             confidence=stats.confidence,
             seed=stats.seed,
+            interval=self.config.suite_interval(suite),
         )
 
     # --- ingest -----------------------------------------------------------
@@ -281,8 +282,7 @@ class Daemon:
             previous={} if previous is None else {v.rule: v for v in previous.rules},
             forecast=self._due_forecasts(rules, previous, now),
             now=now,
-            n_boot=settings.n_boot,
-            seed=settings.seed,
+            settings=settings,
         )
         with self.metrics.ci_seconds.time():
             estimates = await asyncio.to_thread(snapshot.full_estimates, state.hist, settings)

@@ -22,10 +22,11 @@ from reliabilityd.bootstrap import (
     percentile_interval,
     replicate_means,
     resampled_cell_counts,
-    wilson_interval,
 )
 from reliabilityd.estimators import ESTIMATOR_NAME, METRICS, Metric, metric_cells
 from reliabilityd.histogram import Histogram
+from reliabilityd.intervals import Interval, check_interval, exact_draw_is_small
+from reliabilityd.intervals import interval as compute_interval
 
 Tasks: TypeAlias = Histogram | Sequence[tuple[int, int]] | npt.NDArray[np.int64]
 
@@ -40,6 +41,12 @@ class Estimate(msgspec.Struct, frozen=True, omit_defaults=True):
     ``estimator``, ``runs`` (the shortest n among the tasks used), ``tasks``
     (tasks used), ``left_out`` (tasks with fewer than k trials) and
     ``unknown_reason`` when UNKNOWN.
+
+    ``ci_95`` keeps its name for the seed's readers but holds the interval at
+    whatever ``confidence`` was asked for. Whenever there is a CI, the
+    document also carries ``ci`` (the same pair), ``confidence``,
+    ``interval`` (its name, one of ``reliabilityd.INTERVALS``) and ``method``
+    (how it was computed: ``exact-draw``, ``saddlepoint`` or ``wilson``).
     """
 
     k: int
@@ -50,6 +57,10 @@ class Estimate(msgspec.Struct, frozen=True, omit_defaults=True):
     tasks: int
     left_out: int
     unknown_reason: str | None = None
+    ci: tuple[float, float] | None = None
+    confidence: float | None = None
+    interval: str | None = None
+    method: str | None = None
 
     @property
     def metric(self) -> Metric:
@@ -75,7 +86,10 @@ def as_histogram(tasks: Tasks) -> Histogram:
     return Histogram.from_pairs(tasks)
 
 
-def _check_args(k: int, min_coverage: float, confidence: float, n_boot: int) -> None:
+def _check_args(
+    k: int, min_coverage: float, confidence: float, n_boot: int, interval_name: str
+) -> None:
+    check_interval(interval_name)
     if k < 1:
         raise ValueError(f"k must be at least 1, got k={k}")
     if not 0.0 < min_coverage <= 1.0:
@@ -123,13 +137,15 @@ def estimate_metrics(
     seed: int = 0,
     min_coverage: float = 1.0,
     with_ci: bool = True,
+    interval: str = "percentile",
 ) -> dict[Metric, Estimate]:
-    """Several metrics at one k from one shared bootstrap draw.
+    """Several metrics at one k, each with the named interval.
 
     With ``with_ci=False`` only the point estimates are computed (the live
-    path after every commit); ``ci_95`` is then None.
+    path after every commit); ``ci_95`` is then None. The percentile
+    interval over few cells shares one bootstrap draw between the metrics.
     """
-    _check_args(k, min_coverage, confidence, n_boot)
+    _check_args(k, min_coverage, confidence, n_boot, interval)
     for metric in metrics:
         if metric not in METRICS:
             raise ValueError(f"metric must be 'pass@k' or 'pass^k', got {metric!r}")
@@ -156,34 +172,49 @@ def estimate_metrics(
 
     m = used.tasks
     runs = int(used.n.min())
-    resampled = None
+    shared = None
     out: dict[Metric, Estimate] = {}
     for metric in metrics:
         per_cell = metric_cells(metric, used.n, used.c, k)
         value = float(per_cell @ used.count) / m
         # Float sums can leave 1 + 1e-16; the estimand lives in [0, 1].
         value = min(1.0, max(0.0, value))
-        ci: tuple[float, float] | None = None
+        ci: Interval | None = None
         if with_ci:
-            if bool((per_cell == per_cell[0]).all()):
-                # Every task has the same value: the bootstrap collapses to a
-                # point, which would claim certainty the data does not have.
-                ci = wilson_interval(value, m, confidence)
+            if (
+                interval == "percentile"
+                and not bool((per_cell == per_cell[0]).all())
+                and exact_draw_is_small(n_boot, len(used))
+            ):
+                # Few cells: one Multinomial draw over the (n, c) cells, shared
+                # by both metrics (the draw of earlier releases, same numbers).
+                if shared is None:
+                    shared = resampled_cell_counts(used.count, n_boot, np.random.default_rng(seed))
+                lo, hi = percentile_interval(replicate_means(shared, per_cell), confidence)
+                ci = Interval(lo, hi, "exact-draw")
             else:
-                if resampled is None:
-                    resampled = resampled_cell_counts(
-                        used.count, n_boot, np.random.default_rng(seed)
-                    )
-                ci = percentile_interval(replicate_means(resampled, per_cell), confidence)
-            value = min(max(value, ci[0]), ci[1])
+                ci = compute_interval(
+                    interval,
+                    per_cell,
+                    used.count,
+                    confidence=confidence,
+                    n_boot=n_boot,
+                    rng=np.random.default_rng(seed),
+                )
+            value = min(max(value, ci.low), ci.high)
+        pair = None if ci is None else (ci.low, ci.high)
         out[metric] = Estimate(
             k=k,
             value=value,
-            ci_95=ci,
+            ci_95=pair,
             estimator=ESTIMATOR_NAME[metric],
             runs=runs,
             tasks=m,
             left_out=left_out,
+            ci=pair,
+            confidence=None if ci is None else confidence,
+            interval=None if ci is None else interval,
+            method=None if ci is None else ci.method,
         )
     return out
 
@@ -197,11 +228,15 @@ def estimate(
     n_boot: int = 2000,
     seed: int = 0,
     min_coverage: float = 1.0,
+    interval: str = "percentile",
 ) -> Estimate:
-    """pass@k or pass^k over a suite with its cluster-bootstrap CI.
+    """pass@k or pass^k over a suite with its CI.
 
     ``tasks`` is a Histogram or a sequence of per-task ``(n, c)`` pairs. The
-    same data and seed always give the same CI.
+    same data and seed always give the same CI. ``interval`` names the CI
+    (``reliabilityd.INTERVALS``): the default ``"percentile"`` is the
+    cluster bootstrap over tasks; ``"gaffke"`` also covers suites whose
+    failures are rare.
     """
     return estimate_metrics(
         tasks,
@@ -211,4 +246,5 @@ def estimate(
         n_boot=n_boot,
         seed=seed,
         min_coverage=min_coverage,
+        interval=interval,
     )[metric]

@@ -106,12 +106,14 @@ class Evaluator:
     async def _step(
         self, suite: str, rule: Rule, snap: Snapshot, current: AlertState, now: float
     ) -> None:
-        est = snap.estimate(rule.metric, rule.k)
+        view = snap.rule(rule.name)
+        est = view.estimate if view is not None and view.estimate is not None else None
+        if est is None:
+            est = snap.estimate(rule.metric, rule.k)
         if est is None:
             return  # no estimate with this k yet: no verdict
         if snap.version < current.snapshot_version:
             return  # the stored state rests on a newer snapshot than Redis showed us
-        view = snap.rule(rule.name)
         obs = Observation(
             value=est.value,
             ci_low=est.ci_low,

@@ -121,7 +121,12 @@ class Histogram:
     def at_least(self, k: int) -> Histogram:
         """The cells whose tasks have at least k trials."""
         keep = self.n >= k
-        return Histogram(self.n[keep], self.c[keep], self.count[keep])
+        if bool(keep.all()):
+            return self
+        # A subset of canonical cells is canonical: skip the sort and merge.
+        out = Histogram.__new__(Histogram)
+        out.n, out.c, out.count = self.n[keep], self.c[keep], self.count[keep]
+        return out
 
     def cells(self) -> list[tuple[int, int, int]]:
         """(n, c, count) triples in canonical order."""

@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 
 from reliabilityd.alerts import Rule
 from reliabilityd.detector import evidence, recent_counts
+from reliabilityd.estimate import Estimate, estimate
 from reliabilityd.histogram import Histogram
 from reliabilityd.pagerate import expected_false_pages
-from reliabilityd.snapshot import RuleView
+from reliabilityd.snapshot import RuleView, StatsSettings
 
 # A forecast simulates this much of the suite's future (the figure is per
 # day), at most FORECAST_ROUNDS rounds of one trial per task: its cost is
@@ -52,10 +53,10 @@ def rule_views(
     previous: Mapping[str, RuleView],
     forecast: frozenset[str],
     now: float,
-    n_boot: int,
-    seed: int,
+    settings: StatsSettings,
 ) -> list[RuleView]:
-    """One view per rule: fresh evidence, and a fresh forecast for the rules in ``forecast``.
+    """One view per rule: fresh evidence, the rule's own estimate when it names
+    another interval than the suite's, and a fresh forecast for the rules in ``forecast``.
 
     A rule not in ``forecast`` keeps its previous forecast (forecasts cost a
     simulated day; the daemon decides when one is due). Without a window
@@ -84,14 +85,27 @@ def rule_views(
                 window=window,
                 rounds_per_day=suite_pace,
                 hours=min(FORECAST_HOURS, FORECAST_ROUNDS / suite_pace * 24.0),
-                seed=seed,
-                n_boot=n_boot,
+                seed=settings.seed,
+                n_boot=settings.n_boot,
             ).per_day
             expected_at, expected_pace = now, suite_pace
+        own: Estimate | None = None
+        if rule.interval is not None and rule.interval != settings.interval:
+            own = estimate(
+                hist,
+                rule.k,
+                rule.metric,
+                confidence=settings.confidence,
+                n_boot=settings.n_boot,
+                seed=settings.seed,
+                min_coverage=settings.min_coverage,
+                interval=rule.interval,
+            )
         views.append(
             RuleView(
                 rule=rule.name,
                 evidence=nats,
+                estimate=own,
                 expected_pages_per_day=expected,
                 expected_at=expected_at,
                 expected_pace=expected_pace,

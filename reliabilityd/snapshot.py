@@ -29,6 +29,8 @@ class RuleView(msgspec.Struct, frozen=True, omit_defaults=True):
 
     ``evidence``: the change detector's nats that pass^k is at or under the
     rule's ``below`` now (``trigger = "detector"`` rules on windowed suites).
+    ``estimate``: the rule's metric at its k with the rule's own ``interval``,
+    when that differs from the suite's (the suite's estimates serve otherwise).
     ``expected_pages_per_day``: the firing notifications a day this rule
     would send if the suite stayed as it is, simulated with the current
     per-task estimates taken as the truth (``pagerate``), computed at
@@ -37,6 +39,8 @@ class RuleView(msgspec.Struct, frozen=True, omit_defaults=True):
 
     rule: str
     evidence: float | None = None
+    # The rule's own estimate when it names another interval than the suite's.
+    estimate: Estimate | None = None
     expected_pages_per_day: float | None = None
     expected_at: float | None = None
     expected_pace: float | None = None
@@ -84,6 +88,8 @@ class StatsSettings(msgspec.Struct, frozen=True):
     n_boot: int = 2000
     confidence: float = 0.95
     seed: int = 0
+    # A name from reliabilityd.INTERVALS: `stats.interval`, or the suite's override.
+    interval: str = "percentile"
 
 
 def rfc3339(ts: float) -> str:
@@ -132,7 +138,7 @@ def point_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
 
 
 def full_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
-    """Every metric at every k with its cluster-bootstrap CI."""
+    """Every metric at every k with its CI (``settings.interval``)."""
     out: list[Estimate] = []
     for k in settings.ks:
         out.extend(
@@ -143,6 +149,7 @@ def full_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
                 n_boot=settings.n_boot,
                 seed=settings.seed,
                 min_coverage=settings.min_coverage,
+                interval=settings.interval,
             ).values()
         )
     return out

@@ -7,7 +7,7 @@ import asyncio
 import msgspec
 import pytest
 
-from reliabilityd import rulestate
+from reliabilityd import estimate, rulestate
 from reliabilityd.alerts import Rule
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.events import TrialEvent
@@ -131,3 +131,46 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
             ("firing", RULE.name),
             ("resolved", RULE.name),
         ]
+
+
+async def test_a_rule_judges_with_its_own_interval(redis_server: RedisServer, prefix: str) -> None:
+    # Near the ceiling the percentile bound says 0.96 and gaffke's 0.81: a rule
+    # that names gaffke fires on it, one on the suite's percentile does not.
+    strict = Rule(name="strict", suite="*", k=5, below=0.9, interval="gaffke")
+    lenient = Rule(name="lenient", suite="*", k=5, below=0.9)
+    cfg = msgspec.structs.replace(config(redis_server, prefix), alerts=[strict, lenient])
+    cfg = msgspec.structs.replace(cfg, stats=msgspec.structs.replace(cfg.stats, window=0))
+    suite = "near-ceiling"
+    events = [
+        TrialEvent(suite, f"task {t}", f"r{r}", "fail" if (t, r) == (0, 0) else "pass")
+        for t in range(20)
+        for r in range(20)
+    ]
+    async with running(cfg) as daemon:
+        store = daemon.store
+        await store.apply({suite: events}, windows={}, dedup_ttl=cfg.dedup_ttl)
+
+        async def strict_fired() -> bool:
+            states = await store.alert_states([(suite, "strict")])
+            return states[0].state == "firing"
+
+        await wait_until(strict_fired, 20)
+        await asyncio.sleep(3 * cfg.stats.ci_interval)  # the lenient rule was judged too
+        states = await store.alert_states([(suite, "strict"), (suite, "lenient")])
+        assert [s.state for s in states] == ["firing", "inactive"]
+        snap = await snapshot_of(store, suite)
+        assert snap is not None
+        view = snap.rule("strict")
+        assert view is not None
+        assert view.estimate is not None
+        assert view.estimate.interval == "gaffke"
+        hist = (await store.read_state(suite)).hist
+        assert view.estimate == estimate(
+            hist, 5, "pass^k", n_boot=cfg.stats.n_boot, interval="gaffke"
+        )
+        suite_est = snap.estimate("pass^k", 5)
+        assert suite_est is not None
+        assert suite_est.interval == "percentile"
+        lenient_view = snap.rule("lenient")
+        assert lenient_view is not None
+        assert lenient_view.estimate is None  # the suite's own estimate serves

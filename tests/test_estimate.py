@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from fractions import Fraction
 from math import comb
 
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reliabilityd import Estimate, Histogram, estimate, estimate_metrics
+from reliabilityd import Estimate, Histogram, estimate, estimate_metrics, saddlepoint
 from reliabilityd.bootstrap import (
     percentile_interval,
     replicate_means,
@@ -151,16 +152,56 @@ def test_both_metrics_share_one_draw() -> None:
     assert both["pass^k"] == estimate(tasks, 3, "pass^k", seed=5)
 
 
-def test_cost_is_flat_in_task_count() -> None:
-    """A million tasks in 21 cells: the draw is (B x 21), not (B x 10^6)."""
+def test_cost_is_flat_in_task_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A million tasks in 21 cells: the draw is B x 21 cells, not B x 10^6 tasks."""
+    shapes: list[tuple[int, ...]] = []
+
+    def spy(count: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+        out = resampled_cell_counts(count, n_boot, rng)
+        shapes.append(out.shape)
+        return out
+
+    # The package's `estimate` function shadows the module's name: patch the module.
+    monkeypatch.setattr(
+        importlib.import_module("reliabilityd.estimate"), "resampled_cell_counts", spy
+    )
     rng = np.random.default_rng(0)
-    pairs = np.stack([np.full(1_000_000, 20), rng.binomial(20, 0.8, 1_000_000)], axis=1)
-    hist = Histogram.from_pairs(pairs)
-    assert len(hist) <= 21
-    assert hist.tasks == 1_000_000
-    est = estimate(hist, 5, n_boot=200)
-    assert est.ci_95 is not None
-    assert est.ci_95[0] < est.value < est.ci_95[1]  # type: ignore[operator]
+    for tasks in (1_000, 1_000_000):
+        pairs = np.stack([np.full(tasks, 20), rng.binomial(20, rng.beta(2, 1, tasks))], axis=1)
+        hist = Histogram.from_pairs(pairs)
+        both = estimate_metrics(hist, 5, n_boot=200)
+        assert {e.method for e in both.values()} == {"exact-draw"}
+        # One draw shared by both metrics, over at most 21 cells, at either size.
+        assert shapes == [(200, len(hist))]
+        assert len(hist) <= 21
+        shapes.clear()
+
+
+def test_saddlepoint_cost_does_not_grow_with_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the exact-draw limit no draw happens; the work is O(distinct values)."""
+    widths: list[int] = []
+    real = saddlepoint._cgf
+
+    def spy(t: float, v: np.ndarray, vv: np.ndarray, logp: np.ndarray) -> object:
+        widths.append(v.size)
+        return real(t, v, vv, logp)
+
+    monkeypatch.setattr(saddlepoint, "_cgf", spy)
+    rng = np.random.default_rng(1)
+    per_size = []
+    for tasks in (10_000, 1_000_000):
+        n = rng.integers(5, 101, tasks)
+        hist = Histogram.from_pairs(np.stack([n, rng.binomial(n, rng.beta(2, 0.7, tasks))], 1))
+        est = estimate(hist, 5)
+        assert est.method == "saddlepoint"
+        per_size.append((len(widths), max(widths)))
+        widths.clear()
+    (calls_small, width_small), (calls_large, width_large) = per_size
+    # A handful of O(D) evaluations per bound, D bounded by the (n, c) grid, not by tasks.
+    assert calls_small <= 30
+    assert calls_large <= 30
+    assert width_large <= 101 * 102 // 2
+    assert width_large < 2 * width_small
 
 
 @pytest.mark.parametrize(("value", "m"), [(1.0, 20), (0.0, 20), (0.3, 7), (1.0, 1)])
@@ -263,11 +304,31 @@ def test_invalid_tasks(tasks: list[tuple[int, ...]], message: str) -> None:
 
 def test_serialised_shape() -> None:
     known = msgspec.json.decode(msgspec.json.encode(estimate(SEED_TASKS, 5)))
-    assert set(known) == {"k", "value", "ci_95", "estimator", "runs", "tasks", "left_out"}
+    old = {"k", "value", "ci_95", "estimator", "runs", "tasks", "left_out"}
+    assert set(known) == old | {"ci", "confidence", "interval", "method"}
     assert known["ci_95"] == [pytest.approx(0.0, abs=0.02), pytest.approx(0.25, abs=0.03)]
+    assert known["ci"] == known["ci_95"]
+    assert (known["confidence"], known["interval"], known["method"]) == (
+        0.95,
+        "percentile",
+        "exact-draw",
+    )
+    # A reader of the old fields decodes the new document unchanged.
+    old_reader = msgspec.defstruct("OldEstimate", [(f, object) for f in sorted(old)])
+    assert msgspec.json.decode(msgspec.json.encode(estimate(SEED_TASKS, 5)), type=old_reader)
     unknown = msgspec.json.decode(msgspec.json.encode(estimate(SEED_TASKS, 10)))
     assert unknown["value"] is None
     assert unknown["ci_95"] is None
     assert unknown["unknown_reason"].startswith("UNKNOWN")
     back = msgspec.json.decode(msgspec.json.encode(estimate(SEED_TASKS, 5)), type=Estimate)
     assert back == estimate(SEED_TASKS, 5)
+
+
+def test_an_estimate_written_before_the_interval_fields_still_decodes() -> None:
+    old = (
+        b'{"k":5,"value":0.1,"ci_95":[0.0,0.25],"estimator":"hypergeometric-exact",'
+        b'"runs":5,"tasks":20,"left_out":0}'
+    )
+    est = msgspec.json.decode(old, type=Estimate)
+    assert est.ci_95 == (0.0, 0.25)
+    assert (est.ci, est.interval, est.method) == (None, None, None)

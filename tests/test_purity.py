@@ -7,7 +7,18 @@ from pathlib import Path
 
 import pytest
 
-PURE = ["estimators", "histogram", "bootstrap", "estimate", "lottery", "alerts", "snapshot"]
+PURE = [
+    "estimators",
+    "histogram",
+    "bootstrap",
+    "estimate",
+    "lottery",
+    "alerts",
+    "snapshot",
+    "intervals",
+    "saddlepoint",
+    "coverage",
+]
 BANNED = {"redis", "aiomqtt", "paho", "asyncio", "socket", "urllib", "http"}
 PACKAGE = Path(__file__).resolve().parent.parent / "reliabilityd"
 
