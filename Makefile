@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The demo needs only the package and its `embedded` extra, not the test tools.
+DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: demo test lint typecheck unit bench bench-stats bench-ingest bench-import bench-http \
 	study-pages study-coverage servers clean
@@ -13,13 +15,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[embedded]'
+	touch $@
+
 servers:
 	./scripts/ensure-servers
 
 ## The main job: a live demo on embedded servers (the system's redis-server and mosquitto,
 ## else the ones in the wheels of the `embedded` extra): no root, no apt-get.
 ## DEMO_ARGS passes options, e.g. DEMO_ARGS="--duration 30 --no-live".
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) -m reliabilityd demo $(DEMO_ARGS)
 
 ## Everything CI checks: lint, strict types, the whole test suite against real servers.

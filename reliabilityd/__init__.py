@@ -23,9 +23,6 @@ from reliabilityd.histogram import Histogram
 from reliabilityd.intervals import INTERVALS
 from reliabilityd.lottery import LotteryCase, lottery_cases
 
-if TYPE_CHECKING:
-    from reliabilityd.emitter import Emitter
-
 __all__ = [
     "INTERVALS",
     "AsyncClient",
@@ -44,6 +41,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from reliabilityd.client import AsyncClient, Client
+    from reliabilityd.emitter import Emitter
 
 # The I/O-facing classes load on first use: `from reliabilityd import estimate`
 # stays free of Redis and MQTT imports.

@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="coverage: simulated suites per cell (5000); pages: regressions per delay cell",
     )
     study.add_argument("--days", type=float, help="pages: simulated days per false-page cell")
-    study.add_argument("--seed", type=int, default=0, help="coverage: the study's seed")
+    study.add_argument("--seed", type=int, help="the study's seed (default: its own)")
     study.add_argument(
         "--only", default="", help="coverage: populations whose name contains this text"
     )
@@ -408,14 +408,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "study" and args.what == "pages":
         from reliabilityd import study_pages
 
-        study_pages.main(quick=args.quick, days=args.days, reps=args.reps)
+        study_pages.main(quick=args.quick, days=args.days, reps=args.reps, seed=args.seed)
         return 0
     if args.command == "study":
         from reliabilityd import coverage
 
         return coverage.main(
             reps=5000 if args.reps is None else args.reps,
-            seed=args.seed,
+            seed=0 if args.seed is None else args.seed,
             only=args.only,
             quick=args.quick,
             out=args.out,

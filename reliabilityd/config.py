@@ -200,34 +200,29 @@ class Config(Base):
     def instance(self) -> str:
         return self.daemon.instance or socket.gethostname()
 
-    def suite_settings(self, suite: str) -> tuple[int, float]:
-        """(window, min_coverage) for a suite: the first matching [[suites]] wins."""
+    def _override(self, suite: str) -> SuiteOverride | None:
+        """The first [[suites]] entry whose glob matches the suite: it alone applies."""
         for override in self.suites:
             if fnmatch.fnmatchcase(suite, override.match):
-                window = self.stats.window if override.window is None else override.window
-                cov = (
-                    self.stats.min_coverage
-                    if override.min_coverage is None
-                    else override.min_coverage
-                )
-                return window, cov
-        return self.stats.window, self.stats.min_coverage
+                return override
+        return None
+
+    def suite_settings(self, suite: str) -> tuple[int, float]:
+        """(window, min_coverage) for a suite: the first matching [[suites]] wins."""
+        o = self._override(suite)
+        window = self.stats.window if o is None or o.window is None else o.window
+        cov = self.stats.min_coverage if o is None or o.min_coverage is None else o.min_coverage
+        return window, cov
 
     def idle_expiry(self, suite: str) -> float:
         """Seconds without an event after which a task leaves the suite; 0 = never."""
-        for override in self.suites:
-            if fnmatch.fnmatchcase(suite, override.match):
-                if override.idle_expiry is not None:
-                    return override.idle_expiry
-                break
-        return self.stats.idle_expiry
+        o = self._override(suite)
+        return self.stats.idle_expiry if o is None or o.idle_expiry is None else o.idle_expiry
 
     def suite_interval(self, suite: str) -> IntervalName:
         """The CI a suite's estimates use: the first matching [[suites]] entry, or stats."""
-        for override in self.suites:
-            if fnmatch.fnmatchcase(suite, override.match):
-                return self.stats.interval if override.interval is None else override.interval
-        return self.stats.interval
+        o = self._override(suite)
+        return self.stats.interval if o is None or o.interval is None else o.interval
 
 
 class MqttEndpoint(msgspec.Struct, frozen=True):

@@ -61,9 +61,9 @@ RECONCILE_EVERY = 60.0
 # A rule's expected page rate (a simulation) is recomputed this often at most,
 # and a replica runs at most this many such simulations per CI tick.
 FORECAST_EVERY = 600.0
+FORECASTS_PER_TICK = 1
 # Idle tasks are looked for this often (at most 500 per suite per sweep).
 IDLE_SWEEP_EVERY = 10.0
-FORECASTS_PER_TICK = 1
 
 
 class Daemon:
@@ -78,6 +78,7 @@ class Daemon:
         self._live_wake = asyncio.Event()
         self._deadletter_log = RateLimited()
         self._redis_logs: dict[str, RateLimited] = defaultdict(RateLimited)
+        self._no_window_log = RateLimited(3600.0)
         self.health = RedisHealth()
         self.publisher = (
             mqtt.Publisher(config.mqtt, f"{config.mqtt.client_id}-pub-{os.getpid()}")
@@ -259,7 +260,10 @@ class Daemon:
         """CIs, lottery cases, rule views and the whole snapshot; None if a newer one is stored."""
         rules = [r for r in self.rules if fnmatch.fnmatchcase(suite, r.suite)]
         settings = self.settings(suite)
-        detector = settings.window > 0 and any(r.trigger == "detector" for r in rules)
+        watched = any(r.trigger == "detector" for r in rules)
+        detector = settings.window > 0 and watched
+        if watched and not detector:
+            self._no_window_log.emit(logging.WARNING, "detector_without_window", suite=suite)
         state = await self.store.read_state(suite, windows=detector)
         previous = await self.evaluator.newest_snapshot(suite) if rules else None
         now = time.time()

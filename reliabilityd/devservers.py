@@ -68,15 +68,6 @@ def _binary(name: str) -> str:
     return path
 
 
-def wait_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.02)
-    raise TimeoutError(f"nothing listens on port {port} after {timeout} s")
-
-
 class Server(abc.ABC):
     """A server process that a test can stop, kill and start again on the same port."""
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import fnmatch
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
 
 import msgspec
 import redis.exceptions
@@ -30,6 +29,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from reliabilityd.alerts import AlertState, Rule
+from reliabilityd.notify import parse_time
 from reliabilityd.sinks import Note, Sink
 from reliabilityd.snapshot import Snapshot
 from reliabilityd.store import Applied, Store
@@ -51,8 +51,12 @@ class SuiteView(msgspec.Struct, frozen=True):
     read_at: float
 
 
-def _parse_time(text: str | None) -> float | None:
-    return None if text is None else datetime.fromisoformat(text).timestamp()
+def _safe_time(text: str | None) -> float | None:
+    """An RFC 3339 time from a snapshot, None when absent or unreadable."""
+    try:
+        return parse_time(text)
+    except ValueError:
+        return None
 
 
 class SuiteCollector(Collector):
@@ -112,7 +116,7 @@ class SuiteCollector(Collector):
         )
         for snap in view.snapshots:
             tasks.add_metric([snap.suite], float(snap.tasks))
-            last = _parse_time(snap.last_trial_at)
+            last = _safe_time(snap.last_trial_at)
             if last is not None:
                 age.add_metric([snap.suite], max(0.0, view.read_at - last))
         yield tasks
@@ -146,8 +150,8 @@ async def read_view(store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -
             continue
         try:
             snapshots.append(msgspec.json.decode(raw, type=Snapshot))
-        except msgspec.ValidationError:
-            continue  # written by another schema version
+        except msgspec.DecodeError:
+            continue  # written by another schema version, or damaged: one suite, not the scrape
     pairs = [(s, r.name) for s in suites for r in rules if fnmatch.fnmatchcase(s, r.suite)]
     states = await store.alert_states(pairs)
     triples = [(s, r, sink) for s, r in pairs for sink in sinks]

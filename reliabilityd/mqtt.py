@@ -16,10 +16,10 @@ redelivers it instead, and the dedup record makes it a duplicate).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
+from reliabilityd.backoff import Backoff, sleep_or_stop
 from reliabilityd.config import MqttConfig
 from reliabilityd.logs import emit
 from reliabilityd.mqtt_client import Connection, MqttError, connect
@@ -28,14 +28,10 @@ __all__ = ["Commit", "MqttError", "Publisher", "consume", "subscription"]
 
 Commit = Callable[[Sequence[tuple[bytes, str]]], Awaitable[None]]
 
+# Reconnect pacing: 0.2 s doubling to 15 s (the one Backoff).
 BACKOFF_START = 0.2
 BACKOFF_MAX = 15.0
 TIMEOUT = 10.0
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
 
 
 def subscription(config: MqttConfig) -> str:
@@ -72,7 +68,7 @@ async def consume(
 
     ``subscribed`` is set once the broker has confirmed the subscription.
     """
-    backoff = BACKOFF_START
+    pace = Backoff(BACKOFF_START, BACKOFF_MAX)
     topic = subscription(config)
     source = _Sources()
     while not stop.is_set():
@@ -88,7 +84,7 @@ async def consume(
             )
             waker = asyncio.create_task(_wake_on_stop(stop, conn))
             await conn.subscribe(topic)
-            backoff = BACKOFF_START
+            pace.reset()
             emit(logging.INFO, "mqtt_subscribed", topic=topic, client_id=config.client_id)
             if subscribed is not None:
                 subscribed.set()
@@ -102,9 +98,9 @@ async def consume(
                 await asyncio.shield(commit(payloads))
                 conn.ack(batch)
         except MqttError as exc:
-            emit(logging.WARNING, "mqtt_disconnected", error=exc, retry_in=round(backoff, 2))
-            await _sleep_or_stop(stop, backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX)
+            delay = pace.next_delay()
+            emit(logging.WARNING, "mqtt_disconnected", error=exc, retry_in=round(delay, 2))
+            await sleep_or_stop(stop, delay)
         finally:
             if waker is not None:
                 waker.cancel()
@@ -144,14 +140,14 @@ class Publisher:
         self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        backoff = BACKOFF_START
+        pace = Backoff(BACKOFF_START, BACKOFF_MAX)
         while not stop.is_set():
             conn: Connection | None = None
             try:
                 conn = await connect(
                     self.config, identifier=self.identifier, persistent=False, reply_within=TIMEOUT
                 )
-                backoff = BACKOFF_START
+                pace.reset()
                 self._conn = conn
                 while not stop.is_set():
                     while self._pending:
@@ -172,8 +168,7 @@ class Publisher:
                 if conn is not None:
                     await conn.close()
             if not stop.is_set():
-                await _sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX)
+                await pace.wait(stop)
 
 
 async def _wait_any(*events: asyncio.Event) -> None:

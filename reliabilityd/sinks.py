@@ -18,7 +18,7 @@ import msgspec
 
 from reliabilityd.config import Config
 from reliabilityd.errors import ReliabilitydError
-from reliabilityd.mqtt import Publisher
+from reliabilityd.mqtt import MqttError, Publisher
 from reliabilityd.notify import BlindNotice, Notification, alertmanager_alert, blind_alert
 from reliabilityd.store import Store
 
@@ -84,7 +84,7 @@ class MqttSink:
             topic = f"{self.topic}/{note.suite}/{note.rule}"
         try:
             await self.publisher.send(topic, msgspec.json.encode(note), retain=True)
-        except Exception as exc:  # the MQTT client's own errors differ by library
+        except MqttError as exc:
             raise SinkError(f"MQTT publish to {topic} failed: {exc}") from exc
 
 

@@ -148,7 +148,14 @@ def engine_check(days: float = 1.0, seed: int = SEED) -> tuple[float, float]:
     return out[0], out[1]
 
 
-def main(*, quick: bool = False, days: float | None = None, reps: int | None = None) -> None:
+def main(
+    *,
+    quick: bool = False,
+    days: float | None = None,
+    reps: int | None = None,
+    seed: int | None = None,
+) -> None:
+    seed = SEED if seed is None else seed
     cells: tuple[Cell, ...] = QUICK if quick else FULL
     if days is not None or reps is not None:
         cells = tuple(
@@ -160,7 +167,7 @@ def main(*, quick: bool = False, days: float | None = None, reps: int | None = N
             )
             for c in cells
         )
-    print(f"# below = {BELOW}, resolve_above = {RESOLVE}, k = {K}, seed {SEED}")
+    print(f"# below = {BELOW}, resolve_above = {RESOLVE}, k = {K}, seed {seed}")
     for name, m in MAKE_UPS.items():
         print(f"# make-up {name}: {m.describe}")
     for name, s in SHAPES.items():
@@ -169,8 +176,8 @@ def main(*, quick: bool = False, days: float | None = None, reps: int | None = N
             "of the tasks (most reliable first)"
         )
     started = time.perf_counter()
-    run(cells)
-    fast, exact = engine_check(days=1.0 if quick else 2.0)
+    run(cells, seed)
+    fast, exact = engine_check(days=1.0 if quick else 2.0, seed=seed)
     print(
         f"# engine check (mix at 0.85, ci-low for=0, same stream): fast CI {fast:.2f} "
         f"pages/day, estimate_metrics every minute {exact:.2f} pages/day"

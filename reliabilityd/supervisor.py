@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from reliabilityd.backoff import Backoff
+from reliabilityd.backoff import Backoff, sleep_or_stop
 from reliabilityd.errors import ConfigError
 from reliabilityd.logs import kv, log
 
@@ -41,18 +41,11 @@ async def supervise(
                 pace.reset()
             delay = pace.next_delay()
             log.exception("%s", kv("loop_failed", loop=name, restart_in=round(delay, 2)))
-            await _sleep_or_stop(stop, delay)
+            await sleep_or_stop(stop, delay)
             continue
         if stop.is_set():
             return
         # A loop returns only when told to stop; anything else is a fault.
         delay = pace.next_delay()
         log.warning("%s", kv("loop_returned", loop=name, restart_in=round(delay, 2)))
-        await _sleep_or_stop(stop, delay)
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stop.wait(), seconds)
-    except TimeoutError:
-        return
+        await sleep_or_stop(stop, delay)

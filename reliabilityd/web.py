@@ -224,15 +224,21 @@ class Handlers:
         elements, decoded = decode_elements(payload, self.max_payload)
         events = [e for e in elements if isinstance(e, TrialEvent)]
         rejected = [e for e in elements if isinstance(e, Rejected)]
+        if not decoded:
+            # Not JSON or MessagePack at all: the answer does not depend on
+            # Redis, and a retry would not help. Dead-lettered when Redis can.
+            with contextlib.suppress(IngestUnavailable, TimeoutError):
+                await asyncio.wait_for(
+                    self.backend.ingest([], rejected, SOURCE), self.config.commit_timeout
+                )
+            reason = rejected[0].reason if rejected else "empty body"
+            return self._answer(_json({"error": reason}, 400))
         try:
             applied = await asyncio.wait_for(
                 self.backend.ingest(events, rejected, SOURCE), self.config.commit_timeout
             )
         except (IngestUnavailable, TimeoutError) as exc:
             return self._unavailable(f"not committed: {exc or 'Redis did not answer in time'}")
-        if not decoded:
-            reason = rejected[0].reason if rejected else "empty body"
-            return self._answer(_json({"error": reason}, 400))
         body = IngestResponse(
             accepted=len(events),
             rejected=len(rejected),

@@ -9,9 +9,11 @@ import pytest
 
 from reliabilityd import estimate, rulestate
 from reliabilityd.alerts import Rule
+from reliabilityd.client import AsyncClient
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.events import TrialEvent
 from reliabilityd.snapshot import Snapshot
+from reliabilityd.status import status
 from reliabilityd.store import Store
 from tests.daemon_fixtures import running
 from tests.helpers import wait_until
@@ -96,6 +98,13 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
         assert state.state == "inactive"
         # Every task passed all it ran: at that truth the rule never pages.
         assert state.expected_pages_per_day == 0.0
+        # And `reliabilityd status` shows it beside the rule's state.
+        lines: list[str] = []
+        async with AsyncClient(redis_server.url, prefix=prefix) as client:
+            await status(client, suite, ks=[], rules=[RULE], as_json=False, out=lines.append)
+        printed = "\n".join(lines).splitlines()
+        row = next(line.split() for line in printed if RULE.name in line)
+        assert row == [suite, RULE.name, "inactive", "0"]
         snap = await snapshot_of(store, suite)
         assert snap is not None
         assert snap.pace is not None

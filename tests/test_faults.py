@@ -205,7 +205,11 @@ async def test_redis_kill_9_mid_stream(
     daemon = await stream_with_faults(
         private_redis, private_mosquitto, prefix, tmp_path, rng, faults={2500: kill_redis}
     )
-    assert "event=redis_unavailable" in daemon.output()
+    # The outage reached the daemon (whichever of its loops met it first).
+    assert re.search(
+        r"event=(redis_unavailable|heartbeat_failed|ci_tick_failed|live_refresh_failed)",
+        daemon.output(),
+    )
 
 
 async def test_two_daemons_on_a_shared_subscription_equal_one(
