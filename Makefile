@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs only the package and its `embedded` extra, not the test tools.
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: demo test lint typecheck unit bench bench-stats bench-ingest bench-import bench-http \
+.PHONY: demo test lint typecheck unit bench bench-stats bench-ci bench-ingest bench-import bench-http \
 	study-pages study-coverage servers clean
 
 $(STAMP): pyproject.toml
@@ -43,7 +43,7 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest
 
-bench: bench-stats bench-ingest bench-import bench-http
+bench: bench-stats bench-ci bench-ingest bench-import bench-http
 
 bench-stats: $(STAMP)
 	$(PY) -m reliabilityd bench stats
@@ -51,6 +51,10 @@ bench-stats: $(STAMP)
 ## The README's Coverage table: 5,000 simulated suites per cell (24 min on a busy 2-core machine).
 study-coverage: $(STAMP)
 	$(PY) -m reliabilityd study coverage --out coverage.jsonl
+
+## 1,000 changed suites recomputed by the daemon, beside the math alone.
+bench-ci: $(STAMP) servers
+	$(PY) -m reliabilityd bench ci
 
 bench-ingest: $(STAMP) servers
 	$(PY) -m reliabilityd bench ingest

@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("-c", "--config", required=True, help="TOML config file")
     _add_query_commands(sub)
     bench = sub.add_parser("bench", help="benchmarks that print their figure beside a baseline")
-    bench.add_argument("what", choices=["stats", "ingest", "import", "http"])
+    bench.add_argument("what", choices=["stats", "ci", "ingest", "import", "http"])
     _add_emit_import(sub)
     study = sub.add_parser("study", help="simulation studies behind the README's tables")
     study.add_argument("what", choices=["coverage", "pages"])
@@ -388,6 +388,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from reliabilityd import bench_stats
 
             bench_stats.main()
+        elif args.what == "ci":
+            from reliabilityd import bench_ci
+
+            bench_ci.main()
         elif args.what == "import":
             from reliabilityd import bench_import
 

@@ -53,9 +53,16 @@ LIVE_INTERVAL = 0.2
 SHUTDOWN_GRACE = 4.0
 # Every Redis error pauses what needs Redis; none of them ends the daemon.
 REDIS_ERRORS = (redis.exceptions.RedisError,)
-# Change marks taken per CI tick, and how long a claim lasts before it returns.
+# Change marks taken per claim (a tick claims again while marks remain, for at
+# most TICK_SHARE of its interval), and how long a claim lasts before it returns.
 CLAIM_BATCH = 32
 CLAIM_LIFETIME = 30.0
+TICK_SHARE = 0.8
+# Suites recomputed at once within a tick.
+RECOMPUTE_LANES = 4
+# A suite with at most this many (n, c) cells gets its CI on the event loop
+# (about 1-3 ms, see make bench-stats); a larger one in a worker thread.
+INLINE_CELLS = 2000
 # The full version scan that finds what the change marks cannot (see mark_stale).
 RECONCILE_EVERY = 60.0
 # A rule's expected page rate (a simulation) is recomputed this often at most,
@@ -289,7 +296,11 @@ class Daemon:
             settings=settings,
         )
         with self.metrics.ci_seconds.time():
-            estimates = await asyncio.to_thread(snapshot.full_estimates, state.hist, settings)
+            if len(state.hist) <= INLINE_CELLS:
+                # A few milliseconds: a worker thread's handoff would cost more.
+                estimates = snapshot.full_estimates(state.hist, settings)
+            else:
+                estimates = await asyncio.to_thread(snapshot.full_estimates, state.hist, settings)
         rule_views = await asyncio.to_thread(views) if rules else []
         lottery_k = max(self.config.stats.k)
         limit = self.config.stats.lottery_limit
@@ -323,7 +334,12 @@ class Daemon:
         return snap
 
     async def ci_tick(self) -> list[str]:
-        """New snapshots for the suites this replica claims; returns them."""
+        """New snapshots for the suites this replica claims; returns them.
+
+        Claims batch after batch while marks remain, for at most
+        ``TICK_SHARE`` of a ``ci_interval``: a burst of changed suites drains
+        in one tick, and the evaluator still runs every interval.
+        """
         if time.monotonic() >= self._next_reconcile:
             await self.store.mark_stale(await self.store.suites())
             self._next_reconcile = time.monotonic() + RECONCILE_EVERY
@@ -331,18 +347,35 @@ class Daemon:
             # Claims a Redis error interrupted: hand them back now rather than
             # when they expire.
             await self.store.mark_changed(sorted(self._unfinished))
-            for suite in sorted(self._unfinished):
-                await self.store.release_claim(suite)
+            await self.store.release_claims(sorted(self._unfinished))
             self._unfinished.clear()
-        claimed = await self.store.claim_changed(CLAIM_BATCH, CLAIM_LIFETIME)
         self._forecast_budget = FORECASTS_PER_TICK
-        for i, suite in enumerate(claimed):
-            try:
+        deadline = time.monotonic() + TICK_SHARE * self.config.stats.ci_interval
+        done: list[str] = []
+        lanes = asyncio.Semaphore(RECOMPUTE_LANES)
+
+        async def recompute(suite: str) -> None:
+            async with lanes:
                 await self._recompute(suite)
-            except REDIS_ERRORS:
-                self._unfinished.update(claimed[i:])
-                raise
-        return claimed
+
+        while True:
+            claimed = await self.store.claim_changed(CLAIM_BATCH, CLAIM_LIFETIME)
+            # A few suites at once: one's Redis round trips overlap another's
+            # math (numpy releases the GIL in the worker threads).
+            results = await asyncio.gather(
+                *(recompute(suite) for suite in claimed), return_exceptions=True
+            )
+            failed = [(s, r) for s, r in zip(claimed, results, strict=True) if r is not None]
+            if failed:
+                # Only Redis errors reach here (_recompute logs the rest).
+                self._unfinished.update(s for s, _ in failed)
+                await self.store.release_claims([s for s in claimed if s not in self._unfinished])
+                raise failed[0][1]
+            # One write for the batch's claims (each write waits for the AOF fsync).
+            await self.store.release_claims(claimed)
+            done.extend(claimed)
+            if len(claimed) < CLAIM_BATCH or time.monotonic() >= deadline:
+                return done
 
     async def expire_idle(self, suites: Sequence[str]) -> int:
         """Retire the tasks of suites with an idle expiry that had no event for that long."""
@@ -367,7 +400,6 @@ class Daemon:
             # marked again, it is retried on the next tick.
             log.exception("%s", kv("snapshot_failed", suite=suite))
             await self.store.mark_changed([suite])
-        await self.store.release_claim(suite)
 
     # --- web.Backend: what the HTTP port and /metrics read -----------------
 

@@ -16,8 +16,9 @@ from fractions import Fraction
 from itertools import groupby
 
 import msgspec
+import numpy as np
 
-from reliabilityd.estimators import lottery_gap
+from reliabilityd.estimators import lottery_gap, pass_at_k_cells, pass_hat_k_cells
 from reliabilityd.histogram import Histogram
 
 
@@ -61,6 +62,12 @@ def lottery_cases(
     return ranked if limit is None else ranked[:limit]
 
 
+# Float gaps put the cells in order; exact rationals settle every order the
+# floats cannot: runs of cells whose float gaps lie within this of each other
+# (float error here is below 1e-15).
+FLOAT_SLACK = 1e-9
+
+
 def ranked_cell_groups(
     hist: Histogram, k: int, limit: int | None = None
 ) -> list[list[tuple[int, int]]]:
@@ -70,21 +77,39 @@ def ranked_cell_groups(
     gap is symmetric in c and n - c, so two cells can tie). With ``limit``,
     only the groups that hold the first ``limit`` tasks: the cell counts say
     where to stop, so the caller reads no names it will not show.
+
+    The order is exact: cells are sorted by their float gap, and each run of
+    cells whose float gaps are within ``FLOAT_SLACK`` of one another is
+    ordered by exact rationals, so only the runs up to ``limit`` cost any
+    rational arithmetic (a live suite has hundreds of cells).
     """
     _check_k(k)
-    keyed: list[tuple[Fraction, int, int, int]] = []
-    for n, c, count in hist.cells():
-        if is_candidate(n, c, k):
-            gap = lottery_gap(n, c, k)
-            if gap > 0:
-                keyed.append((-gap, -n, c, count))
-    keyed.sort()
+    # is_candidate over every cell at once
+    keep = (hist.n >= k) & (hist.c > 0) & (hist.c < hist.n)
+    ns, cs, counts = hist.n[keep], hist.c[keep], hist.count[keep]
+    if ns.size == 0:
+        return []
+    approx = pass_at_k_cells(ns, cs, k) - pass_hat_k_cells(ns, cs, k)
+    order = np.argsort(-approx, kind="stable")
     groups: list[list[tuple[int, int]]] = []
     covered = 0
-    for _, rows in groupby(keyed, key=lambda row: (row[0], row[1])):
-        if limit is not None and covered >= limit:
-            break
-        group = list(rows)
-        groups.append([(-neg_n, c) for _, neg_n, c, _ in group])
-        covered += sum(count for *_, count in group)
+    start = 0
+    while start < len(order) and (limit is None or covered < limit):
+        end = start + 1
+        while end < len(order) and approx[order[end - 1]] - approx[order[end]] <= FLOAT_SLACK:
+            end += 1
+        run = []
+        for i in order[start:end]:
+            n, c, count = int(ns[i]), int(cs[i]), int(counts[i])
+            gap = lottery_gap(n, c, k)
+            if gap > 0:
+                run.append((-gap, -n, c, count))
+        run.sort()
+        for _, rows in groupby(run, key=lambda row: (row[0], row[1])):
+            if limit is not None and covered >= limit:
+                break
+            group = list(rows)
+            groups.append([(-neg_n, c) for _, neg_n, c, _ in group])
+            covered += sum(count for *_, count in group)
+        start = end
     return groups

@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import msgspec
+import numpy as np
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
@@ -107,6 +108,20 @@ def _text(value: bytes | str) -> str:
 def _pairs(flat: Sequence[bytes | str]) -> dict[str, str]:
     it = iter(flat)
     return {_text(k): _text(v) for k, v in zip(it, it, strict=True)}
+
+
+def _histogram(flat: Sequence[bytes | str]) -> Histogram:
+    """The hist hash's flat HGETALL reply (`n:c`, count, ...) parsed by numpy in bulk.
+
+    A live suite has hundreds of cells; parsing them one by one in Python
+    cost as much as the suite's whole CI.
+    """
+    if not flat:
+        return Histogram([], [], [])
+    # Every element has the client's reply type: bytes, or str when it decodes.
+    raw = cast(list[bytes], flat) if isinstance(flat[0], bytes) else [str(x).encode() for x in flat]
+    nc = np.array(b" ".join(raw[0::2]).replace(b":", b" ").split(), dtype=np.int64)
+    return Histogram(nc[0::2], nc[1::2], np.array(raw[1::2], dtype=np.int64))
 
 
 def connect(url: str, *, cluster: bool = False, timeout: float = 10.0) -> Redis:
@@ -283,10 +298,6 @@ class Store(StreamStore):
             meta_raw, hist_raw = await self.client.eval(READ, 2, *keys)
             outcomes = None
         meta = _pairs(meta_raw)
-        cells: list[tuple[int, int, int]] = []
-        for cell, count in _pairs(hist_raw).items():
-            n, c = cell.split(":")
-            cells.append((int(n), int(c), int(count)))
         last = meta.get("last_trial_at")
         counters = Counters(
             trials=int(meta.get("trials", 0)),
@@ -296,7 +307,7 @@ class Store(StreamStore):
             version=int(meta.get("version", 0)),
             last_trial_at=float(last) if last else None,
         )
-        return SuiteState(suite, counters, Histogram.from_cells(cells), outcomes)
+        return SuiteState(suite, counters, _histogram(hist_raw), outcomes)
 
     async def task_counts(self, suite: str) -> dict[str, tuple[int, int]]:
         """Every task's (n, c): O(tasks), for tests and tools, never on the tick path."""
@@ -415,9 +426,10 @@ class Store(StreamStore):
         )
         return sorted(_text(s) for s in got or [])
 
-    async def release_claim(self, suite: str) -> None:
-        """The suite's snapshot is written: drop this replica's claim on it."""
-        await self.client.zrem(self.keys.claims, suite)
+    async def release_claims(self, suites: Sequence[str]) -> None:
+        """The suites' snapshots are written: drop this replica's claims on them."""
+        if suites:
+            await self.client.zrem(self.keys.claims, *suites)
 
     async def changed(self) -> list[str]:
         return sorted(_text(s) for s in await self.client.smembers(self.keys.changed))

@@ -149,7 +149,7 @@ async def test_a_change_mark_is_claimed_and_a_dead_claim_comes_back(
             await asyncio.sleep(0.6)
             # The claim expired: the next claim gets the suite back.
             assert await store.claim_changed(10, lifetime=30) == [SUITE]
-            await store.release_claim(SUITE)
+            await store.release_claims([SUITE])
             await store.mark_changed([SUITE])
         a = msgspec.structs.replace(cfg, daemon=DaemonConfig(instance=f"{prefix}-a"))
         b = msgspec.structs.replace(
