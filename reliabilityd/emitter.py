@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import threading
 import time
 import uuid
@@ -53,6 +54,16 @@ T = TypeVar("T")
 
 DEFAULT_TOPIC = "reliability/trials/emit"
 _OUTCOMES = ("pass", "fail", "error", "skip")
+
+
+# uuid4's version (4) and variant (RFC 4122) bits, set on 128 random bits.
+_UUID4_KEEP = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
+_UUID4_SET = (4 << 76) | (0x8000 << 48)
+
+
+def _uuid4_hex() -> str:
+    """``uuid.uuid4().hex`` without building a UUID object (a third of emit's time)."""
+    return f"{int.from_bytes(os.urandom(16)) & _UUID4_KEEP | _UUID4_SET:032x}"
 
 
 class EmitterError(ReliabilitydError):
@@ -248,7 +259,7 @@ class Emitter:
     ) -> tuple[bytes, str]:
         if outcome not in _OUTCOMES:
             raise ValueError(f"outcome must be one of {', '.join(_OUTCOMES)}, got {outcome!r}")
-        trial_id = trial if trial is not None else uuid.uuid4().hex
+        trial_id = trial if trial is not None else _uuid4_hex()
         event = TrialEvent(
             suite=suite,
             task=task,
@@ -270,13 +281,19 @@ class Emitter:
                 raise EmitterError("the emitter is closed")
             if self._error is not None:
                 raise EmitterError(f"the emitter stopped: {self._error}")
-            if not self._cond.wait_for(lambda: self._pending < self.max_pending, timeout):
-                if not raise_full:
-                    return False
-                raise EmitterFull(
-                    f"{self._pending} events await acknowledgement by {self._where()} "
-                    f"(max_pending {self.max_pending}) and none was acknowledged in {timeout} s"
+            if self._pending >= self.max_pending:
+                self._cond.wait_for(
+                    lambda: self._pending < self.max_pending or self._error is not None, timeout
                 )
+                if self._error is not None:
+                    raise EmitterError(f"the emitter stopped: {self._error}")
+                if self._pending >= self.max_pending:
+                    if not raise_full:
+                        return False
+                    raise EmitterFull(
+                        f"{self._pending} events await acknowledgement by {self._where()} "
+                        f"(max_pending {self.max_pending}) and none was acknowledged in {timeout} s"
+                    )
             idle = not self._queue
             self._queue.append(encoded)
             self._pending += 1

@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -49,6 +50,15 @@ def test_events_are_checked_before_they_are_accepted() -> None:
         emitter.emit("suite", "task", "passed")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="mqtt://"):
         Emitter("http://127.0.0.1:1883")
+
+
+def test_generated_trial_ids_are_uuid4_hex(mosquitto: Mosquitto) -> None:
+    with Emitter(mosquitto.url, topic="ids/trials/emit") as em:
+        ids = [em.emit("ids", "task", "pass") for _ in range(1000)]
+    assert len(set(ids)) == 1000
+    for trial in ids:
+        parsed = uuid.UUID(hex=trial)
+        assert (parsed.hex, parsed.version, parsed.variant) == (trial, 4, uuid.RFC_4122)
 
 
 def test_an_unreachable_broker_is_an_error_naming_it() -> None:
