@@ -79,7 +79,8 @@ class Emitter:
 
     ``reconnect_delay`` caps the wait between connection attempts (capped
     exponential backoff from a tenth of a second); ``protocol`` pins the MQTT
-    version, else 5 is tried first and 3.1.1 when the broker refuses 5.
+    version, else 5 is tried first and 3.1.1 when the broker refuses 5;
+    ``keepalive`` is the MQTT keep-alive in seconds.
     """
 
     def __init__(
@@ -102,6 +103,8 @@ class Emitter:
             raise ValueError("max_pending, batch_size and max_inflight must be at least 1")
         if reconnect_delay <= 0 or keepalive < 1:
             raise ValueError("reconnect_delay must be positive and keepalive at least 1")
+        if protocol not in (None, "5", "3.1.1"):
+            raise ValueError(f"protocol must be '5' or '3.1.1', got {protocol!r}")
         self.endpoint = parse_mqtt_url(mqtt_url)
         self.url = mqtt_url
         self.topic = topic
@@ -144,7 +147,9 @@ class Emitter:
             raise EmitterError(f"no connection to {self._where()} in {self.connect_timeout} s")
         if self._error is not None:
             self._thread.join(5)
-            raise EmitterError(f"cannot connect to {self._where()}: {self._error}")
+            error, self._error, self._thread = self._error, None, None
+            self._ready.clear()  # a later start() tries again
+            raise EmitterError(f"cannot connect to {self._where()}: {error}")
         return self
 
     def close(self, timeout: float = 30.0) -> None:

@@ -66,6 +66,15 @@ def test_an_unreachable_broker_is_an_error_naming_it() -> None:
         Emitter("mqtt://127.0.0.1:1", connect_timeout=0.5).start()
 
 
+def test_a_failed_start_leaves_the_emitter_not_started() -> None:
+    em = Emitter("mqtt://127.0.0.1:1", connect_timeout=0.3)
+    for _ in range(2):
+        with pytest.raises(EmitterError, match="cannot connect"):
+            em.start()
+        with pytest.raises(EmitterError, match="not started"):
+            em.emit("suite", "task", "pass")
+
+
 async def test_sync_emits_arrive_once_with_generated_and_given_trial_ids(
     daemon_store: Store, mosquitto: Mosquitto, prefix: str
 ) -> None:
