@@ -454,10 +454,13 @@ class Emitter:
                 wake.clear()
         finally:
             watcher.cancel()
-            # Publishes of a lost connection fail at once; wait so that none
-            # completes after its batch was sent again on the next connection.
-            for task in tasks:
-                task.cancel()
+            # Publishes of a lost connection fail at once (those whose PUBACK
+            # came in first still count); wait for them, so that none completes
+            # after its batch was sent again on the next connection. Closing
+            # with events left (flush gave up) abandons them.
+            if self._closing or conn.error is None:
+                for task in tasks:
+                    task.cancel()
             await asyncio.gather(*tasks, watcher, return_exceptions=True)
 
     async def _watch(self, conn: Connection) -> None:
