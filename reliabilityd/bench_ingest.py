@@ -9,6 +9,8 @@ measures the consumer, not the publisher. The bare subscribers: the client
 reliabilityd uses (``mqtt_client``, acknowledging each batch as it is taken),
 gmqtt 0.8 and aiomqtt (paho) with automatic acknowledgment, and the C
 ``mosquitto_sub``. Consumers alternate for a few rounds; each keeps its best.
+gmqtt and aiomqtt come with the dev extra, not with the package: without
+them the command says so in one line.
 
 Also: the Redis-side bound (``Store.apply`` alone, no MQTT), the latency from
 publish to commit at a steady 1,000 events/s, the daemon's CPU per 1,000
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import shutil
 import signal
 import statistics
@@ -360,18 +363,13 @@ async def _memory(redis_url: str) -> None:
     print(f"  used_memory grew {(after - before) / MEMORY_TASKS:6.1f} B/task (everything included)")
 
 
-def _has_gmqtt() -> bool:
-    try:
-        import gmqtt  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 async def _main() -> None:
-    bares: dict[str, Bare] = {"ours": _ours, "aiomqtt": _aiomqtt, "mosquitto_sub": _mosquitto_sub}
-    if _has_gmqtt():
-        bares["gmqtt"] = _gmqtt
+    bares: dict[str, Bare] = {
+        "ours": _ours,
+        "gmqtt": _gmqtt,
+        "aiomqtt": _aiomqtt,
+        "mosquitto_sub": _mosquitto_sub,
+    }
     with tempfile.TemporaryDirectory(prefix="reliabilityd-bench-") as tmp:
         redis = RedisServer("redis", Path(tmp), free_port())
         broker = Mosquitto("mosquitto", Path(tmp), free_port())
@@ -481,6 +479,12 @@ def _report(
 
 
 def main() -> None:
+    missing = [m for m in ("gmqtt", "aiomqtt") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(
+            f"reliabilityd bench ingest: its baseline subscribers need {' and '.join(missing)}, "
+            "from the dev extra: pip install 'reliabilityd[dev]'"
+        )
     asyncio.run(_main())
 
 

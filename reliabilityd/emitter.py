@@ -1,50 +1,69 @@
-"""``Emitter``: trial events from agents and eval harnesses to the broker, over MQTT (gmqtt).
+"""``Emitter``: trial events from agents and eval harnesses to the broker, over MQTT.
 
 What it guarantees: ``emit`` *accepts* an event into this process's memory
 and returns its trial id. An accepted event stays in memory until the broker
-acknowledges (PUBACK, QoS 1) the message that carries it; across a lost
-connection or a broker restart it is sent again (on the resumed session, or
-on a new one when the broker lost the session), so it may arrive twice, and
-the daemon counts a trial once by its id. What is not guaranteed: a crash or
-kill of the emitting process loses every accepted event not yet
-acknowledged; a broker acknowledges only what it will deliver to the
-subscriptions that exist (run the daemon first, with its persistent session).
+acknowledges (PUBACK, QoS 1) the message that carries it; when the
+connection is lost or the broker restarts, the emitter connects again (a new
+connection per attempt, with capped backoff) and sends every message not yet
+acknowledged again, so it may arrive twice, and the daemon counts a trial
+once by its id. What is not guaranteed: a crash or kill of the emitting
+process loses every accepted event not yet acknowledged; a broker
+acknowledges only what it will deliver to the subscriptions that exist (run
+the daemon first, with its persistent session).
 
 Bounded memory: at most ``max_pending`` events are accepted and not yet
 acknowledged. ``emit`` blocks while that many are pending, for up to
 ``block_timeout`` seconds, then raises ``EmitterFull`` (``await aemit``
 waits without blocking the event loop). Events go out as JSON arrays of up
-to ``batch_size`` per message; ``flush`` waits until everything accepted is
-acknowledged, and ``close`` (or leaving the ``with`` block) flushes first.
+to ``batch_size`` per message, up to ``max_inflight`` messages awaiting
+their PUBACK at once (and never more than the broker's Receive Maximum);
+``flush`` waits until everything accepted is acknowledged, and ``close`` (or
+leaving the ``with`` block) flushes first.
 
-A background thread runs the client on its own event loop, so the same
-object serves plain code (``with Emitter(url) as e``) and asyncio code
-(``async with Emitter(url) as e`` and ``await e.aemit(...)``).
+A background thread runs the connection (``reliabilityd.mqtt_client``) on
+its own event loop, so the same object serves plain code (``with
+Emitter(url) as e``) and asyncio code (``async with Emitter(url) as e`` and
+``await e.aemit(...)``). The session is clean: everything worth resending is
+in this process's memory, so the broker keeps nothing for an emitter that
+went away. MQTT 5 first, 3.1.1 when the broker does not speak 5.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import os
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import msgspec
-from gmqtt import Client
-from gmqtt.mqtt.constants import MQTTv50
-from gmqtt.storage import PersistentStorage
 
-from reliabilityd.config import parse_mqtt_url
+from reliabilityd.backoff import Backoff
+from reliabilityd.config import MqttConfig, parse_mqtt_url
 from reliabilityd.errors import ReliabilitydError
 from reliabilityd.events import Outcome, TrialEvent, validate
+from reliabilityd.mqtt_client import Connection, MqttError, Refused, connect
+
+T = TypeVar("T")
 
 DEFAULT_TOPIC = "reliability/trials/emit"
 _OUTCOMES = ("pass", "fail", "error", "skip")
+
+
+# uuid4's version (4) and variant (RFC 4122) bits, set on 128 random bits.
+_UUID4_KEEP = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
+_UUID4_SET = (4 << 76) | (0x8000 << 48)
+
+
+def _uuid4_hex() -> str:
+    """``uuid.uuid4().hex`` without building a UUID object (a third of emit's time)."""
+    return f"{int.from_bytes(os.urandom(16)) & _UUID4_KEEP | _UUID4_SET:032x}"
 
 
 class EmitterError(ReliabilitydError):
@@ -55,35 +74,14 @@ class EmitterFull(EmitterError):
     """``max_pending`` events are unacknowledged and none left within ``block_timeout``."""
 
 
-class _InFlight(PersistentStorage):  # type: ignore[misc]
-    """gmqtt's store of unacknowledged publishes, reporting acks and lost sessions."""
-
-    def __init__(self, on_ack: Callable[[int], None], on_lost: Callable[[list[int]], None]):
-        super().__init__()
-        self._on_ack = on_ack
-        self._on_lost = on_lost
-        self.last_mid: int | None = None
-
-    def push_message(self, mid: int, raw_package: bytes) -> None:
-        # Client.publish stores each QoS 1 packet here right after sending it:
-        # the only place its packet id is visible.
-        super().push_message(mid, raw_package)
-        self.last_mid = mid
-
-    def remove_message_by_mid(self, mid: int) -> None:
-        super().remove_message_by_mid(mid)
-        self._on_ack(mid)
-
-    def clear(self) -> None:
-        # The broker kept no session: gmqtt drops its resend queue. Hand the
-        # batches back so they go out again on the new session.
-        mids = [mid for mid, _ in self.get_all()]
-        super().clear()
-        self._on_lost(mids)
-
-
 class Emitter:
-    """Publish trial events at QoS 1 with batching, a bounded queue and resend."""
+    """Publish trial events at QoS 1 with batching, a bounded queue and resend.
+
+    ``reconnect_delay`` caps the wait between connection attempts (capped
+    exponential backoff from a tenth of a second); ``protocol`` pins the MQTT
+    version, else 5 is tried first and 3.1.1 when the broker refuses 5;
+    ``keepalive`` is the MQTT keep-alive in seconds.
+    """
 
     def __init__(
         self,
@@ -98,11 +96,17 @@ class Emitter:
         block_timeout: float = 30.0,
         connect_timeout: float = 30.0,
         reconnect_delay: float = 1.0,
-        session_expiry: int = 3600,
+        protocol: Literal["5", "3.1.1"] | None = None,
+        keepalive: int = 30,
     ) -> None:
         if max_pending < 1 or batch_size < 1 or max_inflight < 1:
             raise ValueError("max_pending, batch_size and max_inflight must be at least 1")
+        if reconnect_delay <= 0 or keepalive < 1:
+            raise ValueError("reconnect_delay must be positive and keepalive at least 1")
+        if protocol not in (None, "5", "3.1.1"):
+            raise ValueError(f"protocol must be '5' or '3.1.1', got {protocol!r}")
         self.endpoint = parse_mqtt_url(mqtt_url)
+        self.url = mqtt_url
         self.topic = topic
         self.client_id = client_id or f"reliabilityd-emitter-{uuid.uuid4().hex[:12]}"
         self.max_pending = max_pending
@@ -112,20 +116,24 @@ class Emitter:
         self.block_timeout = block_timeout
         self.connect_timeout = connect_timeout
         self.reconnect_delay = reconnect_delay
-        self.session_expiry = session_expiry
+        self.protocol = protocol
+        self.keepalive = keepalive
         self._cond = threading.Condition()
         self._queue: deque[bytes] = deque()  # accepted, not yet published (encoded events)
-        self._resend: deque[list[bytes]] = deque()  # batches of a session the broker lost
-        self._inflight: dict[int, list[bytes]] = {}  # mid -> its batch
+        # Batches taken from the queue and not yet acknowledged, in the order
+        # taken; each is published on every new connection until its PUBACK.
+        self._inflight: dict[int, list[bytes]] = {}
+        self._keys = itertools.count()
         self._pending = 0  # accepted and not acknowledged
         self._acked = 0
         self._closing = False
         self._error: BaseException | None = None
+        self._refused: Refused | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
-        self._store: _InFlight | None = None
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -139,7 +147,9 @@ class Emitter:
             raise EmitterError(f"no connection to {self._where()} in {self.connect_timeout} s")
         if self._error is not None:
             self._thread.join(5)
-            raise EmitterError(f"cannot connect to {self._where()}: {self._error}")
+            error, self._error, self._thread = self._error, None, None
+            self._ready.clear()  # a later start() tries again
+            raise EmitterError(f"cannot connect to {self._where()}: {error}")
         return self
 
     def close(self, timeout: float = 30.0) -> None:
@@ -151,7 +161,7 @@ class Emitter:
         finally:
             with self._cond:
                 self._closing = True
-            self._poke()
+            self._poke(stop=True)
             self._thread.join(10)
             self._thread = None
 
@@ -254,7 +264,7 @@ class Emitter:
     ) -> tuple[bytes, str]:
         if outcome not in _OUTCOMES:
             raise ValueError(f"outcome must be one of {', '.join(_OUTCOMES)}, got {outcome!r}")
-        trial_id = trial if trial is not None else uuid.uuid4().hex
+        trial_id = trial if trial is not None else _uuid4_hex()
         event = TrialEvent(
             suite=suite,
             task=task,
@@ -276,13 +286,19 @@ class Emitter:
                 raise EmitterError("the emitter is closed")
             if self._error is not None:
                 raise EmitterError(f"the emitter stopped: {self._error}")
-            if not self._cond.wait_for(lambda: self._pending < self.max_pending, timeout):
-                if not raise_full:
-                    return False
-                raise EmitterFull(
-                    f"{self._pending} events await acknowledgement by {self._where()} "
-                    f"(max_pending {self.max_pending}) and none was acknowledged in {timeout} s"
+            if self._pending >= self.max_pending:
+                self._cond.wait_for(
+                    lambda: self._pending < self.max_pending or self._error is not None, timeout
                 )
+                if self._error is not None:
+                    raise EmitterError(f"the emitter stopped: {self._error}")
+                if self._pending >= self.max_pending:
+                    if not raise_full:
+                        return False
+                    raise EmitterFull(
+                        f"{self._pending} events await acknowledgement by {self._where()} "
+                        f"(max_pending {self.max_pending}) and none was acknowledged in {timeout} s"
+                    )
             idle = not self._queue
             self._queue.append(encoded)
             self._pending += 1
@@ -297,28 +313,13 @@ class Emitter:
 
     # --- the background thread ---------------------------------------------
 
-    def _poke(self) -> None:
-        loop, wake = self._loop, self._wake
-        if loop is not None and wake is not None:
+    def _poke(self, *, stop: bool = False) -> None:
+        loop, wake, stopper = self._loop, self._wake, self._stop
+        if loop is not None and wake is not None and stopper is not None:
             with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(wake.set)
-
-    def _on_ack(self, mid: int) -> None:
-        batch = self._inflight.pop(mid, None)
-        if batch is None:
-            return
-        with self._cond:
-            self._pending -= len(batch)
-            self._acked += len(batch)
-            self._cond.notify_all()
-        if self._wake is not None:
-            self._wake.set()
-
-    def _on_lost(self, mids: list[int]) -> None:
-        lost = [self._inflight.pop(mid) for mid in mids if mid in self._inflight]
-        self._resend.extendleft(reversed(lost))
-        if self._wake is not None:
-            self._wake.set()
+                if stop:
+                    loop.call_soon_threadsafe(stopper.set)
 
     def _thread_main(self) -> None:
         try:
@@ -333,78 +334,158 @@ class Emitter:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._store = _InFlight(self._on_ack, self._on_lost)
-        client = Client(
-            self.client_id,
-            clean_session=False,
-            persistent_storage=self._store,
-            session_expiry_interval=self.session_expiry,
-        )
-        client.set_config({"reconnect_retries": -1, "reconnect_delay": self.reconnect_delay})
-        if self.endpoint.username:
-            client.set_auth_credentials(self.endpoint.username, self.endpoint.password)
+        self._stop = asyncio.Event()
+        backoff = Backoff(start=min(0.1, self.reconnect_delay), cap=self.reconnect_delay)
+        conn = await self._first_connection(backoff)
+        self._ready.set()
+        while True:
+            try:
+                await self._serve(conn)
+                return
+            except MqttError:
+                # Lost or refused by the broker: a refusal is not retried, it
+                # stops the emitter with the broker's reason.
+                if self._refused is not None:
+                    raise self._refused from None
+            finally:
+                await conn.close()
+            while not self._closing:
+                await backoff.wait(self._stop)
+                if self._closing:
+                    return
+                try:
+                    attempt = await self._unless_stopped(self._connect())
+                except MqttError:
+                    continue
+                if attempt is None:
+                    return
+                conn = attempt
+                backoff.reset()
+                break
+            else:
+                return
+
+    async def _first_connection(self, backoff: Backoff) -> Connection:
+        """Connect within ``connect_timeout``, retrying an unreachable broker; not a refusal."""
         deadline = time.monotonic() + self.connect_timeout
         while True:
             try:
-                await asyncio.wait_for(
-                    client.connect(
-                        self.endpoint.host,
-                        self.endpoint.port,
-                        ssl=self.endpoint.tls,
-                        keepalive=30,
-                        version=MQTTv50,
-                    ),
-                    max(0.1, deadline - time.monotonic()),
+                return await asyncio.wait_for(
+                    self._connect(), max(0.1, deadline - time.monotonic())
                 )
-                break
-            except (OSError, TimeoutError):
-                if time.monotonic() >= deadline:
+            except Refused:
+                raise
+            except TimeoutError:
+                raise MqttError(f"no connection within {self.connect_timeout} s") from None
+            except MqttError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     raise
-                await asyncio.sleep(min(0.5, self.reconnect_delay))
-        self._ready.set()
-        try:
-            await self._send_loop(client)
-        finally:
-            # Nothing is left in flight: the broker may drop our session now.
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.disconnect(session_expiry_interval=0), 5)
+                await asyncio.sleep(min(backoff.next_delay(), remaining))
 
-    async def _send_loop(self, client: Client) -> None:
+    async def _connect(self) -> Connection:
+        """A new connection: MQTT 5, or 3.1.1 once a broker refused 5 and took 3.1.1."""
+        versions: list[Literal["5", "3.1.1"]] = [self.protocol] if self.protocol else ["5", "3.1.1"]
+        error: MqttError | None = None
+        for version in versions:
+            config = MqttConfig(url=self.url, protocol=version, keepalive=self.keepalive)
+            try:
+                conn = await connect(config, identifier=self.client_id, persistent=False)
+            except MqttError as exc:
+                # A 3.1.1-only broker answers an MQTT 5 CONNECT with a refusal
+                # or (rumqttd) by closing the connection: try 3.1.1 next.
+                error = exc
+                continue
+            self.protocol = version
+            return conn
+        assert error is not None
+        raise error
+
+    async def _unless_stopped(self, work: Awaitable[T]) -> T | None:
+        """``work``'s result, or None when ``close`` stops the emitter first."""
+        assert self._stop is not None
+        task = asyncio.ensure_future(work)
+        stopped = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, MqttError):
+            await task
+        return None
+
+    async def _serve(self, conn: Connection) -> None:
+        """Publish on ``conn`` until closed (returns) or the connection fails (MqttError)."""
         assert self._wake is not None
-        while not self._closing:
-            # Woken by emit and by acks; the timeout notices a reconnect.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), 0.2)
-            self._wake.clear()
-            if self.linger > 0 and len(self._queue) < self.batch_size and not self._closing:
-                await asyncio.sleep(self.linger)
-            # Publish only on a connection whose CONNACK arrived: while gmqtt
-            # reconnects, a PUBLISH could otherwise precede the CONNECT.
-            while client.is_connected and len(self._inflight) < self.max_inflight:
-                batch = self._next_batch()
-                if not batch:
-                    break
-                if not self._publish(client, batch):
-                    self._resend.appendleft(batch)
-                    break
+        wake = self._wake
+        tasks: set[asyncio.Task[None]] = set()
+
+        def send(key: int, batch: list[bytes]) -> None:
+            task = asyncio.create_task(self._deliver(conn, key, batch))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        watcher = asyncio.create_task(self._watch(conn))
+        try:
+            # Everything a lost connection left unacknowledged goes out first.
+            for key, batch in self._inflight.items():
+                send(key, batch)
+            while not self._closing:
+                if conn.error is not None or self._refused is not None:
+                    raise self._refused or MqttError(str(conn.error))
+                if (
+                    self.linger > 0
+                    and 0 < len(self._queue) < self.batch_size
+                    and len(self._inflight) < self.max_inflight
+                ):
+                    await asyncio.sleep(self.linger)
+                while len(self._inflight) < self.max_inflight:
+                    batch = self._next_batch()
+                    if not batch:
+                        break
+                    key = next(self._keys)
+                    self._inflight[key] = batch
+                    send(key, batch)
+                # Woken by emit, by PUBACKs, by the connection's end and by close.
+                await wake.wait()
+                wake.clear()
+        finally:
+            watcher.cancel()
+            # Publishes of a lost connection fail at once (those whose PUBACK
+            # came in first still count); wait for them, so that none completes
+            # after its batch was sent again on the next connection. Closing
+            # with events left (flush gave up) abandons them.
+            if self._closing or conn.error is None:
+                for task in tasks:
+                    task.cancel()
+            await asyncio.gather(*tasks, watcher, return_exceptions=True)
+
+    async def _watch(self, conn: Connection) -> None:
+        assert self._wake is not None
+        await conn.closed.wait()
+        self._wake.set()
+
+    async def _deliver(self, conn: Connection, key: int, batch: list[bytes]) -> None:
+        assert self._wake is not None
+        try:
+            await conn.publish(self.topic, b"[" + b",".join(batch) + b"]", retain=False)
+        except Refused as exc:
+            self._refused = exc
+            self._wake.set()
+            return
+        except MqttError:
+            return  # the connection is gone: ``_serve`` notices and sends it again
+        del self._inflight[key]
+        with self._cond:
+            self._pending -= len(batch)
+            self._acked += len(batch)
+            self._cond.notify_all()
+        self._wake.set()
 
     def _next_batch(self) -> list[bytes]:
-        if self._resend:
-            return self._resend.popleft()
         with self._cond:
             count = min(self.batch_size, len(self._queue))
             return [self._queue.popleft() for _ in range(count)]
-
-    def _publish(self, client: Client, batch: list[bytes]) -> bool:
-        assert self._store is not None
-        self._store.last_mid = None
-        try:
-            client.publish(self.topic, b"[" + b",".join(batch) + b"]", qos=1)
-        except Exception:  # e.g. the packet id space is exhausted: retry later
-            return False
-        mid = self._store.last_mid
-        if mid is None:
-            return False
-        # The PUBACK is handled on this loop, so it cannot arrive before this line.
-        self._inflight[mid] = batch
-        return True

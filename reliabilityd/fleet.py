@@ -7,7 +7,9 @@ task passes only ``REGRESSED`` of its runs, and reliable again after
 ``recover``. The schedule lives in ``demo.py``; this module only decides
 outcomes and publishes them.
 
-The MQTT client is used in ``Agents.publish`` and nowhere else.
+The MQTT connection (``reliabilityd.mqtt_client``, as a plain agent would
+use a plain client) is opened by ``client`` and used in ``Agents.publish``
+and nowhere else.
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Literal
 
-import aiomqtt
 import msgspec
 
+from reliabilityd.config import MqttConfig
 from reliabilityd.events import TrialEvent
+from reliabilityd.mqtt_client import Connection, connect
 
 SEED_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
 REGRESSED = 0.5
@@ -98,14 +103,22 @@ class Agents:
                 out[suite.name] = events
         return out
 
-    async def publish(self, client: aiomqtt.Client, batch: dict[str, list[TrialEvent]]) -> None:
-        """One QoS 1 message per suite: a JSON array of its events."""
+    async def publish(self, client: Connection, batch: dict[str, list[TrialEvent]]) -> None:
+        """One QoS 1 message per suite: a JSON array of its events, sent once acknowledged."""
         for suite, events in batch.items():
-            await client.publish(f"{TOPIC}/{suite}", msgspec.json.encode(events), qos=1)
+            await client.publish(f"{TOPIC}/{suite}", msgspec.json.encode(events), retain=False)
             self.published += len(events)
 
 
-def client(host: str, port: int, protocol: str, identifier: str) -> aiomqtt.Client:
-    """A plain MQTT client, as an agent would have."""
-    version = aiomqtt.ProtocolVersion.V5 if protocol == "5" else aiomqtt.ProtocolVersion.V311
-    return aiomqtt.Client(host, port, identifier=identifier, protocol=version, timeout=10)
+@asynccontextmanager
+async def client(
+    host: str, port: int, protocol: Literal["5", "3.1.1"], identifier: str
+) -> AsyncIterator[Connection]:
+    """A plain MQTT connection (clean session), as an agent would have; closed on exit."""
+    where = f"[{host}]" if ":" in host else host
+    config = MqttConfig(url=f"mqtt://{where}:{port}", protocol=protocol)
+    conn = await connect(config, identifier=identifier, persistent=False)
+    try:
+        yield conn
+    finally:
+        await conn.close()

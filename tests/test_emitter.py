@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import aiomqtt
 import pytest
 
 from reliabilityd.cli import main
+from reliabilityd.embedded import IotcoreBroker
 from reliabilityd.emitter import Emitter, EmitterError, EmitterFull
 from reliabilityd.store import Store
 from tests.daemon_fixtures import make_config, running
@@ -50,9 +52,27 @@ def test_events_are_checked_before_they_are_accepted() -> None:
         Emitter("http://127.0.0.1:1883")
 
 
+def test_generated_trial_ids_are_uuid4_hex(mosquitto: Mosquitto) -> None:
+    with Emitter(mosquitto.url, topic="ids/trials/emit") as em:
+        ids = [em.emit("ids", "task", "pass") for _ in range(1000)]
+    assert len(set(ids)) == 1000
+    for trial in ids:
+        parsed = uuid.UUID(hex=trial)
+        assert (parsed.hex, parsed.version, parsed.variant) == (trial, 4, uuid.RFC_4122)
+
+
 def test_an_unreachable_broker_is_an_error_naming_it() -> None:
     with pytest.raises(EmitterError, match=r"mqtt://127\.0\.0\.1:1"):
         Emitter("mqtt://127.0.0.1:1", connect_timeout=0.5).start()
+
+
+def test_a_failed_start_leaves_the_emitter_not_started() -> None:
+    em = Emitter("mqtt://127.0.0.1:1", connect_timeout=0.3)
+    for _ in range(2):
+        with pytest.raises(EmitterError, match="cannot connect"):
+            em.start()
+        with pytest.raises(EmitterError, match="not started"):
+            em.emit("suite", "task", "pass")
 
 
 async def test_sync_emits_arrive_once_with_generated_and_given_trial_ids(
@@ -200,8 +220,8 @@ async def test_a_broker_that_lost_its_state_gets_every_accepted_event_again(
     private_mosquitto: Mosquitto, prefix: str
 ) -> None:
     """Batches in flight when the broker dies without a trace (kill -9, no persistence
-    file): the new broker has no session, so gmqtt drops its resend queue; the
-    emitter must publish those batches again."""
+    file): the new broker knows nothing of them; the emitter must publish those
+    batches again on its new connection."""
     total = 4000
     halfway, frozen = threading.Event(), threading.Event()
     emitter: list[Emitter] = []
@@ -276,3 +296,77 @@ def test_credentials_come_from_the_url(password_broker: Mosquitto) -> None:
         assert em.acknowledged == 1
     with pytest.raises(EmitterError, match="cannot connect"):
         Emitter(f"mqtt://agent:nope@127.0.0.1:{port}", connect_timeout=5).start()
+
+
+@pytest.fixture
+def acl_broker(tmp_path: Path) -> Iterator[Mosquitto]:
+    """A broker that lets anonymous clients publish under `allowed/` only."""
+    acl = tmp_path / "acl"
+    acl.write_text("topic readwrite allowed/#\n")
+    broker = Mosquitto(
+        "mosquitto", tmp_path, free_port(), extra=("allow_anonymous true", f"acl_file {acl}")
+    )
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def test_a_message_the_broker_refuses_stops_the_emitter_with_the_reason(
+    acl_broker: Mosquitto,
+) -> None:
+    with Emitter(acl_broker.url, topic="allowed/trials") as em:
+        em.emit("acl", "task", "pass")
+        em.flush(10)
+        assert em.acknowledged == 1
+    em = Emitter(acl_broker.url, topic="denied/trials").start()
+    em.emit("acl", "task", "pass")
+    with pytest.raises(EmitterError, match="refused the message on 'denied/trials'"):
+        em.flush(10)
+    with pytest.raises(EmitterError, match="refused"):
+        em.emit("acl", "task", "fail")
+    with pytest.raises(EmitterError, match="refused"):
+        em.close()
+    assert em.acknowledged == 0
+
+
+def test_close_with_the_broker_away_says_how_many_events_were_left(
+    private_mosquitto: Mosquitto,
+) -> None:
+    em = Emitter(private_mosquitto.url, reconnect_delay=0.2).start()
+    private_mosquitto.stop(signal.SIGTERM)
+    for i in range(7):
+        em.emit("away", f"task {i}", "pass")
+    with pytest.raises(EmitterError, match="7 events not acknowledged"):
+        em.close(timeout=0.5)
+    assert em.pending == 7
+
+
+@pytest.fixture
+def rumqttd(tmp_path: Path) -> Iterator[IotcoreBroker]:
+    """The embedded MQTT 3.1.1-only broker (rumqttd), which drops an MQTT 5 CONNECT."""
+    pytest.importorskip("iotcore", reason="no iotcore wheel here")
+    broker = IotcoreBroker("rumqttd", tmp_path, free_port())
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+async def test_a_broker_that_speaks_only_3_1_1_gets_every_event(rumqttd: IotcoreBroker) -> None:
+    topic = "reliability/trials/emit"
+    trials: set[str] = set()
+    async with aiomqtt.Client(
+        "127.0.0.1", rumqttd.port, protocol=aiomqtt.ProtocolVersion.V311
+    ) as sub:
+        await sub.subscribe(topic, qos=1)
+        async with Emitter(rumqttd.url, topic=topic, batch_size=50) as em:
+            for i in range(250):
+                await em.aemit("v311", f"task {i}", "pass")
+            await em.aflush(30)
+            assert em.acknowledged == 250
+            assert em.protocol == "3.1.1"
+        async with asyncio.timeout(30):
+            async for message in sub.messages:
+                assert isinstance(message.payload, bytes)
+                trials.update(e["trial"] for e in json.loads(message.payload))
+                if len(trials) == 250:
+                    break
