@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -111,3 +112,24 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def password_broker(tmp_path: Path) -> Iterator[Mosquitto]:
+    """A broker that refuses anonymous clients; user `agent`, password `s3cr3t pass`."""
+    passwords = tmp_path / "passwd"
+    passwords.touch()
+    subprocess.run(
+        ["mosquitto_passwd", "-b", str(passwords), "agent", "s3cr3t pass"],
+        check=True,
+        capture_output=True,
+    )
+    broker = Mosquitto(
+        "mosquitto",
+        tmp_path,
+        free_port(),
+        extra=("allow_anonymous false", f"password_file {passwords}"),
+    )
+    broker.start()
+    yield broker
+    broker.stop()

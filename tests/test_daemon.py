@@ -6,7 +6,6 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from reliabilityd.lottery import lottery_cases
 from reliabilityd.store import Store
 from tests.daemon_fixtures import make_config, running, running_task, store_for, with_stream
 from tests.helpers import Truth, make_events, payloads, publish, toml_of, truth_of, wait_until
-from tests.servers import Mosquitto, RedisServer, free_port
+from tests.servers import Mosquitto, RedisServer
 
 
 async def all_counted(store: Store, truth: Truth, suites: tuple[str, ...]) -> bool:
@@ -205,7 +204,6 @@ async def _pending_zero(raw: aioredis.Redis, key: str) -> bool:
 async def test_check_reports_heartbeat(
     redis_server: RedisServer, mosquitto: Mosquitto, prefix: str, tmp_path: object
 ) -> None:
-    from pathlib import Path
 
     cfg = make_config(redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix)
     path = Path(str(tmp_path)) / "c.toml"
@@ -254,27 +252,6 @@ async def test_mqtt_3_1_1_with_a_persistent_session(
         await wait_until(lambda: all_counted(store, truth, ("alpha", "beta")), 60)
         for suite in ("alpha", "beta"):
             assert await store.task_counts(suite) == truth.counts(suite)
-
-
-@pytest.fixture
-def password_broker(tmp_path: Path) -> Iterator[Mosquitto]:
-    """A broker that refuses anonymous clients; user `agent`, password `s3cr3t pass`."""
-    passwords = tmp_path / "passwd"
-    passwords.touch()
-    subprocess.run(
-        ["mosquitto_passwd", "-b", str(passwords), "agent", "s3cr3t pass"],
-        check=True,
-        capture_output=True,
-    )
-    broker = Mosquitto(
-        "mosquitto",
-        tmp_path,
-        free_port(),
-        extra=("allow_anonymous false", f"password_file {passwords}"),
-    )
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 async def test_broker_with_password_from_the_url(

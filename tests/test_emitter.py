@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -265,27 +264,6 @@ async def test_emit_command_takes_broker_and_topic_from_the_config(
     assert await asyncio.to_thread(main, argv) == 0
     await counted(daemon_store, "cfg", 1)
     assert await daemon_store.task_counts("cfg") == {"task": (1, 0)}
-
-
-@pytest.fixture
-def password_broker(tmp_path: Path) -> Iterator[Mosquitto]:
-    """A broker that refuses anonymous clients; user `agent`, password `s3cr3t pass`."""
-    passwords = tmp_path / "passwd"
-    passwords.touch()
-    subprocess.run(
-        ["mosquitto_passwd", "-b", str(passwords), "agent", "s3cr3t pass"],
-        check=True,
-        capture_output=True,
-    )
-    broker = Mosquitto(
-        "mosquitto",
-        tmp_path,
-        free_port(),
-        extra=("allow_anonymous false", f"password_file {passwords}"),
-    )
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 def test_credentials_come_from_the_url(password_broker: Mosquitto) -> None:
