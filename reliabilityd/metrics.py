@@ -247,7 +247,12 @@ class Metrics:
     def committed(self, applied: Iterable[Applied], seconds: float) -> None:
         self.commit_seconds.observe(seconds)
         for a in applied:
-            for outcome, count in (("counted", a.counted), ("error", a.errors), ("skip", a.skips)):
+            for outcome, count in (
+                ("pass", a.passes),
+                ("fail", a.counted - a.passes),
+                ("error", a.errors),
+                ("skip", a.skips),
+            ):
                 if count:
                     self.trials.labels(a.suite, outcome).inc(count)
             if a.duplicates:

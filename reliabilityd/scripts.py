@@ -10,11 +10,11 @@ from __future__ import annotations
 
 # Apply one suite's batch atomically. KEYS: meta, tasks, hist, lottery, then
 # one dedup key per event. ARGV: dedup ttl, window, now, then (task, outcome
-# code) per event. Returns {counted, errors, skips, duplicates, version}.
+# code) per event. Returns {counted, errors, skips, duplicates, version, passes}.
 APPLY = r"""
 local meta, tasks, hist, lot = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl, window, now = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local counted, errors, skips, dups = 0, 0, 0, 0
+local counted, errors, skips, dups, passes = 0, 0, 0, 0, 0
 -- Histogram moves are summed per cell and written once per cell at the end:
 -- a chunk touches few distinct (n, c) cells, so this saves two calls per event.
 local moves, cells = {}, {}
@@ -66,6 +66,7 @@ for i = 1, #KEYS - 4 do
     if nc > 0 and nc < nn then redis.call('ZADD', lot, 0, member(nn, nc, task)) end
     redis.call('HSET', tasks, task, value)
     counted = counted + 1
+    passes = passes + hit
   end
 end
 for _, cell in ipairs(cells) do
@@ -83,7 +84,7 @@ if counted + errors + skips + dups > 0 then
   if dups > 0 then redis.call('HINCRBY', meta, 'duplicates', dups) end
   version = redis.call('HINCRBY', meta, 'version', 1)
 end
-return {counted, errors, skips, dups, version}
+return {counted, errors, skips, dups, version, passes}
 """
 
 # Read meta and histogram in one atomic step, so the histogram belongs to the version.

@@ -99,6 +99,8 @@ class Applied(msgspec.Struct, frozen=True):
     skips: int
     duplicates: int
     version: int
+    # Of the counted trials, how many passed.
+    passes: int = 0
 
 
 def _text(value: bytes | str) -> str:
@@ -222,13 +224,14 @@ class Store(StreamStore):
         totals: dict[str, list[int]] = {}
         scripts = replies[len(touched) : len(touched) + len(calls)]
         for suite, reply in zip(calls, scripts, strict=True):
-            counted, errors, skips, dups, version = (int(x) for x in reply)
-            acc = totals.setdefault(suite, [0, 0, 0, 0, 0])
+            counted, errors, skips, dups, version, passes = (int(x) for x in reply)
+            acc = totals.setdefault(suite, [0, 0, 0, 0, 0, 0])
             acc[0] += counted
             acc[1] += errors
             acc[2] += skips
             acc[3] += dups
             acc[4] = max(acc[4], version)
+            acc[5] += passes
         return [Applied(suite, *acc) for suite, acc in totals.items()]
 
     async def deadletter(
@@ -552,7 +555,7 @@ class Store(StreamStore):
             pipe.sadd(self.keys.changed, suite)
             replies = await pipe.execute()
             for size, reply in zip(sizes, replies[: len(sizes)], strict=True):
-                counted, errors, skips, dups, version = (int(x) for x in reply)
+                counted, errors, skips, dups, version, _ = (int(x) for x in reply)
                 acc[0] += counted
                 acc[1] += errors
                 acc[2] += skips
