@@ -297,6 +297,7 @@ def _inspect_zip(path: Path, data: bytes, scorer: str | None) -> Parsed:
                 for n in names
                 if n.startswith("samples/") and n.endswith(".json")
             ]
+    # zipfile raises NotImplementedError for a compression method it cannot read.
     except (zipfile.BadZipFile, NotImplementedError, KeyError, ValueError) as exc:
         raise ImportFileError(f"{path}: cannot read the Inspect log: {exc}") from None
     return _inspect(header["eval"], samples, header, data, scorer)

@@ -132,6 +132,11 @@ async def alert_state(store: Store) -> str:
     return state.state
 
 
+async def alert_is(store: Store, state: str) -> bool:
+    """For wait_until: the rule's stored state is `state`."""
+    return await alert_state(store) == state
+
+
 async def test_degrade_fires_once_and_recovery_resolves_once(
     redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
 ) -> None:
@@ -243,13 +248,9 @@ async def test_straddling_the_threshold_does_not_flap(
             assert await alert_state(store) == "firing"
             assert [n["state"] for n in await history(store, cfg)] == ["firing"]
             await send(mosquitto, prefix, Phase.events(range(40, 80), flaky=False), store)
-            await wait_until(lambda: _resolved(store), 20)
+            await wait_until(partial(alert_is, store, "resolved"), 20)
             await asyncio.sleep(0.8)
             assert [n["state"] for n in await history(store, cfg)] == ["firing", "resolved"]
-
-
-async def _resolved(store: Store) -> bool:
-    return await alert_state(store) == "resolved"
 
 
 async def test_restart_while_firing_does_not_refire(
@@ -259,16 +260,12 @@ async def test_restart_while_firing_does_not_refire(
         cfg = alert_config(redis_server, mosquitto, prefix, am)
         async with running(cfg), store_for(cfg) as store:
             await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
-            await wait_until(partial(_firing, store), 20)
+            await wait_until(partial(alert_is, store, "firing"), 20)
         async with running(cfg), store_for(cfg) as store:
             await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
             await asyncio.sleep(1.5)
             assert [n["state"] for n in await history(store, cfg)] == ["firing"]
             assert len(am.alerts) == 1
-
-
-async def _firing(store: Store) -> bool:
-    return await alert_state(store) == "firing"
 
 
 async def test_two_daemons_notify_once(
@@ -289,7 +286,7 @@ async def test_two_daemons_notify_once(
         ):
             # Both daemons read every message (no shared group); counting stays exact.
             await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
-            await wait_until(partial(_firing, store), 20)
+            await wait_until(partial(alert_is, store, "firing"), 20)
             await asyncio.sleep(1.5)
             assert [n["state"] for n in await history(store, a)] == ["firing"]
             assert len(am.alerts) == 1
@@ -306,7 +303,7 @@ async def test_alertmanager_down_is_retried_while_ingest_goes_on(
         cfg = alert_config(redis_server, mosquitto, prefix, am)
         async with running(cfg), store_for(cfg) as store:
             await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
-            await wait_until(partial(_firing, store), 20)
+            await wait_until(partial(alert_is, store, "firing"), 20)
             # The other sinks do not wait for Alertmanager.
             await wait_until(lambda: _history_len(store, cfg, 1), 10)
             await wait_until(lambda: _attempts(am, 2), 20)
@@ -342,12 +339,12 @@ async def test_stale_suite_pages_and_recovers_when_trials_return(
         async with running(cfg), store_for(cfg) as store:
             await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
             assert await alert_state(store) == "inactive"
-            await wait_until(partial(_firing, store), 10)  # nobody sends trials any more
+            await wait_until(partial(alert_is, store, "firing"), 10)  # nobody sends trials any more
             await wait_until(lambda: _history_len(store, cfg, 1), 10)
             (note,) = await history(store, cfg)
             assert (note["state"], note["reason"]) == ("firing", "stale")
             await wait_until(lambda: _count(am.alerts, 1), 10)
             assert "stale suite" in am.alerts[0]["annotations"]["summary"]
             await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
-            await wait_until(partial(_resolved, store), 10)
+            await wait_until(partial(alert_is, store, "resolved"), 10)
             assert [n["state"] for n in await history(store, cfg)] == ["firing", "resolved"]

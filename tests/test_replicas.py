@@ -21,7 +21,16 @@ from tests.alertmanager_stub import Receiver
 from tests.daemon_fixtures import running, store_for
 from tests.helpers import wait_until
 from tests.servers import Mosquitto, RedisServer
-from tests.test_alerting import SUITE, Phase, alert_config, alert_state, collect, history, send
+from tests.test_alerting import (
+    SUITE,
+    Phase,
+    alert_config,
+    alert_is,
+    alert_state,
+    collect,
+    history,
+    send,
+)
 
 
 def replica(cfg: Config, name: str, ci_interval: float) -> Config:
@@ -89,7 +98,7 @@ async def test_a_snapshot_and_an_alert_state_from_another_version_are_recomputed
             )
             await store.client.delete(store.keys.changed)
         async with running(cfg), store_for(cfg) as store:
-            await wait_until(partial(_firing, store), 20)
+            await wait_until(partial(alert_is, store, "firing"), 20)
             doc = msgspec.json.decode((await store.snapshot(SUITE))["json"])
             assert doc["schema"] == snapshot.SCHEMA
             assert doc["version"] == version
@@ -101,10 +110,6 @@ async def test_a_snapshot_and_an_alert_state_from_another_version_are_recomputed
 
 async def _history_len(store: Store, cfg: Config, n: int) -> bool:
     return len(await history(store, cfg)) >= n
-
-
-async def _firing(store: Any) -> bool:
-    return await alert_state(store) == "firing"
 
 
 async def test_an_undecodable_outbox_entry_is_set_aside_and_delivery_goes_on(
