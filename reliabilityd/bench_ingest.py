@@ -34,11 +34,11 @@ from pathlib import Path
 import msgspec
 
 from reliabilityd.config import Config, IngestConfig, MqttConfig, RedisConfig, StatsConfig
-from reliabilityd.daemon import Daemon
+from reliabilityd.daemon import Daemon, Decoded
 from reliabilityd.devservers import Mosquitto, RedisServer, free_port
 from reliabilityd.events import TrialEvent
 from reliabilityd.mqtt_client import connect
-from reliabilityd.store import Store
+from reliabilityd.store import Store, StreamCursor
 from reliabilityd.store import connect as redis_connect
 
 SINGLE_MESSAGES = 40_000
@@ -222,9 +222,9 @@ async def _daemon_rate(
     redis_cpu = await _redis_cpu(redis_url)
     cpu = time.process_time()
     started = time.perf_counter()
-    await _run_until(cfg, done)
-    took = time.perf_counter() - started
-    cpu = time.process_time() - cpu
+    finished = await _run_until(cfg, done)
+    took = finished[0] - started
+    cpu = finished[1] - cpu
     redis_cpu = await _redis_cpu(redis_url) - redis_cpu
     await store.client.aclose()
     return events / took, 1e6 * cpu / events, 1e6 * redis_cpu / events
@@ -236,7 +236,8 @@ async def _true() -> bool:
 
 async def _run_until(
     cfg: Config, finished: Callable[[], Awaitable[bool]], daemon: Daemon | None = None
-) -> None:
+) -> tuple[float, float]:
+    """Run a daemon until ``finished``; the wall clock and CPU time then (not after its stop)."""
     daemon = daemon or Daemon(cfg)
     stop = asyncio.Event()
     task = asyncio.create_task(daemon.run(stop))
@@ -244,9 +245,11 @@ async def _run_until(
     # The condition lives in Redis: there is no event to wait on, so poll it.
     while not await finished():  # noqa: ASYNC110
         await asyncio.sleep(0.01)
+    at = time.perf_counter(), time.process_time()
     stop.set()
     await task
     await daemon.store.client.aclose()
+    return at
 
 
 async def _latency(redis_url: str, port: int) -> tuple[float, float, float]:
@@ -259,15 +262,14 @@ async def _latency(redis_url: str, port: int) -> tuple[float, float, float]:
     daemon = Daemon(cfg)
     count = int(STEADY_RATE * STEADY_SECONDS)
     latencies: list[float] = []
-    inner = daemon.commit
-    decoder = msgspec.json.Decoder(TrialEvent)
+    inner = daemon.commit_decoded
 
-    async def timed_commit(batch: Sequence[tuple[bytes, str]]) -> None:
-        await inner(batch)
+    async def timed_commit(batch: Decoded, cursor: StreamCursor | None = None) -> None:
+        await inner(batch, cursor)
         now = time.time()
-        latencies.extend(now - (decoder.decode(p).ts or now) for p, _ in batch)
+        latencies.extend(now - (e.ts or now) for evs in batch.by_suite.values() for e in evs)
 
-    daemon.commit = timed_commit  # type: ignore[method-assign,assignment]
+    daemon.commit_decoded = timed_commit  # type: ignore[method-assign,assignment]
     stop = asyncio.Event()
     task = asyncio.create_task(daemon.run(stop))
     await daemon.subscribed.wait()

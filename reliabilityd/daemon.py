@@ -27,7 +27,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import msgspec
 import redis.exceptions
@@ -38,7 +38,7 @@ from reliabilityd.backoff import Backoff
 from reliabilityd.config import Config
 from reliabilityd.errors import ConfigError
 from reliabilityd.evaluator import Evaluator
-from reliabilityd.events import Rejected, TrialEvent, decode
+from reliabilityd.events import Rejected, TrialEvent, decode_many
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.lottery import ranked_cell_groups
 from reliabilityd.metrics import Metrics
@@ -71,6 +71,13 @@ FORECAST_EVERY = 600.0
 FORECASTS_PER_TICK = 1
 # Idle tasks are looked for this often (at most 500 per suite per sweep).
 IDLE_SWEEP_EVERY = 10.0
+
+
+class Decoded(NamedTuple):
+    """A decoded batch: the good events grouped by suite, the rejected with their source."""
+
+    by_suite: dict[str, list[TrialEvent]]
+    rejected: list[tuple[Rejected, str]]
 
 
 class Daemon:
@@ -170,18 +177,23 @@ class Daemon:
             self.health.ok("ingest")
             return result
 
+    def decode(self, payloads: Sequence[tuple[bytes, str]]) -> Decoded:
+        """Decode a batch of (payload, source) pairs: good events by suite, the rejected."""
+        good, rejected = decode_many(payloads, self.config.ingest.max_payload)
+        by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
+        for event in good:
+            by_suite[event.suite].append(event)
+        return Decoded(by_suite, rejected)
+
+    async def commit_decoded(self, decoded: Decoded, cursor: StreamCursor | None = None) -> None:
+        """Dead-letter the rejected, apply the good; returns once Redis has it all."""
+        await self._commit_decoded(decoded.by_suite, decoded.rejected, retry=True, cursor=cursor)
+
     async def commit(
         self, payloads: Sequence[tuple[bytes, str]], cursor: StreamCursor | None = None
     ) -> None:
         """Decode, dead-letter the bad, apply the good; returns once Redis has it all."""
-        by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
-        rejected: list[tuple[Rejected, str]] = []
-        for payload, source in payloads:
-            good, bad = decode(payload, self.config.ingest.max_payload)
-            for event in good:
-                by_suite[event.suite].append(event)
-            rejected.extend((item, source) for item in bad)
-        await self._commit_decoded(by_suite, rejected, retry=True, cursor=cursor)
+        await self.commit_decoded(self.decode(payloads), cursor)
 
     async def _once(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         return await op()
@@ -511,7 +523,8 @@ class Daemon:
                     consume = partial(
                         mqtt.consume,
                         cfg.mqtt,
-                        self.commit,
+                        self.decode,
+                        self.commit_decoded,
                         intake_stop,
                         max_batch=cfg.ingest.max_batch,
                         subscribed=self.subscribed,

@@ -30,6 +30,7 @@ Outside any tag, written by separate idempotent commands: ``<p>:suites``,
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 CHANGES_TAG = "{/ci}"
 
@@ -49,6 +50,15 @@ class Keys:
             task.encode() + b"\x00" + trial.encode(), digest_size=16
         ).hexdigest()
         return self.suite(suite, f"seen:{digest}")
+
+    def seen_many(self, suite: str, pairs: Iterable[tuple[str, str]]) -> list[str]:
+        """``seen`` for many (task, trial) pairs of one suite."""
+        prefix = self.suite(suite, "seen:")
+        blake2b = hashlib.blake2b
+        return [
+            prefix + blake2b(f"{task}\x00{trial}".encode(), digest_size=16).hexdigest()
+            for task, trial in pairs
+        ]
 
     def imported(self, suite: str) -> str:
         """The import ledger: digest of every imported (task, trial), never expiring."""

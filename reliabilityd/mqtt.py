@@ -7,6 +7,12 @@ messages, commits it, then writes the batch's PUBACKs in one go.
 tests/test_faults.py::test_nothing_is_acknowledged_before_its_commit fails if
 anything is ever acknowledged on receipt.
 
+Two batches overlap: while Redis applies batch N, the next one is taken and
+decoded (Python's work runs beside Redis's). Commits still run one at a time
+and in order, and batch N is acknowledged before batch N+1's commit starts,
+so PUBACKs keep PUBLISH order and a task's outcomes reach Redis in arrival
+order.
+
 Reconnecting is our job: a fresh connection per attempt inside a loop with
 capped exponential backoff. Message ids belong to a connection: a message left
 from the old connection is never acknowledged on the new one (the broker
@@ -16,17 +22,21 @@ redelivers it instead, and the dedup record makes it a duplicate).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from reliabilityd.backoff import Backoff, sleep_or_stop
 from reliabilityd.config import MqttConfig
 from reliabilityd.logs import emit
-from reliabilityd.mqtt_client import Connection, MqttError, connect
+from reliabilityd.mqtt_client import Connection, Message, MqttError, connect
 
-__all__ = ["Commit", "MqttError", "Publisher", "consume", "subscription"]
+__all__ = ["MqttError", "Publisher", "consume", "subscription"]
 
-Commit = Callable[[Sequence[tuple[bytes, str]]], Awaitable[None]]
+D = TypeVar("D")
+# A batch whose commit is running, and that commit.
+Inflight = tuple[list[Message], "asyncio.Future[None]"]
 
 # Reconnect pacing: 0.2 s doubling to 15 s (the one Backoff).
 BACKOFF_START = 0.2
@@ -58,7 +68,8 @@ class _Sources:
 
 async def consume(
     config: MqttConfig,
-    commit: Commit,
+    decode: Callable[[Sequence[tuple[bytes, str]]], D],
+    commit: Callable[[D], Awaitable[None]],
     stop: asyncio.Event,
     *,
     max_batch: int,
@@ -66,6 +77,8 @@ async def consume(
 ) -> None:
     """Take trial messages until stop is set; acknowledge each after its commit.
 
+    ``decode`` turns a batch of (payload, source) pairs into what ``commit``
+    writes; the next batch is decoded while the previous one commits.
     ``subscribed`` is set once the broker has confirmed the subscription.
     """
     pace = Backoff(BACKOFF_START, BACKOFF_MAX)
@@ -74,6 +87,7 @@ async def consume(
     while not stop.is_set():
         conn: Connection | None = None
         waker: asyncio.Task[None] | None = None
+        inflight: Inflight | None = None
         try:
             conn = await connect(
                 config,
@@ -89,23 +103,44 @@ async def consume(
             if subscribed is not None:
                 subscribed.set()
             while not stop.is_set():
+                if inflight is not None and not conn.waiting:
+                    # Nothing to decode meanwhile: acknowledge as soon as committed.
+                    await _acknowledge(conn, inflight)
+                    inflight = None
+                    continue  # a stop may have come meanwhile
                 batch = await conn.take(max_batch)
                 if not batch:
                     continue
-                payloads = [(m.payload, source(m.topic)) for m in batch]
+                work = decode([(m.payload, source(m.topic)) for m in batch])
+                if inflight is not None:
+                    await _acknowledge(conn, inflight)
                 # A stop during the commit lets it finish: acknowledging
                 # needs it, and Redis applies it atomically anyway.
-                await asyncio.shield(commit(payloads))
-                conn.ack(batch)
+                inflight = (batch, asyncio.ensure_future(commit(work)))
+            if inflight is not None:
+                await _acknowledge(conn, inflight)
+                inflight = None
         except MqttError as exc:
             delay = pace.next_delay()
             emit(logging.WARNING, "mqtt_disconnected", error=exc, retry_in=round(delay, 2))
             await sleep_or_stop(stop, delay)
         finally:
+            if inflight is not None:
+                # Let the running commit end before anything else is applied
+                # (its batch is redelivered unacknowledged: dedup absorbs it).
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(inflight[1])
             if waker is not None:
                 waker.cancel()
             if conn is not None:
                 await conn.close()
+
+
+async def _acknowledge(conn: Connection, inflight: Inflight) -> None:
+    """Wait for the batch's commit, then acknowledge the batch."""
+    batch, committing = inflight
+    await asyncio.shield(committing)
+    conn.ack(batch)
 
 
 async def _wake_on_stop(stop: asyncio.Event, conn: Connection) -> None:

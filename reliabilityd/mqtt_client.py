@@ -386,6 +386,11 @@ class Connection(asyncio.Protocol):
             self._transport.resume_reading()
         return batch
 
+    @property
+    def waiting(self) -> int:
+        """Messages received and not yet taken."""
+        return len(self._inbox)
+
     def wake(self) -> None:
         """Make a waiting ``take()`` return."""
         self._wake.set()

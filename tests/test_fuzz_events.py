@@ -17,7 +17,7 @@ import msgspec
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from reliabilityd.events import MAX_NAME_BYTES, TrialEvent, decode, validate
+from reliabilityd.events import MAX_NAME_BYTES, TrialEvent, decode, decode_many, validate
 
 OUTCOMES = ("pass", "fail", "error", "skip")
 NAME_CHARS = st.characters(codec="utf-8", exclude_categories=("Cc", "Cs"))
@@ -200,3 +200,43 @@ def test_payload_limit_holds_for_any_size(limit: int) -> None:
         assert "exceeds" in bad[0].reason
     else:
         assert len(good) == 40
+
+
+# Events that decode but fail validation: a name empty, too long, with a
+# control character, a suite with a forbidden character, a non-finite ts.
+invalid_events = st.builds(
+    lambda base, field, value: {**base, field: value},
+    good_events,
+    st.sampled_from(["suite", "task", "trial"]),
+    st.sampled_from(["", "a\x00b", "x" * 201, "é" * 101, "a{b", "a/b", "#"]),
+) | st.builds(
+    lambda base, ts: {**base, "ts": ts}, good_events, st.sampled_from([math.nan, math.inf])
+)
+
+# One message of each kind a batch can hold: a good, invalid or mangled event
+# alone (the fast path's shape), an array, arbitrary structure, raw bytes.
+batch_payloads = st.lists(
+    st.builds(
+        _encode,
+        good_events | invalid_events | mangled_events | st.lists(good_events, max_size=3),
+        st.sampled_from(["json", "mp"]),
+    )
+    | st.builds(_encode, values, st.sampled_from(["json", "mp"]))
+    | st.binary(max_size=64),
+    max_size=12,
+)
+
+
+@given(batch_payloads, st.sampled_from([1 << 20, 40]))
+def test_a_batch_decodes_exactly_as_its_messages_alone(payloads: list[bytes], limit: int) -> None:
+    """The batch decoder's fast path accepts and rejects exactly what `decode` does."""
+    sources = [f"mqtt:t{i}" for i in range(len(payloads))]
+    good, bad = decode_many(list(zip(payloads, sources, strict=True)), limit)
+    want_good: list[TrialEvent] = []
+    want_bad: list[tuple[Any, str]] = []
+    for payload, source in zip(payloads, sources, strict=True):
+        g, b = decode(payload, limit)
+        want_good += g
+        want_bad += [(item, source) for item in b]
+    assert good == want_good
+    assert bad == want_bad
