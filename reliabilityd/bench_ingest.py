@@ -102,13 +102,17 @@ async def _session(port: int, client_id: str, topic: str) -> None:
 
 
 async def _ours(port: int, client_id: str, topic: str, count: int) -> float:
+    """Our client with the daemon's defaults (Receive Maximum, batch size)."""
     cfg = _mqtt_config(port, client_id, topic)
     started = time.perf_counter()
-    conn = await connect(cfg, identifier=client_id, persistent=True, receive_maximum=1000)
+    conn = await connect(
+        cfg, identifier=client_id, persistent=True, receive_maximum=cfg.receive_maximum
+    )
     await conn.subscribe(topic)
     received = 0
+    batch_size = IngestConfig().max_batch
     while received < count:
-        batch = await conn.take(500)
+        batch = await conn.take(batch_size)
         conn.ack(batch)
         received += len(batch)
     took = time.perf_counter() - started
@@ -130,7 +134,10 @@ async def _gmqtt(port: int, client_id: str, topic: str, count: int) -> float:
         return 0
 
     client = gmqtt.Client(
-        client_id, clean_session=False, session_expiry_interval=3600, receive_maximum=1000
+        client_id,
+        clean_session=False,
+        session_expiry_interval=3600,
+        receive_maximum=MqttConfig().receive_maximum,
     )
     client.on_message = on_message
     started = time.perf_counter()
