@@ -8,29 +8,36 @@ so a SCRIPT FLUSH or a Redis restart never leaves a NOSCRIPT behind.
 
 from __future__ import annotations
 
+
+def _lua(body: str) -> str:
+    """The script without its comment lines and indentation.
+
+    Redis hashes the whole body on every EVAL; for a chunk of one event that
+    hash is about a tenth of the call's cost.
+    """
+    lines = (line.strip() for line in body.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("--")) + "\n"
+
+
 # Apply one suite's batch atomically. KEYS: meta, tasks, hist, lottery, then
 # one dedup key per event. ARGV: dedup ttl, window, now, then (task, outcome
 # code) per event. Returns {counted, errors, skips, duplicates, version, passes}.
-APPLY = r"""
+#
+# Every redis.call has a fixed cost, so only the dedup record is written per
+# event; the counted events are grouped by task and each distinct task is read
+# (one HMGET), brought to its final value in Lua (its events in order) and
+# written (one HSET, one ZREM, one ZADD) once per chunk, from its original to
+# its final value. Histogram moves are summed per cell. Variadic calls go in
+# slices, as Lua's unpack stops at about 8,000 values.
+APPLY = _lua(r"""
 local meta, tasks, hist, lot = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local ttl, window, now = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local ttl, window, now = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local counted, errors, skips, dups, passes = 0, 0, 0, 0, 0
--- Histogram moves are summed per cell and written once per cell at the end:
--- a chunk touches few distinct (n, c) cells, so this saves two calls per event.
-local moves, cells = {}, {}
-local function move(cell, d)
-  if moves[cell] == nil then moves[cell] = 0; cells[#cells + 1] = cell end
-  moves[cell] = moves[cell] + d
-end
-local function member(n, c, task)
-  return string.format('%010d:%010d:', n, c) .. task
-end
-local function ones(s)
-  local _, k = string.gsub(s, '1', '')
-  return k
-end
+-- Each counted task (in order of first appearance): its outcomes in this
+-- chunk, oldest first ('1' = pass), and how many passed.
+local names, outs, hits = {}, {}, {}
 for i = 1, #KEYS - 4 do
-  local task, o = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  local o = ARGV[3 + 2 * i]
   if not redis.call('SET', KEYS[4 + i], '1', 'NX', 'EX', ttl) then
     dups = dups + 1
   elseif o == 'e' then
@@ -38,42 +45,100 @@ for i = 1, #KEYS - 4 do
   elseif o == 's' then
     skips = skips + 1
   else
+    local task = ARGV[2 + 2 * i]
+    local t = outs[task]
+    if t == nil then
+      t = {}
+      outs[task], hits[task] = t, 0
+      names[#names + 1] = task
+    end
+    if o == 'p' then
+      t[#t + 1] = '1'
+      hits[task] = hits[task] + 1
+    else
+      t[#t + 1] = '0'
+    end
+  end
+end
+if #names > 0 then
+  local function sliced(cmd, key, list)
+    for i = 1, #list, 1000 do
+      redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
+    end
+  end
+  -- Numbers as text, each converted once per call: Lua formats a number
+  -- through printf, and a chunk's tasks share few distinct counts.
+  local text, padded = {}, {}
+  local function str(x)
+    local s = text[x]
+    if s == nil then s = tostring(x); text[x] = s end
+    return s
+  end
+  local function member(n, c, task)
+    if c <= 0 or c >= n then return nil end
+    local pn, pc = padded[n], padded[c]
+    if pn == nil then pn = string.format('%010d', n); padded[n] = pn end
+    if pc == nil then pc = string.format('%010d', c); padded[c] = pc end
+    return pn .. ':' .. pc .. ':' .. task
+  end
+  local stored = {}
+  for i = 1, #names, 1000 do
+    local got = redis.call('HMGET', tasks, unpack(names, i, math.min(i + 999, #names)))
+    for j = 1, #got do stored[i + j - 1] = got[j] end
+  end
+  local moves, cells = {}, {}
+  local function move(cell, d)
+    if moves[cell] == nil then moves[cell] = 0; cells[#cells + 1] = cell end
+    moves[cell] = moves[cell] + d
+  end
+  local set, rem, add = {}, {}, {}
+  for i, task in ipairs(names) do
+    local cur, t, hit = stored[i], outs[task], hits[task]
     local n, c, bits = 0, 0, ''
-    local cur = redis.call('HGET', tasks, task)
     if cur then
       local sn, sc, sb = string.match(cur, '^(%d+):(%d+):?([01]*)$')
       n, c, bits = tonumber(sn), tonumber(sc), sb
     end
-    local hit = (o == 'p') and 1 or 0
-    local nn, nc, value
+    local nn, nc
     if window > 0 then
       -- A task counted before the window was set has no order to trim by:
-      -- its window starts with this trial.
+      -- its window starts with this chunk's first trial of it.
       if #bits ~= n then bits = '' end
-      bits = bits .. ((hit == 1) and '1' or '0')
+      bits = bits .. table.concat(t)
       if #bits > window then bits = string.sub(bits, #bits - window + 1) end
-      nn, nc = #bits, ones(bits)
-      value = nn .. ':' .. nc .. ':' .. bits
+      local _, ones = string.gsub(bits, '1', '')
+      nn, nc = #bits, ones
     else
-      nn, nc = n + 1, c + hit
-      value = nn .. ':' .. nc
+      nn, nc = n + #t, c + hit
     end
-    if n > 0 then
-      move(n .. ':' .. c, -1)
-      if c > 0 and c < n then redis.call('ZREM', lot, member(n, c, task)) end
+    local cell = str(nn) .. ':' .. str(nc)
+    local value = (window > 0) and (cell .. ':' .. bits) or cell
+    if n > 0 then move(str(n) .. ':' .. str(c), -1) end
+    move(cell, 1)
+    if value ~= cur then
+      set[#set + 1] = task
+      set[#set + 1] = value
     end
-    move(nn .. ':' .. nc, 1)
-    if nc > 0 and nc < nn then redis.call('ZADD', lot, 0, member(nn, nc, task)) end
-    redis.call('HSET', tasks, task, value)
-    counted = counted + 1
+    local was, now_in = member(n, c, task), member(nn, nc, task)
+    if was ~= now_in then
+      if was then rem[#rem + 1] = was end
+      if now_in then
+        add[#add + 1] = '0'
+        add[#add + 1] = now_in
+      end
+    end
+    counted = counted + #t
     passes = passes + hit
   end
+  sliced('HSET', tasks, set)
+  sliced('ZREM', lot, rem)
+  sliced('ZADD', lot, add)
+  for _, cell in ipairs(cells) do
+    local d = moves[cell]
+    if d ~= 0 and redis.call('HINCRBY', hist, cell, d) <= 0 then redis.call('HDEL', hist, cell) end
+  end
 end
-for _, cell in ipairs(cells) do
-  local d = moves[cell]
-  if d ~= 0 and redis.call('HINCRBY', hist, cell, d) <= 0 then redis.call('HDEL', hist, cell) end
-end
-local version = tonumber(redis.call('HGET', meta, 'version') or '0')
+local version
 if counted + errors + skips + dups > 0 then
   if counted > 0 then
     redis.call('HINCRBY', meta, 'trials', counted)
@@ -83,9 +148,12 @@ if counted + errors + skips + dups > 0 then
   if skips > 0 then redis.call('HINCRBY', meta, 'skips', skips) end
   if dups > 0 then redis.call('HINCRBY', meta, 'duplicates', dups) end
   version = redis.call('HINCRBY', meta, 'version', 1)
+else
+  version = tonumber(redis.call('HGET', meta, 'version') or '0')
 end
 return {counted, errors, skips, dups, version, passes}
-"""
+""")
+
 
 # Read meta and histogram in one atomic step, so the histogram belongs to the version.
 READ = r"""
@@ -249,7 +317,7 @@ return gone
 # ledger (a hash of dedup digests) last. ARGV: as APPLY. Every event whose
 # (task, trial) digest the ledger holds is dropped and the rest recorded;
 # APPLY then counts what is left, in the same atomic call.
-_IMPORT_GUARD = r"""
+_IMPORT_GUARD = _lua(r"""
 local ledger = table.remove(KEYS)
 local total = #KEYS - 4
 local kept = 0
@@ -266,5 +334,5 @@ for i = total, kept + 1, -1 do
   ARGV[3 + 2 * i] = nil
   ARGV[2 + 2 * i] = nil
 end
-"""
+""")
 IMPORT_APPLY = _IMPORT_GUARD + APPLY
