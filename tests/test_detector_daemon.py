@@ -134,6 +134,13 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
             return (await store.alert_states([(suite, RULE.name)]))[0].state == "resolved"
 
         await wait_until(resolved, 30)
+
+        # The state changes with its notification queued; the outbox drainer
+        # delivers it to the history stream a moment later.
+        async def delivered() -> bool:
+            return len(await store.alert_history(cfg.alerts_key)) >= 2
+
+        await wait_until(delivered, 10)
         history = await store.alert_history(cfg.alerts_key)
         notes = [msgspec.json.decode(h) for h in history]
         assert [(n["state"], n["rule"]) for n in notes] == [
