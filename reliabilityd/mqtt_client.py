@@ -402,9 +402,10 @@ class Connection(asyncio.Protocol):
         """
         if self.error is not None or self._transport is None:
             return
-        out = b"".join([b"\x40\x02" + m.mid.to_bytes(2, "big") for m in batch if m.mid])
-        if out:
-            self._transport.write(out)
+        # Each PUBACK is 0x40 0x02 and the 2-byte id: one 32-bit word.
+        words = [0x40020000 | m.mid for m in batch if m.mid]
+        if words:
+            self._transport.write(struct.pack(f">{len(words)}I", *words))
 
     async def _ping_loop(self) -> None:
         interval = max(self.keepalive / 2, 0.5)
