@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -13,7 +14,9 @@ import msgspec
 import pytest
 
 from reliabilityd.config import MqttConfig
+from reliabilityd.mqtt import consume
 from reliabilityd.mqtt_client import Connection, Message, MqttError, connect
+from tests.helpers import wait_until
 from tests.servers import Mosquitto, free_port
 
 
@@ -256,3 +259,57 @@ async def test_tls_and_credentials_from_an_mqtts_url(
     assert message.payload == b"over TLS"
     await pub.close()
     await sub.close()
+
+
+async def test_the_consumer_overlaps_decoding_with_a_commit_and_acknowledges_in_order(
+    mosquitto: Mosquitto, prefix: str
+) -> None:
+    """Batch N+1 is decoded while batch N commits; commits run one at a time, in order;
+    a batch is acknowledged only after its own commit (what was not comes back)."""
+    cfg = MqttConfig(url=mosquitto.url, topic=f"{prefix}/t", client_id=f"{prefix}-c")
+    session = await connect(cfg, identifier=cfg.client_id, persistent=True)
+    await session.subscribe(cfg.topic)
+    await session.close()
+    pub = await connect(cfg, identifier=f"{prefix}-p", persistent=False)
+    sent = [f"m{i:02d}".encode() for i in range(30)]
+    await asyncio.gather(*(pub.publish(cfg.topic, m, retain=False) for m in sent))
+    await pub.close()
+
+    log: list[tuple[str, int]] = []
+    batches: list[list[bytes]] = []
+    gates = [asyncio.Event() for _ in range(10)]
+
+    def decode(items: Sequence[tuple[bytes, str]]) -> int:
+        batches.append([payload for payload, _ in items])
+        log.append(("decode", len(batches) - 1))
+        return len(batches) - 1
+
+    async def commit(n: int) -> None:
+        log.append(("start", n))
+        await gates[n].wait()
+        log.append(("end", n))
+
+    async def logged(*entries: tuple[str, int]) -> bool:
+        return all(e in log for e in entries)
+
+    stop = asyncio.Event()
+    consumer = asyncio.create_task(consume(cfg, decode, commit, stop, max_batch=10))
+    await wait_until(lambda: logged(("start", 0), ("decode", 1)), 10)
+    await asyncio.sleep(0.2)
+    assert ("start", 1) not in log  # one commit at a time
+    gates[0].set()
+    await wait_until(lambda: logged(("start", 1)), 10)
+    assert log.index(("decode", 1)) < log.index(("end", 0)) < log.index(("start", 1))
+
+    # Batch 1 is committing, unacknowledged: a consumer that dies now gets it back.
+    consumer.cancel()
+    gates[1].set()
+    with contextlib.suppress(asyncio.CancelledError):
+        await consumer
+    again = await connect(cfg, identifier=cfg.client_id, persistent=True)
+    back: list[Message] = []
+    while len(back) < len(sent) - len(batches[0]):
+        back += await asyncio.wait_for(again.take(100), 10)
+    assert [m.payload for m in back] == sent[len(batches[0]) :]
+    again.ack(back)
+    await again.close()
