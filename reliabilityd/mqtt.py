@@ -125,15 +125,17 @@ async def consume(
             emit(logging.WARNING, "mqtt_disconnected", error=exc, retry_in=round(delay, 2))
             await sleep_or_stop(stop, delay)
         finally:
-            if inflight is not None:
-                # Let the running commit end before anything else is applied
-                # (its batch is redelivered unacknowledged: dedup absorbs it).
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(inflight[1])
-            if waker is not None:
-                waker.cancel()
-            if conn is not None:
-                await conn.close()
+            try:
+                if inflight is not None:
+                    # Let the running commit end before anything else is applied
+                    # (its batch is redelivered unacknowledged: dedup absorbs it).
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(inflight[1])
+            finally:
+                if waker is not None:
+                    waker.cancel()
+                if conn is not None:
+                    await conn.close()
 
 
 async def _acknowledge(conn: Connection, inflight: Inflight) -> None:
