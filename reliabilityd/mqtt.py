@@ -126,9 +126,11 @@ async def consume(
             await sleep_or_stop(stop, delay)
         finally:
             try:
-                if inflight is not None:
-                    # Let the running commit end before anything else is applied
-                    # (its batch is redelivered unacknowledged: dedup absorbs it).
+                if inflight is not None and not _cancelled():
+                    # Let the running commit end before the next connection's
+                    # batches are applied (its batch comes back unacknowledged:
+                    # dedup absorbs it). When cancelled (the shutdown grace ran
+                    # out) go at once: the commit carries on without us.
                     with contextlib.suppress(Exception):
                         await asyncio.shield(inflight[1])
             finally:
@@ -136,6 +138,11 @@ async def consume(
                     waker.cancel()
                 if conn is not None:
                     await conn.close()
+
+
+def _cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 async def _acknowledge(conn: Connection, inflight: Inflight) -> None:
