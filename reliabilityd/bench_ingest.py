@@ -286,8 +286,10 @@ async def _latency(redis_url: str, port: int) -> tuple[float, float, float]:
     latencies: list[float] = []
     inner = daemon.commit_decoded
 
-    async def timed_commit(batch: Decoded, cursor: StreamCursor | None = None) -> None:
-        await inner(batch, cursor)
+    async def timed_commit(
+        batch: Decoded, sent: asyncio.Event | None = None, *, cursor: StreamCursor | None = None
+    ) -> None:
+        await inner(batch, sent, cursor=cursor)
         now = time.time()
         latencies.extend(now - (e.ts or now) for evs in batch.by_suite.values() for e in evs)
 

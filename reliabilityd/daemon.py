@@ -185,15 +185,26 @@ class Daemon:
             by_suite[event.suite].append(event)
         return Decoded(by_suite, rejected)
 
-    async def commit_decoded(self, decoded: Decoded, cursor: StreamCursor | None = None) -> None:
-        """Dead-letter the rejected, apply the good; returns once Redis has it all."""
-        await self._commit_decoded(decoded.by_suite, decoded.rejected, retry=True, cursor=cursor)
+    async def commit_decoded(
+        self,
+        decoded: Decoded,
+        sent: asyncio.Event | None = None,
+        *,
+        cursor: StreamCursor | None = None,
+    ) -> None:
+        """Dead-letter the rejected, apply the good; returns once Redis has it all.
+
+        ``sent`` is set once the apply request is on its way to Redis.
+        """
+        await self._commit_decoded(
+            decoded.by_suite, decoded.rejected, retry=True, cursor=cursor, sent=sent
+        )
 
     async def commit(
         self, payloads: Sequence[tuple[bytes, str]], cursor: StreamCursor | None = None
     ) -> None:
         """Decode, dead-letter the bad, apply the good; returns once Redis has it all."""
-        await self.commit_decoded(self.decode(payloads), cursor)
+        await self.commit_decoded(self.decode(payloads), cursor=cursor)
 
     async def _once(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         return await op()
@@ -205,6 +216,7 @@ class Daemon:
         *,
         retry: bool,
         cursor: StreamCursor | None = None,
+        sent: asyncio.Event | None = None,
     ) -> list[Applied]:
         """Dead-letter, then apply; with ``retry`` until Redis takes it, else once."""
         run = self._retry if retry else self._once
@@ -238,6 +250,7 @@ class Daemon:
                 dedup_ttl=self.config.dedup_ttl,
                 cursor=cursor,
                 touch=touch,
+                sent=sent,
             ),
         )
         self.metrics.committed(applied, time.monotonic() - started)

@@ -22,14 +22,13 @@ redelivers it instead, and the dedup record makes it a duplicate).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from reliabilityd.backoff import Backoff, sleep_or_stop
 from reliabilityd.config import MqttConfig
-from reliabilityd.logs import emit
+from reliabilityd.logs import emit, log
 from reliabilityd.mqtt_client import Connection, Message, MqttError, connect
 
 __all__ = ["MqttError", "Publisher", "consume", "subscription"]
@@ -69,7 +68,7 @@ class _Sources:
 async def consume(
     config: MqttConfig,
     decode: Callable[[Sequence[tuple[bytes, str]]], D],
-    commit: Callable[[D], Awaitable[None]],
+    commit: Callable[[D, asyncio.Event], Awaitable[None]],
     stop: asyncio.Event,
     *,
     max_batch: int,
@@ -78,8 +77,10 @@ async def consume(
     """Take trial messages until stop is set; acknowledge each after its commit.
 
     ``decode`` turns a batch of (payload, source) pairs into what ``commit``
-    writes; the next batch is decoded while the previous one commits.
-    ``subscribed`` is set once the broker has confirmed the subscription.
+    writes. ``commit`` sets the event it is given once its request is on its
+    way to Redis; the next batch is decoded only then, so Redis applies one
+    batch while Python decodes the next. ``subscribed`` is set once the
+    broker has confirmed the subscription.
     """
     pace = Backoff(BACKOFF_START, BACKOFF_MAX)
     topic = subscription(config)
@@ -116,7 +117,9 @@ async def consume(
                     await _acknowledge(conn, inflight)
                 # A stop during the commit lets it finish: acknowledging
                 # needs it, and Redis applies it atomically anyway.
-                inflight = (batch, asyncio.ensure_future(commit(work)))
+                sent = asyncio.Event()
+                inflight = (batch, asyncio.ensure_future(commit(work, sent)))
+                await _until_sent(sent, inflight[1])
             if inflight is not None:
                 await _acknowledge(conn, inflight)
                 inflight = None
@@ -129,15 +132,36 @@ async def consume(
                 if inflight is not None and not _cancelled():
                     # Let the running commit end before the next connection's
                     # batches are applied (its batch comes back unacknowledged:
-                    # dedup absorbs it). When cancelled (the shutdown grace ran
-                    # out) go at once: the commit carries on without us.
-                    with contextlib.suppress(Exception):
+                    # dedup absorbs it).
+                    try:
                         await asyncio.shield(inflight[1])
+                    except Exception:
+                        log.exception("commit failed while the consumer left its connection")
+                elif inflight is not None:
+                    # Cancelled (the shutdown grace ran out): go at once; the
+                    # commit carries on without us, and says if it fails.
+                    inflight[1].add_done_callback(_log_failure)
             finally:
                 if waker is not None:
                     waker.cancel()
                 if conn is not None:
                     await conn.close()
+
+
+async def _until_sent(sent: asyncio.Event, committing: asyncio.Future[None]) -> None:
+    """Wait until the commit's request is on its way to Redis, or the commit is over."""
+    if committing.done():
+        return
+    waiter = asyncio.ensure_future(sent.wait())
+    try:
+        await asyncio.wait((waiter, committing), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+
+
+def _log_failure(committing: asyncio.Future[None]) -> None:
+    if not committing.cancelled() and committing.exception() is not None:
+        log.error("commit failed after its consumer stopped", exc_info=committing.exception())
 
 
 def _cancelled() -> bool:

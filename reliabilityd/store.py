@@ -9,6 +9,7 @@ and Histograms, never raw bytes.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -135,19 +136,24 @@ def connect(url: str, *, cluster: bool = False, timeout: float = 10.0) -> Redis:
     return aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
-async def pipelined(client: Redis, commands: Sequence[tuple[str | int, ...]]) -> list[Any]:
+async def pipelined(
+    client: Redis, commands: Sequence[tuple[str | int, ...]], sent: asyncio.Event | None = None
+) -> list[Any]:
     """Send the commands in one write, read every reply in order: ingest's round trip.
 
     hiredis packs the commands in C (redis-py's pipeline packs them in
     Python, which cost 2 us per event at one event per message). Every reply
     is read before an error reply is raised, so the connection stays in step;
     any other failure, cancellation included, drops the connection. On a
-    cluster, redis-py's pipeline routes each command to its node.
+    cluster, redis-py's pipeline routes each command to its node. ``sent`` is
+    set once the request is written (on a cluster, as it is handed over).
     """
     if isinstance(client, RedisCluster):
         pipe = client.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command)
+        if sent is not None:
+            sent.set()
         return await pipe.execute()
     pool = client.connection_pool
     conn = await pool.get_connection()  # type: ignore[no-untyped-call]
@@ -155,6 +161,8 @@ async def pipelined(client: Redis, commands: Sequence[tuple[str | int, ...]]) ->
         # (hiredis's stub types the argument as a 1-tuple; it takes any length.)
         packed = [hiredis.pack_command(c) for c in commands]  # type: ignore[arg-type]
         await conn.send_packed_command(b"".join(packed))
+        if sent is not None:
+            sent.set()
         replies: list[Any] = []
         for _ in commands:
             try:
@@ -221,6 +229,7 @@ class Store(StreamStore):
         now: float | None = None,
         cursor: StreamCursor | None = None,
         touch: Collection[str] = (),
+        sent: asyncio.Event | None = None,
     ) -> list[Applied]:
         """Apply each suite's events (one round trip), atomically per chunk of a suite.
 
@@ -261,7 +270,7 @@ class Store(StreamStore):
         if cursor is not None:
             key = self.keys.stream_cursor(cursor.stream, cursor.group)
             commands.append(("EVAL", CURSOR_MAX, 1, key, cursor.entry_id))
-        replies = await pipelined(self.client, commands)
+        replies = await pipelined(self.client, commands, sent)
         totals: dict[str, list[int]] = {}
         scripts = replies[len(touched) : len(touched) + len(calls)]
         for suite, reply in zip(calls, scripts, strict=True):

@@ -284,8 +284,9 @@ async def test_the_consumer_overlaps_decoding_with_a_commit_and_acknowledges_in_
         log.append(("decode", len(batches) - 1))
         return len(batches) - 1
 
-    async def commit(n: int) -> None:
+    async def commit(n: int, sent: asyncio.Event) -> None:
         log.append(("start", n))
+        sent.set()  # the request is on its way: the consumer decodes the next batch
         await gates[n].wait()
         log.append(("end", n))
 
@@ -299,7 +300,9 @@ async def test_the_consumer_overlaps_decoding_with_a_commit_and_acknowledges_in_
     assert ("start", 1) not in log  # one commit at a time
     gates[0].set()
     await wait_until(lambda: logged(("start", 1)), 10)
-    assert log.index(("decode", 1)) < log.index(("end", 0)) < log.index(("start", 1))
+    # Batch 1 was decoded after batch 0's commit started and before it ended.
+    assert log.index(("start", 0)) < log.index(("decode", 1)) < log.index(("end", 0))
+    assert log.index(("end", 0)) < log.index(("start", 1))
 
     # Batch 1 is committing, unacknowledged: a consumer cancelled now (the
     # daemon's shutdown grace ran out) leaves at once, without waiting for a
