@@ -138,9 +138,12 @@ async def consume(
                     except Exception:
                         log.exception("commit failed while the consumer left its connection")
                 elif inflight is not None:
-                    # Cancelled (the shutdown grace ran out): go at once; the
-                    # commit carries on without us, and says if it fails.
-                    inflight[1].add_done_callback(_log_failure)
+                    # Cancelled (the shutdown grace ran out): cancel the commit
+                    # too, so it closes its Redis connection instead of being
+                    # left pending. Its batch is unacknowledged and comes
+                    # back; a chunk Redis already applied is a duplicate then.
+                    inflight[1].cancel()
+                    await asyncio.wait({inflight[1]}, timeout=1.0)
             finally:
                 if waker is not None:
                     waker.cancel()
@@ -157,11 +160,6 @@ async def _until_sent(sent: asyncio.Event, committing: asyncio.Future[None]) -> 
         await asyncio.wait((waiter, committing), return_when=asyncio.FIRST_COMPLETED)
     finally:
         waiter.cancel()
-
-
-def _log_failure(committing: asyncio.Future[None]) -> None:
-    if not committing.cancelled() and committing.exception() is not None:
-        log.error("commit failed after its consumer stopped", exc_info=committing.exception())
 
 
 def _cancelled() -> bool:

@@ -105,7 +105,10 @@ async def consume(
                 continue
             ids, payloads = _payloads(entries, source)
             cursor = StreamCursor(config.key, config.group, _last_id(ids))
-            await asyncio.shield(commit(payloads, cursor))
+            # A stop lets the commit finish (the loop checks it between
+            # batches); a cancellation (the shutdown grace ran out) cancels
+            # it: the entries stay pending and are claimed again.
+            await commit(payloads, cursor)
             await store.stream_ack(config.key, config.group, ids)
             pace.reset()
         except redis.exceptions.ResponseError as exc:
