@@ -45,14 +45,12 @@ class Keys:
         return f"{self.prefix}:{{{suite}}}:{name}"
 
     def seen(self, suite: str, task: str, trial: str) -> str:
-        # A fixed-size digest bounds the dedup record's memory whatever the names.
-        digest = hashlib.blake2b(
-            task.encode() + b"\x00" + trial.encode(), digest_size=16
-        ).hexdigest()
-        return self.suite(suite, f"seen:{digest}")
+        """The dedup record of one (task, trial) of a suite."""
+        return self.seen_many(suite, [(task, trial)])[0]
 
     def seen_many(self, suite: str, pairs: Iterable[tuple[str, str]]) -> list[str]:
-        """``seen`` for many (task, trial) pairs of one suite."""
+        """``seen`` for many (task, trial) pairs of one suite (the ingest path's form)."""
+        # A fixed-size digest bounds the dedup record's memory whatever the names.
         prefix = self.suite(suite, "seen:")
         blake2b = hashlib.blake2b
         return [

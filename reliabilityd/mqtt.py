@@ -7,8 +7,8 @@ messages, commits it, then writes the batch's PUBACKs in one go.
 tests/test_faults.py::test_nothing_is_acknowledged_before_its_commit fails if
 anything is ever acknowledged on receipt.
 
-Two batches overlap: while Redis applies batch N, the next one is taken and
-decoded (Python's work runs beside Redis's). Commits still run one at a time
+Two batches overlap: once batch N's request is written to Redis, the next
+one is taken and decoded while Redis applies N. Commits still run one at a time
 and in order, and batch N is acknowledged before batch N+1's commit starts,
 so PUBACKs keep PUBLISH order and a task's outcomes reach Redis in arrival
 order.
