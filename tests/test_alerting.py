@@ -122,8 +122,13 @@ async def settled(store: Store) -> bool:
     return (await store.snapshot(SUITE)).get("version") == str(state.counters.version)
 
 
+def phase_message(events: list[TrialEvent]) -> list[bytes]:
+    """A phase as one message: one EVAL applies it, so a CI tick sees all of it or none."""
+    return payloads(events, len(events))
+
+
 async def send(broker: Mosquitto, prefix: str, events: list[TrialEvent], store: Store) -> None:
-    await publish(broker.port, f"{prefix}/trials/a", payloads(events, 50))
+    await publish(broker.port, f"{prefix}/trials/a", phase_message(events))
     await wait_until(partial(settled, store), 30)
 
 
@@ -153,7 +158,7 @@ async def test_degrade_fires_once_and_recovery_resolves_once(
             assert await history(store, cfg) == []
 
             flaky = Phase.events(range(20), flaky=True)
-            await publish(mosquitto.port, f"{prefix}/trials/a", payloads(flaky, 50))
+            await publish(mosquitto.port, f"{prefix}/trials/a", phase_message(flaky))
             published = time.monotonic()
             await wait_until(lambda: _has(mqtt_msgs, "firing"), 20)
             latency = time.monotonic() - published
