@@ -189,6 +189,33 @@ def _decode(payload: bytes, max_payload: int) -> tuple[list[TrialEvent], list[Re
     return [event], []
 
 
+def all_valid(events: Sequence[TrialEvent]) -> bool:
+    """True when ``validate`` passes every event; a few C-level scans per batch.
+
+    Per event it does one tuple of attribute reads; the names' lengths, their
+    control characters and the timestamps are then each checked in one pass
+    over the whole batch. False means at least one event may fail: check each
+    with ``validate`` then.
+    """
+    if not events:
+        return True
+    names = [name for e in events for name in (e.suite, e.task, e.trial)]
+    if "" in names or max(map(len, names)) > _SHORT:
+        return False
+    # A space is not in the control class: the joined names hold a control
+    # character only where a name does. Printable ASCII is the common case
+    # and the fastest test; anything else goes through the pattern.
+    joined = " ".join(names)
+    if not (joined.isascii() and joined.isprintable()) and _CONTROL.search(joined):
+        return False
+    if any(_SUITE_FORBIDDEN.search(suite) for suite in set(names[::3])):
+        return False
+    stamps = [e.ts for e in events if e.ts is not None]
+    # A sum of floats is finite only if each of them is (an overflow to inf
+    # only sends the batch to the per-event check).
+    return math.isfinite(sum(stamps))
+
+
 def decode_many(
     payloads: Sequence[tuple[bytes, str]], max_payload: int = 1 << 20
 ) -> tuple[list[TrialEvent], list[tuple[Rejected, str]]]:
@@ -196,19 +223,18 @@ def decode_many(
     every rejected piece with the source it came from. Never raises.
 
     One event per payload is the shape agents send, so it gets a fast path:
-    one decoder call and the validation's quick test per payload, nothing
-    else. Whatever the fast path does not accept outright (arrays, leading
-    white space, any failure) goes through ``decode``, which gives the reasons;
+    one decoder call per payload, then ``all_valid`` over the whole batch.
+    Whatever the fast path does not accept outright (arrays, leading white
+    space, any failure) goes through ``decode``, which gives the reasons;
     both paths accept exactly the same events.
     """
-    good: list[TrialEvent] = []
-    bad: list[tuple[Rejected, str]] = []
     json_one = _json_one.decode
     msgpack_one = _mp_one.decode
-    for payload, source in payloads:
+    quick: list[TrialEvent | None] = []
+    for payload, _ in payloads:
+        event: TrialEvent | None = None
         if 0 < len(payload) <= max_payload:
             first = payload[0]
-            event: TrialEvent | None = None
             try:
                 if first == 0x7B:  # '{'
                     event = json_one(payload)
@@ -216,9 +242,18 @@ def decode_many(
                     event = msgpack_one(payload)
             except Exception:  # decode() below finds the reason
                 event = None
-            if event is not None and validate(event) is None:
-                good.append(event)
-                continue
+        quick.append(event)
+    decoded = [e for e in quick if e is not None]
+    if not all_valid(decoded):
+        quick = [e if e is not None and validate(e) is None else None for e in quick]
+    elif len(decoded) == len(quick):
+        return decoded, []
+    good: list[TrialEvent] = []
+    bad: list[tuple[Rejected, str]] = []
+    for event, (payload, source) in zip(quick, payloads, strict=True):
+        if event is not None:
+            good.append(event)
+            continue
         events, rejected = decode(payload, max_payload)
         good.extend(events)
         bad.extend((item, source) for item in rejected)

@@ -33,6 +33,7 @@ import hashlib
 from collections.abc import Iterable
 
 CHANGES_TAG = "{/ci}"
+_BLAKE2B_16 = hashlib.blake2b(digest_size=16)
 
 
 class Keys:
@@ -52,11 +53,14 @@ class Keys:
         """``seen`` for many (task, trial) pairs of one suite (the ingest path's form)."""
         # A fixed-size digest bounds the dedup record's memory whatever the names.
         prefix = self.suite(suite, "seen:")
-        blake2b = hashlib.blake2b
-        return [
-            prefix + blake2b(f"{task}\x00{trial}".encode(), digest_size=16).hexdigest()
-            for task, trial in pairs
-        ]
+        # Copying a configured hash object costs less than making a new one.
+        fresh = _BLAKE2B_16.copy
+        out = []
+        for task, trial in pairs:
+            h = fresh()
+            h.update(f"{task}\x00{trial}".encode())
+            out.append(prefix + h.hexdigest())
+        return out
 
     def imported(self, suite: str) -> str:
         """The import ledger: digest of every imported (task, trial), never expiring."""

@@ -196,8 +196,12 @@ class Connection(asyncio.Protocol):
                         mid = (buf[i] << 8) | buf[i + 1]
                         i += 2
                     if v5:
-                        plen, i = _read_varint(buf, i)
-                        i += plen
+                        plen = buf[i]  # the properties' length, nearly always one byte
+                        if plen < 0x80:
+                            i += 1 + plen
+                        else:
+                            plen, i = _read_varint(buf, i)
+                            i += plen
                     inbox.append(Message(topic, bytes(buf[i:end]), mid))
                 else:
                     self._control(first, bytes(buf[start:end]))
