@@ -49,20 +49,10 @@ def subscription(config: MqttConfig) -> str:
     return config.topic
 
 
-class _Sources:
-    """``mqtt:<topic>`` per topic, built once (topics repeat; messages are many)."""
-
-    def __init__(self, limit: int = 10_000) -> None:
-        self._known: dict[bytes, str] = {}
-        self._limit = limit
-
-    def __call__(self, topic: bytes) -> str:
-        source = self._known.get(topic)
-        if source is None:
-            if len(self._known) >= self._limit:
-                self._known.clear()
-            source = self._known[topic] = "mqtt:" + topic.decode("utf-8", "replace")
-        return source
+def _with_sources(batch: list[Message]) -> list[tuple[bytes, str]]:
+    """(payload, ``mqtt:<topic>``) per message; each distinct topic is decoded once."""
+    name = {t: "mqtt:" + t.decode("utf-8", "replace") for t in {m.topic for m in batch}}
+    return [(m.payload, name[m.topic]) for m in batch]
 
 
 async def consume(
@@ -84,7 +74,6 @@ async def consume(
     """
     pace = Backoff(BACKOFF_START, BACKOFF_MAX)
     topic = subscription(config)
-    source = _Sources()
     while not stop.is_set():
         conn: Connection | None = None
         waker: asyncio.Task[None] | None = None
@@ -112,7 +101,7 @@ async def consume(
                 batch = await conn.take(max_batch)
                 if not batch:
                     continue
-                work = decode([(m.payload, source(m.topic)) for m in batch])
+                work = decode(_with_sources(batch))
                 if inflight is not None:
                     await _acknowledge(conn, inflight)
                 # A stop during the commit lets it finish: acknowledging

@@ -26,7 +26,8 @@ import ssl
 import struct
 import time
 from collections import deque
-from typing import NamedTuple
+
+import msgspec
 
 from reliabilityd.config import MqttConfig, parse_mqtt_url
 from reliabilityd.errors import ReliabilitydError
@@ -52,7 +53,11 @@ class Refused(MqttError):
     """The broker refused the connection or the subscription (reason code in the message)."""
 
 
-class Message(NamedTuple):
+class Message(msgspec.Struct, frozen=True, gc=False):
+    """One PUBLISH received. A struct, not a NamedTuple: a NamedTuple's
+    constructor runs in Python, and a drain makes one per message.
+    Holding only bytes and an int, it cannot be part of a cycle (``gc=False``)."""
+
     topic: bytes
     payload: bytes
     mid: int  # 0 for QoS 0: nothing to acknowledge
@@ -81,7 +86,7 @@ def _read_varint(buf: bytes | bytearray, i: int) -> tuple[int, int]:
             raise ValueError("malformed variable byte integer")
 
 
-def _remaining_length(buf: bytearray, i: int, size: int) -> tuple[int, int]:
+def _remaining_length(buf: bytes, i: int, size: int) -> tuple[int, int]:
     """(length, start of the body), or (0, -1) while the length's bytes are incomplete."""
     value, shift = 0, 0
     while i < size:
@@ -167,49 +172,56 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._last_in = time.monotonic()
         buf = self._buf
-        buf += data
-        size = len(buf)
+        # Parse from immutable bytes: one copy per slice (a bytearray slice
+        # is a copy, and bytes() of it another), none when nothing was left over.
+        if buf:
+            buf += data
+            view = bytes(buf)
+        else:
+            view = data
+        size = len(view)
         pos = 0
         inbox = self._inbox
         v5 = self.v5
         try:
             while size - pos >= 2:
-                first = buf[pos]
-                length = buf[pos + 1]
+                first = view[pos]
+                length = view[pos + 1]
                 start = pos + 2
                 if length >= 0x80:
-                    length, start = _remaining_length(buf, pos + 1, size)
+                    length, start = _remaining_length(view, pos + 1, size)
                     if start < 0:
                         break  # the length itself is still incomplete
                 end = start + length
                 if end > size:
                     break
                 if first & 0xF0 == PUBLISH:
-                    tlen = (buf[start] << 8) | buf[start + 1]
+                    tlen = (view[start] << 8) | view[start + 1]
                     i = start + 2 + tlen
-                    topic = bytes(buf[start + 2 : i])
+                    topic = view[start + 2 : i]
                     qos = (first >> 1) & 3
                     mid = 0
                     if qos:
                         if qos == 2:
                             raise ValueError("QoS 2 PUBLISH on a QoS 1 subscription")
-                        mid = (buf[i] << 8) | buf[i + 1]
+                        mid = (view[i] << 8) | view[i + 1]
                         i += 2
                     if v5:
-                        plen = buf[i]  # the properties' length, nearly always one byte
+                        plen = view[i]  # the properties' length, nearly always one byte
                         if plen < 0x80:
                             i += 1 + plen
                         else:
-                            plen, i = _read_varint(buf, i)
+                            plen, i = _read_varint(view, i)
                             i += plen
-                    inbox.append(Message(topic, bytes(buf[i:end]), mid))
+                    inbox.append(Message(topic, view[i:end], mid))
                 else:
-                    self._control(first, bytes(buf[start:end]))
+                    self._control(first, view[start:end])
                 pos = end
         except (ValueError, IndexError) as exc:
             self._abort(MqttError(f"malformed packet from the broker: {exc}"))
             return
-        del buf[:pos]
+        # Keep what is left of an incomplete packet for the next read.
+        buf[:] = view[pos:]
         if inbox:
             self._wake.set()
             if len(inbox) >= HIGH_WATER and self._transport is not None:
