@@ -467,15 +467,15 @@ async def connect(
     v5 = config.protocol == "5"
     loop = asyncio.get_running_loop()
     try:
-        _, conn = await asyncio.wait_for(
-            loop.create_connection(
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for, cancelled
+        # just as the connection is made, drops the new transport unclosed.
+        async with asyncio.timeout(reply_within):
+            _, conn = await loop.create_connection(
                 lambda: Connection(v5, reply_within),
                 endpoint.host,
                 endpoint.port,
                 ssl=ssl.create_default_context() if endpoint.tls else None,
-            ),
-            reply_within,
-        )
+            )
     except (OSError, TimeoutError) as exc:
         raise MqttError(
             f"cannot reach the broker at {endpoint.host}:{endpoint.port}: {exc}"

@@ -159,9 +159,10 @@ async def probe(client: Redis, mqtt_url: str | None) -> dict[str, str]:
     if mqtt_url is not None:
         broker = parse_mqtt_url(mqtt_url)
         try:
-            _, writer = await asyncio.wait_for(
-                asyncio.open_connection(broker.host, broker.port), PROBE_TIMEOUT
-            )
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for, cancelled
+            # just as the connection is made, drops it unclosed.
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                _, writer = await asyncio.open_connection(broker.host, broker.port)
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
