@@ -69,8 +69,7 @@ class StreamConfig(Base):
 
 
 class StoreConfig(Base):
-    # Seconds a (task, trial) dedup record lives at least (at most twice that);
-    # 0 = twice mqtt.session_expiry.
+    # Seconds a (task, trial) dedup record lives; 0 = twice mqtt.session_expiry.
     dedup_ttl: NonNegInt = 0
     deadletter_maxlen: PositiveInt = 10_000
 

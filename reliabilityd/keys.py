@@ -3,14 +3,10 @@
 Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
 
     <p>:{<suite>}:meta        hash  trials errors skips duplicates version last_trial_at
-                                    dedup_mark legacy_until (see scripts.APPLY)
     <p>:{<suite>}:tasks       hash  task -> "n:c" (window 0) or "n:c:<last W outcomes as 0/1>"
     <p>:{<suite>}:hist        hash  "n:c" -> number of tasks in that cell
     <p>:{<suite>}:lottery     zset  "%010d:%010d:<task>" (score 0) for tasks with 0 < c < n
-    <p>:{<suite>}:dedup:<b>   set   16-byte digests of the trials applied in bucket b of Redis's
-                              clock (floor(seconds / dedup_ttl)); expires after bucket b+1
-    <p>:{<suite>}:seen:<hex>  string with TTL: one applied trial, as versions before the
-                              buckets kept it (written and read for a while after them)
+    <p>:{<suite>}:seen:<hex>  string with TTL: one (task, trial) already applied
     <p>:{<suite>}:snapshot    hash  flat numbers for redis-cli, plus `json`
     <p>:{<suite>}:touched     zset  task -> time of its last event (suites with an idle expiry)
     <p>:{<suite>}:imported    hash  import ledger: digest of every imported (task, trial) -> 1
@@ -40,23 +36,6 @@ CHANGES_TAG = "{/ci}"
 _BLAKE2B_16 = hashlib.blake2b(digest_size=16)
 
 
-def digests(pairs: Iterable[tuple[str, str]]) -> list[bytes]:
-    """The 16-byte dedup digest (BLAKE2b) of each (task, trial) pair.
-
-    A fixed-size digest bounds a dedup record's memory whatever the names.
-    The import ledger and the per-trial records of earlier versions hold the
-    same digests as 32 hex digits.
-    """
-    # Copying a configured hash object costs less than making a new one.
-    fresh = _BLAKE2B_16.copy
-    out = []
-    for task, trial in pairs:
-        h = fresh()
-        h.update(f"{task}\x00{trial}".encode())
-        out.append(h.digest())
-    return out
-
-
 class Keys:
     """Key names under one prefix."""
 
@@ -66,13 +45,22 @@ class Keys:
     def suite(self, suite: str, name: str) -> str:
         return f"{self.prefix}:{{{suite}}}:{name}"
 
-    def dedup(self, suite: str, bucket: int) -> str:
-        """The set of digests of the trials first applied in one bucket of Redis's clock."""
-        return self.suite(suite, f"dedup:{bucket}")
-
     def seen(self, suite: str, task: str, trial: str) -> str:
-        """The per-trial dedup record of versions before the buckets (see scripts.APPLY)."""
-        return self.suite(suite, "seen:" + digests([(task, trial)])[0].hex())
+        """The dedup record of one (task, trial) of a suite."""
+        return self.seen_many(suite, [(task, trial)])[0]
+
+    def seen_many(self, suite: str, pairs: Iterable[tuple[str, str]]) -> list[str]:
+        """``seen`` for many (task, trial) pairs of one suite (the ingest path's form)."""
+        # A fixed-size digest bounds the dedup record's memory whatever the names.
+        prefix = self.suite(suite, "seen:")
+        # Copying a configured hash object costs less than making a new one.
+        fresh = _BLAKE2B_16.copy
+        out = []
+        for task, trial in pairs:
+            h = fresh()
+            h.update(f"{task}\x00{trial}".encode())
+            out.append(prefix + h.hexdigest())
+        return out
 
     def imported(self, suite: str) -> str:
         """The import ledger: digest of every imported (task, trial), never expiring."""

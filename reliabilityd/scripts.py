@@ -1,9 +1,7 @@
 """The Lua scripts reliabilityd runs in Redis, beside the keys they take.
 
-Every script receives the keys it touches in KEYS, and all of them share one
-hash tag, so each runs unchanged on Redis Cluster. The one exception is
-APPLY's dedup records, named inside the script from Redis's clock and the
-event's digest under the same tag, so they live in the script's slot. Scripts are sent with EVAL
+Every script receives every key it touches in KEYS, and all of them share one
+hash tag, so each runs unchanged on Redis Cluster. Scripts are sent with EVAL
 (Redis caches them by hash; redis-py refuses pipelined EVALSHA on a cluster),
 so a SCRIPT FLUSH or a Redis restart never leaves a NOSCRIPT behind.
 """
@@ -21,114 +19,53 @@ def _lua(body: str) -> str:
     return "\n".join(line for line in lines if line and not line.startswith("--")) + "\n"
 
 
-# Apply one suite's batch atomically. KEYS: meta, tasks, hist, lottery.
-# ARGV: dedup ttl, window, now, then each event's digest (16 bytes of
-# BLAKE2b of its task and trial), then (task, outcome code) per event.
-# Returns {counted, errors, skips, duplicates, version, passes}.
+# Apply one suite's batch atomically. KEYS: meta, tasks, hist, lottery, then
+# one dedup key per event. ARGV: dedup ttl, window, now, then (task, outcome
+# code) per event. Returns {counted, errors, skips, duplicates, version, passes}.
 #
-# Dedup: a trial's digest goes into the set of the bucket of Redis's clock
-# (TIME; bucket = floor(seconds / ttl)), which expires at the end of the
-# next bucket, so a record lives between ttl and 2 ttl. A digest in the
-# current or the previous bucket is a duplicate. One SMISMEMBER per live
-# bucket and one SADD per chunk replace a SET per event; the bucket keys are
-# named here from Redis's own clock (one clock for every replica) and carry
-# the suite's hash tag, so on a cluster they are in this script's slot.
-#
-# Rolling upgrades: versions before the buckets kept one `seen:<digest>` key
-# per trial. When the suite's counters moved since this script's last call
-# (`dedup_mark` differs), such a version applied in between; for ttl after
-# the last time that was seen (`legacy_until`), every event also sets and
-# honours its per-trial key, so neither version counts what the other did.
-#
-# Every redis.call has a fixed cost, so nothing else is written per event;
-# the counted events are grouped by task and each distinct task is read
+# Every redis.call has a fixed cost, so only the dedup record is written per
+# event; the counted events are grouped by task and each distinct task is read
 # (one HMGET), brought to its final value in Lua (its events in order) and
 # written (one HSET, one ZREM, one ZADD) once per chunk, from its original to
 # its final value. Histogram moves are summed per cell. Variadic calls go in
 # slices, as Lua's unpack stops at about 8,000 values.
 APPLY = _lua(r"""
 local meta, tasks, hist, lot = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local ttl, window, now = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local total = (#ARGV - 3) / 3
-local base = string.sub(meta, 1, -5)
-local clock = tonumber(redis.call('TIME')[1])
-local bucket = math.floor(clock / ttl)
-local current = base .. 'dedup:' .. bucket
-local m = redis.call('HMGET', meta, 'trials', 'errors', 'skips', 'duplicates', 'dedup_mark',
-  'legacy_until')
-local before = {tonumber(m[1] or '0'), tonumber(m[2] or '0'), tonumber(m[3] or '0'),
-  tonumber(m[4] or '0')}
-local function mark(t, e, s, d) return string.format('%d:%d:%d:%d', t, e, s, d) end
-local legacy_until = tonumber(m[6] or '0')
-local was = mark(before[1], before[2], before[3], before[4])
-if was ~= '0:0:0:0' and was ~= m[5] then
-  legacy_until = clock + ttl
-  redis.call('HSET', meta, 'legacy_until', legacy_until)
-end
-local legacy = clock < legacy_until
-local known = {}
-local function look(key)
-  if redis.call('EXISTS', key) == 0 then return end
-  for i = 1, total, 1000 do
-    local got = redis.call('SMISMEMBER', key, unpack(ARGV, 3 + i, 3 + math.min(i + 999, total)))
-    for j = 1, #got do
-      if got[j] == 1 then known[i + j - 1] = true end
-    end
-  end
-end
-if total > 0 then
-  look(current)
-  look(base .. 'dedup:' .. (bucket - 1))
-end
+local ttl, window, now = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local counted, errors, skips, dups, passes = 0, 0, 0, 0, 0
 -- Each counted task (in order of first appearance): its outcomes in this
 -- chunk, oldest first ('1' = pass), and how many passed.
 local names, outs, hits = {}, {}, {}
-local fresh, here = {}, {}
-local hex = string.rep('%02x', 16)
-for i = 1, total do
-  local d, o = ARGV[3 + i], ARGV[3 + total + 2 * i]
-  local dup = known[i] or here[d]
-  if legacy then
-    local record = base .. 'seen:' .. string.format(hex, string.byte(d, 1, 16))
-    if not redis.call('SET', record, '1', 'NX', 'EX', ttl) then dup = true end
-  end
-  if dup then
+for i = 1, #KEYS - 4 do
+  local o = ARGV[3 + 2 * i]
+  if not redis.call('SET', KEYS[4 + i], '1', 'NX', 'EX', ttl) then
     dups = dups + 1
+  elseif o == 'e' then
+    errors = errors + 1
+  elseif o == 's' then
+    skips = skips + 1
   else
-    here[d] = true
-    fresh[#fresh + 1] = d
-    if o == 'e' then
-      errors = errors + 1
-    elseif o == 's' then
-      skips = skips + 1
+    local task = ARGV[2 + 2 * i]
+    local t = outs[task]
+    if t == nil then
+      t = {}
+      outs[task], hits[task] = t, 0
+      names[#names + 1] = task
+    end
+    if o == 'p' then
+      t[#t + 1] = '1'
+      hits[task] = hits[task] + 1
     else
-      local task = ARGV[2 + total + 2 * i]
-      local t = outs[task]
-      if t == nil then
-        t = {}
-        outs[task], hits[task] = t, 0
-        names[#names + 1] = task
-      end
-      if o == 'p' then
-        t[#t + 1] = '1'
-        hits[task] = hits[task] + 1
-      else
-        t[#t + 1] = '0'
-      end
+      t[#t + 1] = '0'
     end
   end
 end
-local function sliced(cmd, key, list)
-  for i = 1, #list, 1000 do
-    redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
-  end
-end
-if #fresh > 0 then
-  sliced('SADD', current, fresh)
-  redis.call('EXPIREAT', current, (bucket + 2) * ttl)
-end
 if #names > 0 then
+  local function sliced(cmd, key, list)
+    for i = 1, #list, 1000 do
+      redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
+    end
+  end
   -- Numbers as text, each converted once per call: Lua formats a number
   -- through printf, and a chunk's tasks share few distinct counts.
   local text, padded = {}, {}
@@ -202,16 +139,10 @@ if #names > 0 then
   end
 end
 local version
-if total > 0 then
-  -- What the counters are now, for the next call to tell whether another
-  -- version applied in between.
-  local after = mark(before[1] + counted, before[2] + errors, before[3] + skips,
-    before[4] + dups)
+if counted + errors + skips + dups > 0 then
   if counted > 0 then
     redis.call('HINCRBY', meta, 'trials', counted)
-    redis.call('HSET', meta, 'last_trial_at', now, 'dedup_mark', after)
-  else
-    redis.call('HSET', meta, 'dedup_mark', after)
+    redis.call('HSET', meta, 'last_trial_at', now)
   end
   if errors > 0 then redis.call('HINCRBY', meta, 'errors', errors) end
   if skips > 0 then redis.call('HINCRBY', meta, 'skips', skips) end
@@ -383,23 +314,25 @@ return gone
 
 
 # Runs in front of APPLY's body. KEYS: as APPLY, then the suite's import
-# ledger (a hash of dedup digests in hex) last. ARGV: as APPLY, then each
-# event's digest in hex, which the guard removes. Every event whose
+# ledger (a hash of dedup digests) last. ARGV: as APPLY. Every event whose
 # (task, trial) digest the ledger holds is dropped and the rest recorded;
 # APPLY then counts what is left, in the same atomic call.
 _IMPORT_GUARD = _lua(r"""
 local ledger = table.remove(KEYS)
-local n = (#ARGV - 3) / 4
-local ds, ts, os = {}, {}, {}
-for i = 1, n do
-  if redis.call('HSETNX', ledger, ARGV[3 + 3 * n + i], '1') == 1 then
-    ds[#ds + 1], ts[#ts + 1], os[#os + 1] = ARGV[3 + i], ARGV[2 + n + 2 * i], ARGV[3 + n + 2 * i]
+local total = #KEYS - 4
+local kept = 0
+for i = 1, total do
+  local key, task, o = KEYS[4 + i], ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  -- the dedup key ends in the 32 hex digits of its (task, trial) digest
+  if redis.call('HSETNX', ledger, string.sub(key, -32), '1') == 1 then
+    kept = kept + 1
+    KEYS[4 + kept], ARGV[2 + 2 * kept], ARGV[3 + 2 * kept] = key, task, o
   end
 end
-local kept = #ds
-for i = 1, kept do
-  ARGV[3 + i], ARGV[2 + kept + 2 * i], ARGV[3 + kept + 2 * i] = ds[i], ts[i], os[i]
+for i = total, kept + 1, -1 do
+  KEYS[4 + i] = nil
+  ARGV[3 + 2 * i] = nil
+  ARGV[2 + 2 * i] = nil
 end
-for i = 3 + 4 * n, 4 + 3 * kept, -1 do ARGV[i] = nil end
 """)
 IMPORT_APPLY = _IMPORT_GUARD + APPLY

@@ -24,7 +24,6 @@ from redis.exceptions import ResponseError
 from reliabilityd.alertstore import Redis
 from reliabilityd.events import Rejected, TrialEvent
 from reliabilityd.histogram import Histogram
-from reliabilityd.keys import digests
 from reliabilityd.lottery import LotteryCase
 from reliabilityd.scripts import (
     APPLY,
@@ -138,9 +137,7 @@ def connect(url: str, *, cluster: bool = False, timeout: float = 10.0) -> Redis:
 
 
 async def pipelined(
-    client: Redis,
-    commands: Sequence[tuple[str | int | bytes, ...]],
-    sent: asyncio.Event | None = None,
+    client: Redis, commands: Sequence[tuple[str | int, ...]], sent: asyncio.Event | None = None
 ) -> list[Any]:
     """Send the commands in one write, read every reply in order: ingest's round trip.
 
@@ -191,16 +188,8 @@ class Store(StreamStore):
     def key(self, suite: str, name: str) -> str:
         return self.keys.suite(suite, name)
 
-    async def is_recorded(self, suite: str, task: str, trial: str, *, dedup_ttl: int) -> bool:
-        """Whether a live dedup record holds this trial: a copy sent now would not count."""
-        (digest,) = digests([(task, trial)])
-        seconds, _ = await self.client.time()
-        bucket = int(seconds) // dedup_ttl
-        pipe = self.client.pipeline(transaction=False)
-        for b in (bucket, bucket - 1):
-            pipe.sismember(self.keys.dedup(suite, b), digest)  # type: ignore[arg-type]
-        pipe.exists(self.keys.seen(suite, task, trial))
-        return any(await pipe.execute())
+    def seen_key(self, suite: str, task: str, trial: str) -> str:
+        return self.keys.seen(suite, task, trial)
 
     @property
     def suites_key(self) -> str:
@@ -220,24 +209,15 @@ class Store(StreamStore):
     # --- ingest -----------------------------------------------------------
 
     def _apply_call(
-        self,
-        suite: str,
-        chunk: Sequence[TrialEvent],
-        dedup_ttl: int,
-        window: int,
-        stamp: str,
-        *,
-        ledger: bool = False,
-    ) -> tuple[list[str], list[str | int | bytes]]:
-        """KEYS and ARGV of one APPLY call (or, with ``ledger``, of IMPORT_APPLY)."""
+        self, suite: str, chunk: Sequence[TrialEvent], dedup_ttl: int, window: int, stamp: str
+    ) -> tuple[list[str], list[str | int]]:
+        """KEYS and ARGV of one APPLY call: see scripts.APPLY."""
         keys = [self.key(suite, name) for name in ("meta", "tasks", "hist", "lottery")]
-        found = digests([(e.task, e.trial) for e in chunk])
-        args: list[str | int | bytes] = [dedup_ttl, window, stamp, *found]
+        keys += self.keys.seen_many(suite, [(e.task, e.trial) for e in chunk])
+        args: list[str | int] = [dedup_ttl, window, stamp]
         code = _OUTCOME_CODE
         for event in chunk:
             args += (event.task, code[event.outcome])
-        if ledger:
-            args += [d.hex() for d in found]
         return keys, args
 
     async def apply(
@@ -265,7 +245,7 @@ class Store(StreamStore):
         if not batches and cursor is None:
             return []
         stamp = repr(time.time() if now is None else now)
-        commands: list[tuple[str | int | bytes, ...]] = []
+        commands: list[tuple[str | int, ...]] = []
         # The idle index first (each task's last event, for idle expiry): a
         # task touched before its trial is applied cannot be expired between
         # the two and lose that trial. Idempotent on a retry.
@@ -618,7 +598,7 @@ class Store(StreamStore):
             sizes: list[int] = []
             for start in range(group, min(group + step, len(events)), CHUNK):
                 chunk = events[start : start + CHUNK]
-                keys, args = self._apply_call(suite, chunk, dedup_ttl, window, stamp, ledger=True)
+                keys, args = self._apply_call(suite, chunk, dedup_ttl, window, stamp)
                 pipe.eval(IMPORT_APPLY, len(keys) + 1, *keys, ledger, *args)
                 sizes.append(len(chunk))
             # The daemon's CI loop takes this mark and recomputes the suite.
