@@ -86,7 +86,7 @@ def _read_varint(buf: bytes | bytearray, i: int) -> tuple[int, int]:
             raise ValueError("malformed variable byte integer")
 
 
-def _remaining_length(buf: bytes, i: int, size: int) -> tuple[int, int]:
+def _remaining_length(buf: bytes | bytearray, i: int, size: int) -> tuple[int, int]:
     """(length, start of the body), or (0, -1) while the length's bytes are incomplete."""
     value, shift = 0, 0
     while i < size:
@@ -99,6 +99,22 @@ def _remaining_length(buf: bytes, i: int, size: int) -> tuple[int, int]:
         if shift > 21:
             raise ValueError("malformed remaining length")
     return 0, -1
+
+
+def _holds_a_packet(buf: bytearray) -> bool:
+    """Whether the buffer starts with a whole packet (or a malformed length to report)."""
+    size = len(buf)
+    if size < 2:
+        return False
+    length, start = buf[1], 2
+    if length >= 0x80:
+        try:
+            length, start = _remaining_length(buf, 1, size)
+        except ValueError:
+            return True  # the parser reports it
+        if start < 0:
+            return False
+    return start + length <= size
 
 
 def _str(s: str | bytes) -> bytes:
@@ -176,6 +192,8 @@ class Connection(asyncio.Protocol):
         # is a copy, and bytes() of it another), none when nothing was left over.
         if buf:
             buf += data
+            if not _holds_a_packet(buf):
+                return  # copy the buffer once a whole packet is there, not per read
             view = bytes(buf)
         else:
             view = data
