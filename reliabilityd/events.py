@@ -169,7 +169,8 @@ def _decode(payload: bytes, max_payload: int) -> tuple[list[TrialEvent], list[Re
         if not isinstance(decoded, list):
             problem = validate(decoded)
             return ([decoded], []) if problem is None else ([], [Rejected(payload, problem)])
-        if not any(validate(e) for e in decoded):
+        # A batch message gets the same whole-batch check as a batch of messages.
+        if all_valid(decoded) or not any(validate(e) for e in decoded):
             return decoded, []
     # Slow path: decode elements one by one.
     first = payload.lstrip(_WHITESPACE)[0] if is_json else payload[0]
