@@ -151,9 +151,11 @@ def test_gaffke_saddlepoint_matches_its_draw(rng: np.random.Generator) -> None:
     draws_lo = w @ np.r_[values, 0.0]
     draws_hi = w @ np.r_[values, 1.0]
     sd = draws_lo.std()
-    # 20,000 draws: MC sd of each bound ~0.013 sds.
-    assert abs(lo - np.quantile(draws_lo, 0.025)) < 0.06 * sd
-    assert abs(hi - np.quantile(draws_hi, 0.975)) < 0.06 * sd
+    # 20,000 draws: the Monte Carlo sd of a 2.5% quantile is about 0.019 sds,
+    # beside the approximation's own error (0.031 sds at worst, README). Over
+    # 300 seeds the worst gap was 0.060 sds; a wrong method misses by 0.18 or more.
+    assert abs(lo - np.quantile(draws_lo, 0.025)) < 0.08 * sd
+    assert abs(hi - np.quantile(draws_hi, 0.975)) < 0.08 * sd
     est = estimate(hist, 5, interval="gaffke")
     assert est.method == "saddlepoint"
     assert est.ci_95 == pytest.approx((lo, hi))
