@@ -395,8 +395,9 @@ async def _memory(redis_url: str) -> None:
         name: int(await client.memory_usage(store.key("mem", name), samples=0) or 0)
         for name in ("tasks", "hist", "lottery", "meta")
     }
-    seen = [k async for k in client.scan_iter(match=store.key("mem", "seen:*"), count=1000)]
-    seen_bytes = [int(await client.memory_usage(k) or 0) for k in seen[:1000]]
+    buckets = [k async for k in client.scan_iter(match=store.key("mem", "dedup:*"), count=1000)]
+    records = sum([int(await client.scard(k)) for k in buckets])
+    bucket_bytes = sum([int(await client.memory_usage(k, samples=0) or 0) for k in buckets])
     await client.aclose()
     state = usage["tasks"] + usage["lottery"]
     print(f"\nRedis memory with {MEMORY_TASKS:,} tasks x 5 trials (MEMORY USAGE):")
@@ -407,8 +408,8 @@ async def _memory(redis_url: str) -> None:
     )
     print(f"  per-task state  {state / MEMORY_TASKS:7.1f} B/task")
     print(
-        f"  dedup record    {sum(seen_bytes) / len(seen_bytes):7.1f} B/trial "
-        f"(lives dedup_ttl; {len(seen):,} now)"
+        f"  dedup record    {bucket_bytes / max(1, records):7.1f} B/trial "
+        f"(lives dedup_ttl and the rest of its bucket; {records:,} now)"
     )
     print(f"  used_memory grew {(after - before) / MEMORY_TASKS:6.1f} B/task (everything included)")
 

@@ -6,7 +6,10 @@ Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
     <p>:{<suite>}:tasks       hash  task -> "n:c" (window 0) or "n:c:<last W outcomes as 0/1>"
     <p>:{<suite>}:hist        hash  "n:c" -> number of tasks in that cell
     <p>:{<suite>}:lottery     zset  "%010d:%010d:<task>" (score 0) for tasks with 0 < c < n
-    <p>:{<suite>}:seen:<hex>  string with TTL: one (task, trial) already applied
+    <p>:{<suite>}:dedup:<b>   set with TTL: digests of the (task, trial)s applied in bucket b
+                              of the clock (b = floor(unix seconds / the layout's width))
+    <p>:{<suite>}:seen:<hex>  string with TTL: one (task, trial) already applied (the
+                              per-trial record of the `keys+sets` layout and earlier versions)
     <p>:{<suite>}:snapshot    hash  flat numbers for redis-cli, plus `json`
     <p>:{<suite>}:touched     zset  task -> time of its last event (suites with an idle expiry)
     <p>:{<suite>}:imported    hash  import ledger: digest of every imported (task, trial) -> 1
@@ -24,7 +27,8 @@ claim script can move a suite between them atomically::
 
 Outside any tag, written by separate idempotent commands: ``<p>:suites``,
 ``<p>:deadletter``, ``<p>:outbox-deadletter``, ``<p>:stats``,
-``<p>:heartbeat:<instance>`` and ``<p>:stream-cursor:<stream>:<group>``.
+``<p>:heartbeat:<instance>``, ``<p>:stream-cursor:<stream>:<group>`` and
+``<p>:dedup-layout`` (which dedup records the writers keep: see store.DedupLayout).
 """
 
 from __future__ import annotations
@@ -34,6 +38,21 @@ from collections.abc import Iterable
 
 CHANGES_TAG = "{/ci}"
 _BLAKE2B_16 = hashlib.blake2b(digest_size=16)
+
+
+def digests(pairs: Iterable[tuple[str, str]]) -> list[bytes]:
+    """16 bytes of BLAKE2b per (task, trial): the dedup records' and the import ledger's name.
+
+    A fixed-size digest bounds a record's memory whatever the names.
+    """
+    # Copying a configured hash object costs less than making a new one.
+    fresh = _BLAKE2B_16.copy
+    out = []
+    for task, trial in pairs:
+        h = fresh()
+        h.update(f"{task}\x00{trial}".encode())
+        out.append(h.digest())
+    return out
 
 
 class Keys:
@@ -46,21 +65,21 @@ class Keys:
         return f"{self.prefix}:{{{suite}}}:{name}"
 
     def seen(self, suite: str, task: str, trial: str) -> str:
-        """The dedup record of one (task, trial) of a suite."""
-        return self.seen_many(suite, [(task, trial)])[0]
+        """The per-trial dedup record of one (task, trial) of a suite."""
+        return self.seen_of(suite, digests([(task, trial)]))[0]
 
-    def seen_many(self, suite: str, pairs: Iterable[tuple[str, str]]) -> list[str]:
-        """``seen`` for many (task, trial) pairs of one suite (the ingest path's form)."""
-        # A fixed-size digest bounds the dedup record's memory whatever the names.
+    def seen_of(self, suite: str, digested: Iterable[bytes]) -> list[str]:
+        """The per-trial dedup records of trials by their digests."""
         prefix = self.suite(suite, "seen:")
-        # Copying a configured hash object costs less than making a new one.
-        fresh = _BLAKE2B_16.copy
-        out = []
-        for task, trial in pairs:
-            h = fresh()
-            h.update(f"{task}\x00{trial}".encode())
-            out.append(prefix + h.hexdigest())
-        return out
+        return [prefix + d.hex() for d in digested]
+
+    def dedup_bucket(self, suite: str, bucket: int) -> str:
+        """The set of the digests applied in one bucket of the clock."""
+        return self.suite(suite, f"dedup:{bucket}")
+
+    @property
+    def dedup_layout(self) -> str:
+        return f"{self.prefix}:dedup-layout"
 
     def imported(self, suite: str) -> str:
         """The import ledger: digest of every imported (task, trial), never expiring."""

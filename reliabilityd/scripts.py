@@ -20,11 +20,22 @@ def _lua(body: str) -> str:
 
 
 # Apply one suite's batch atomically. KEYS: meta, tasks, hist, lottery, then
-# one dedup key per event. ARGV: dedup ttl, window, now, then (task, outcome
-# code) per event. Returns {counted, errors, skips, duplicates, version, passes}.
+# the dedup bucket keys to look in (oldest first), then (layouts `k` and `x`)
+# each event's per-trial record. ARGV: dedup ttl, window, now, layout, number
+# of bucket keys, the position among them of the bucket to write, that
+# bucket's lifetime in seconds, then each event's digest (16 bytes), then
+# (task, outcome code) per event. Returns {counted, errors, skips,
+# duplicates, version, passes}.
 #
-# Every redis.call has a fixed cost, so only the dedup record is written per
-# event; the counted events are grouped by task and each distinct task is read
+# Dedup records (store.DedupLayout): a trial's digest goes into the set of
+# its bucket of the clock; a digest in any bucket looked in is a duplicate.
+# One SMISMEMBER per existing bucket and one SADD per chunk, where a
+# per-trial record costs a SET per event. The layouts: `s` keeps sets only;
+# `x` also honours per-trial records that an earlier version left; `k` also
+# writes them, for replicas of an earlier version still running.
+#
+# Every redis.call has a fixed cost, so nothing else is written per event;
+# the counted events are grouped by task and each distinct task is read
 # (one HMGET), brought to its final value in Lua (its events in order) and
 # written (one HSET, one ZREM, one ZADD) once per chunk, from its original to
 # its final value. Histogram moves are summed per cell. Variadic calls go in
@@ -32,33 +43,71 @@ def _lua(body: str) -> str:
 APPLY = _lua(r"""
 local meta, tasks, hist, lot = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl, window, now = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local layout, nb, wb, life = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local total = (#ARGV - 7) / 3
+-- Every read comes before any write: a failed call leaves nothing half done.
+local known = {}
+for b = 1, nb do
+  local key = KEYS[4 + b]
+  if redis.call('EXISTS', key) == 1 then
+    for i = 1, total, 1000 do
+      local got = redis.call('SMISMEMBER', key, unpack(ARGV, 7 + i, 7 + math.min(i + 999, total)))
+      for j = 1, #got do
+        if got[j] == 1 then known[i + j - 1] = true end
+      end
+    end
+  end
+end
+local record = 4 + nb
+if layout == 'x' then
+  for i = 1, total do
+    if not known[i] and redis.call('EXISTS', KEYS[record + i]) == 1 then known[i] = true end
+  end
+end
 local counted, errors, skips, dups, passes = 0, 0, 0, 0, 0
 -- Each counted task (in order of first appearance): its outcomes in this
 -- chunk, oldest first ('1' = pass), and how many passed.
 local names, outs, hits = {}, {}, {}
-for i = 1, #KEYS - 4 do
-  local o = ARGV[3 + 2 * i]
-  if not redis.call('SET', KEYS[4 + i], '1', 'NX', 'EX', ttl) then
+local fresh, here = {}, {}
+for i = 1, total do
+  local d, o = ARGV[7 + i], ARGV[7 + total + 2 * i]
+  local dup = known[i] or here[d]
+  if layout == 'k' and not redis.call('SET', KEYS[record + i], '1', 'NX', 'EX', ttl) then
+    dup = true
+  end
+  if dup then
     dups = dups + 1
-  elseif o == 'e' then
-    errors = errors + 1
-  elseif o == 's' then
-    skips = skips + 1
   else
-    local task = ARGV[2 + 2 * i]
-    local t = outs[task]
-    if t == nil then
-      t = {}
-      outs[task], hits[task] = t, 0
-      names[#names + 1] = task
-    end
-    if o == 'p' then
-      t[#t + 1] = '1'
-      hits[task] = hits[task] + 1
+    here[d] = true
+    fresh[#fresh + 1] = d
+    if o == 'e' then
+      errors = errors + 1
+    elseif o == 's' then
+      skips = skips + 1
     else
-      t[#t + 1] = '0'
+      local task = ARGV[6 + total + 2 * i]
+      local t = outs[task]
+      if t == nil then
+        t = {}
+        outs[task], hits[task] = t, 0
+        names[#names + 1] = task
+      end
+      if o == 'p' then
+        t[#t + 1] = '1'
+        hits[task] = hits[task] + 1
+      else
+        t[#t + 1] = '0'
+      end
     end
   end
+end
+if #fresh > 0 then
+  local bucket = KEYS[4 + wb]
+  for i = 1, #fresh, 1000 do
+    redis.call('SADD', bucket, unpack(fresh, i, math.min(i + 999, #fresh)))
+  end
+  -- A bucket's life only grows: a writer with a longer dedup ttl keeps it.
+  if redis.call('TTL', bucket) < life then redis.call('EXPIRE', bucket, life) end
 end
 if #names > 0 then
   local function sliced(cmd, key, list)
@@ -314,25 +363,31 @@ return gone
 
 
 # Runs in front of APPLY's body. KEYS: as APPLY, then the suite's import
-# ledger (a hash of dedup digests) last. ARGV: as APPLY. Every event whose
-# (task, trial) digest the ledger holds is dropped and the rest recorded;
+# ledger (a hash: the hex of each imported trial's digest -> 1) last. ARGV:
+# as APPLY. Every event the ledger holds is dropped and the rest recorded;
 # APPLY then counts what is left, in the same atomic call.
 _IMPORT_GUARD = _lua(r"""
 local ledger = table.remove(KEYS)
-local total = #KEYS - 4
-local kept = 0
+local total = (#ARGV - 7) / 3
+local records = #KEYS > 4 + tonumber(ARGV[5])
+local first = 4 + tonumber(ARGV[5])
+local hex = string.rep('%02x', 16)
+local ds, ps, ks = {}, {}, {}
 for i = 1, total do
-  local key, task, o = KEYS[4 + i], ARGV[2 + 2 * i], ARGV[3 + 2 * i]
-  -- the dedup key ends in the 32 hex digits of its (task, trial) digest
-  if redis.call('HSETNX', ledger, string.sub(key, -32), '1') == 1 then
-    kept = kept + 1
-    KEYS[4 + kept], ARGV[2 + 2 * kept], ARGV[3 + 2 * kept] = key, task, o
+  local d = ARGV[7 + i]
+  if redis.call('HSETNX', ledger, string.format(hex, string.byte(d, 1, 16)), '1') == 1 then
+    ds[#ds + 1] = d
+    ps[#ps + 1] = ARGV[6 + total + 2 * i]
+    ps[#ps + 1] = ARGV[7 + total + 2 * i]
+    if records then ks[#ks + 1] = KEYS[first + i] end
   end
 end
-for i = total, kept + 1, -1 do
-  KEYS[4 + i] = nil
-  ARGV[3 + 2 * i] = nil
-  ARGV[2 + 2 * i] = nil
+for i = 1, #ds do ARGV[7 + i] = ds[i] end
+for i = 1, #ps do ARGV[7 + #ds + i] = ps[i] end
+for i = #ARGV, 8 + 3 * #ds, -1 do ARGV[i] = nil end
+if records then
+  for i = 1, #ks do KEYS[first + i] = ks[i] end
+  for i = #KEYS, first + #ks + 1, -1 do KEYS[i] = nil end
 end
 """)
 IMPORT_APPLY = _IMPORT_GUARD + APPLY

@@ -10,6 +10,7 @@ and Histograms, never raw bytes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -21,9 +22,13 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
+from reliabilityd import dedup
 from reliabilityd.alertstore import Redis
+from reliabilityd.dedup import DedupLayout
 from reliabilityd.events import Rejected, TrialEvent
 from reliabilityd.histogram import Histogram
+from reliabilityd.keys import digests
+from reliabilityd.logs import emit
 from reliabilityd.lottery import LotteryCase
 from reliabilityd.scripts import (
     APPLY,
@@ -137,7 +142,9 @@ def connect(url: str, *, cluster: bool = False, timeout: float = 10.0) -> Redis:
 
 
 async def pipelined(
-    client: Redis, commands: Sequence[tuple[str | int, ...]], sent: asyncio.Event | None = None
+    client: Redis,
+    commands: Sequence[tuple[str | int | bytes, ...]],
+    sent: asyncio.Event | None = None,
 ) -> list[Any]:
     """Send the commands in one write, read every reply in order: ingest's round trip.
 
@@ -183,6 +190,9 @@ async def pipelined(
 class Store(StreamStore):
     """reliabilityd's view of Redis."""
 
+    # The dedup layout last read, and when (monotonic clock).
+    _dedup: tuple[DedupLayout, float] | None = None
+
     # --- keys (kept for tools and tests; names come from Keys) -------------
 
     def key(self, suite: str, name: str) -> str:
@@ -208,17 +218,60 @@ class Store(StreamStore):
 
     # --- ingest -----------------------------------------------------------
 
+    async def dedup_layout(self, dedup_ttl: int) -> DedupLayout:
+        """The deployment's dedup layout, re-read every ``dedup.REFRESH`` seconds."""
+        cached = self._dedup
+        clock = time.monotonic()
+        if cached is None or clock - cached[1] > dedup.REFRESH:
+            layout = await dedup.load(self.client, self.keys, dedup_ttl)
+            if cached is None or cached[0] != layout:
+                emit(
+                    logging.INFO,
+                    "dedup_layout",
+                    layout=layout.layout,
+                    bucket_seconds=layout.width,
+                    per_trial_keys_honoured_until=layout.keys_until or None,
+                )
+            cached = (layout, clock)
+            self._dedup = cached
+        return cached[0]
+
     def _apply_call(
-        self, suite: str, chunk: Sequence[TrialEvent], dedup_ttl: int, window: int, stamp: str
-    ) -> tuple[list[str], list[str | int]]:
+        self,
+        suite: str,
+        chunk: Sequence[TrialEvent],
+        dedup_ttl: int,
+        window: int,
+        stamp: str,
+        *,
+        layout: DedupLayout,
+    ) -> tuple[list[str], list[str | int | bytes]]:
         """KEYS and ARGV of one APPLY call: see scripts.APPLY."""
+        now = float(stamp)
         keys = [self.key(suite, name) for name in ("meta", "tasks", "hist", "lottery")]
-        keys += self.keys.seen_many(suite, [(e.task, e.trial) for e in chunk])
-        args: list[str | int] = [dedup_ttl, window, stamp]
-        code = _OUTCOME_CODE
+        p = dedup.plan(layout.width, dedup_ttl, now)
+        keys += [self.keys.dedup_bucket(suite, b) for b in p.buckets]
+        digested = digests([(e.task, e.trial) for e in chunk])
+        code = layout.code(now)
+        if code != "s":
+            keys += self.keys.seen_of(suite, digested)
+        args: list[str | int | bytes] = [dedup_ttl, window, stamp, code]
+        args += (len(p.buckets), p.write - p.first + 1, p.life, *digested)
+        outcome = _OUTCOME_CODE
         for event in chunk:
-            args += (event.task, code[event.outcome])
+            args += (event.task, outcome[event.outcome])
         return keys, args
+
+    async def is_recorded(self, suite: str, task: str, trial: str, *, dedup_ttl: int) -> bool:
+        """Whether a (task, trial) has a live dedup record a writer with ``dedup_ttl`` would see."""
+        layout = await self.dedup_layout(dedup_ttl)
+        (digest,) = digests([(task, trial)])
+        p = dedup.plan(layout.width, dedup_ttl, time.time())
+        for bucket in p.buckets:
+            key = self.keys.dedup_bucket(suite, bucket)
+            if await self.client.execute_command("SISMEMBER", key, digest):
+                return True
+        return bool(await self.client.exists(self.keys.seen_of(suite, [digest])[0]))
 
     async def apply(
         self,
@@ -245,7 +298,8 @@ class Store(StreamStore):
         if not batches and cursor is None:
             return []
         stamp = repr(time.time() if now is None else now)
-        commands: list[tuple[str | int, ...]] = []
+        layout = await self.dedup_layout(dedup_ttl)
+        commands: list[tuple[str | int | bytes, ...]] = []
         # The idle index first (each task's last event, for idle expiry): a
         # task touched before its trial is applied cannot be expired between
         # the two and lose that trial. Idempotent on a retry.
@@ -258,7 +312,12 @@ class Store(StreamStore):
         for suite, events in batches.items():
             for start in range(0, len(events), CHUNK):
                 keys, args = self._apply_call(
-                    suite, events[start : start + CHUNK], dedup_ttl, windows.get(suite, 0), stamp
+                    suite,
+                    events[start : start + CHUNK],
+                    dedup_ttl,
+                    windows.get(suite, 0),
+                    stamp,
+                    layout=layout,
                 )
                 # EVAL, not EVALSHA: redis-py refuses pipelined EVALSHA on a
                 # cluster, and Redis caches the compiled script by its hash anyway.
@@ -588,6 +647,7 @@ class Store(StreamStore):
         """
         ledger = self.imported_key(suite)
         stamp = repr(time.time() if now is None else now)
+        layout = await self.dedup_layout(dedup_ttl)
         acc = [0, 0, 0, 0, 0]
         already = 0
         await self.client.sadd(self.suites_key, suite)
@@ -598,7 +658,7 @@ class Store(StreamStore):
             sizes: list[int] = []
             for start in range(group, min(group + step, len(events)), CHUNK):
                 chunk = events[start : start + CHUNK]
-                keys, args = self._apply_call(suite, chunk, dedup_ttl, window, stamp)
+                keys, args = self._apply_call(suite, chunk, dedup_ttl, window, stamp, layout=layout)
                 pipe.eval(IMPORT_APPLY, len(keys) + 1, *keys, ledger, *args)
                 sizes.append(len(chunk))
             # The daemon's CI loop takes this mark and recomputes the suite.

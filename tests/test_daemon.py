@@ -306,8 +306,9 @@ async def test_deleting_the_consumer_group_replays_nothing(
 ) -> None:
     """The group comes back after the last committed entry, not at 0.
 
-    The dedup records here live 2 s, so entries read again after that would
-    count twice: only the stored cursor keeps the counts exact.
+    The dedup records here live 2 s to 3 s (their TTL and at most one 1 s
+    bucket more), so entries read again after that would count twice: only
+    the stored cursor keeps the counts exact.
     """
     key = f"{prefix}:trials"
     cfg = with_stream(
@@ -325,7 +326,7 @@ async def test_deleting_the_consumer_group_replays_nothing(
         for chunk in payloads(first, 5):
             await raw.xadd(key, {"payload": chunk})
         await wait_until(lambda: _trials(store, 20), 20)
-        await asyncio.sleep(2.5)  # every dedup record of the first entries has expired
+        await asyncio.sleep(3.5)  # every dedup record of the first entries has expired
         await raw.xgroup_destroy(key, "reliabilityd")
         for chunk in payloads(later, 4):
             await raw.xadd(key, {"payload": chunk})

@@ -52,6 +52,10 @@ async def counted(store: Store, truth: Truth) -> bool:
     return True
 
 
+# make_config's dedup TTL: the default, twice mqtt.session_expiry.
+DEDUP_TTL = 2 * 3600
+
+
 async def missing_events(store: Store, events: list[TrialEvent]) -> list[int]:
     """Positions (in publish order) of first deliveries that left no dedup record."""
     seen: set[tuple[str, str, str]] = set()
@@ -60,7 +64,7 @@ async def missing_events(store: Store, events: list[TrialEvent]) -> list[int]:
         if (e.suite, e.task, e.trial) in seen:
             continue
         seen.add((e.suite, e.task, e.trial))
-        if not await store.client.exists(store.seen_key(e.suite, e.task, e.trial)):
+        if not await store.is_recorded(e.suite, e.task, e.trial, dedup_ttl=DEDUP_TTL):
             out.append(i)
     return out
 
