@@ -244,11 +244,19 @@ async def _dedup_layout(store: Store, args: argparse.Namespace, ttl: int) -> int
                 f"per-trial records of earlier writes are honoured until {until:%Y-%m-%d %H:%M} UTC"
             )
 
-    if not (args.sets or args.keys_and_sets):
-        show(await dedup.load(store.client, store.keys, ttl))
-        return 0
-    to: dedup.Layout = dedup.SETS if args.sets else dedup.KEYS_AND_SETS
-    layout, blockers = await dedup.move(store.client, store.keys, to, ttl)
+    try:
+        if not (args.sets or args.keys_and_sets):
+            layout = await dedup.stored(store.client, store.keys)
+            if layout is None:
+                print("no dedup layout stored yet: the first writer stores one")
+            else:
+                show(layout)
+            return 0
+        to: dedup.Layout = dedup.SETS if args.sets else dedup.KEYS_AND_SETS
+        layout, blockers = await dedup.move(store.client, store.keys, to, ttl)
+    except dedup.DedupLayoutError as exc:
+        print(f"reliabilityd: {exc}", file=sys.stderr)
+        return 1
     if blockers:
         print(
             "reliabilityd: not moved: these instances run a version that keeps per-trial "
@@ -260,7 +268,7 @@ async def _dedup_layout(store: Store, args: argparse.Namespace, ttl: int) -> int
     if to == dedup.KEYS_AND_SETS:
         print(
             f"an earlier version may start once every writer has re-read the layout "
-            f"({dedup.REFRESH:.0f} s) and the dedup TTL ({ttl} s) has passed: until then "
+            f"({dedup.REFRESH:.0f} s) and the longest dedup TTL has passed: until then "
             "it cannot see what the sets alone recorded"
         )
     return 0

@@ -6,8 +6,8 @@ Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
     <p>:{<suite>}:tasks       hash  task -> "n:c" (window 0) or "n:c:<last W outcomes as 0/1>"
     <p>:{<suite>}:hist        hash  "n:c" -> number of tasks in that cell
     <p>:{<suite>}:lottery     zset  "%010d:%010d:<task>" (score 0) for tasks with 0 < c < n
-    <p>:{<suite>}:dedup:<b>   set with TTL: digests of the (task, trial)s applied in bucket b
-                              of the clock (b = floor(unix seconds / the layout's width))
+    <p>:{<suite>}:dedup:<w>:<b>  set with TTL: digests of the (task, trial)s applied in
+                              bucket b of the clock (b = floor(unix seconds / width w))
     <p>:{<suite>}:seen:<hex>  string with TTL: one (task, trial) already applied (the
                               per-trial record of the `keys+sets` layout and earlier versions)
     <p>:{<suite>}:snapshot    hash  flat numbers for redis-cli, plus `json`
@@ -28,7 +28,8 @@ claim script can move a suite between them atomically::
 Outside any tag, written by separate idempotent commands: ``<p>:suites``,
 ``<p>:deadletter``, ``<p>:outbox-deadletter``, ``<p>:stats``,
 ``<p>:heartbeat:<instance>``, ``<p>:stream-cursor:<stream>:<group>`` and
-``<p>:dedup-layout`` (which dedup records the writers keep: see store.DedupLayout).
+``<p>:dedup-layout`` (which dedup records the writers keep) and ``<p>:dedup-ttls``
+(the writers' dedup TTLs): see dedup.py.
 """
 
 from __future__ import annotations
@@ -73,13 +74,17 @@ class Keys:
         prefix = self.suite(suite, "seen:")
         return [prefix + d.hex() for d in digested]
 
-    def dedup_bucket(self, suite: str, bucket: int) -> str:
-        """The set of the digests applied in one bucket of the clock."""
-        return self.suite(suite, f"dedup:{bucket}")
+    def dedup_bucket(self, suite: str, width: int, bucket: int) -> str:
+        """The set of the digests applied in one bucket (``width`` seconds) of the clock."""
+        return self.suite(suite, f"dedup:{width}:{bucket}")
 
     @property
     def dedup_layout(self) -> str:
         return f"{self.prefix}:dedup-layout"
+
+    @property
+    def dedup_ttls(self) -> str:
+        return f"{self.prefix}:dedup-ttls"
 
     def imported(self, suite: str) -> str:
         """The import ledger: digest of every imported (task, trial), never expiring."""

@@ -19,6 +19,21 @@ def _lua(body: str) -> str:
     return "\n".join(line for line in lines if line and not line.startswith("--")) + "\n"
 
 
+# APPLY's arguments in shape, before anything is written (see APPLY).
+_APPLY_CHECK = _lua(r"""
+do
+  local n, nb, wb, life = (#ARGV - 7) / 3, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  if n ~= math.floor(n) or not nb or not wb or wb < 1 or wb > nb or #KEYS < 4 + nb
+    or not life or life < 1 or life > 4000000000 then
+    return redis.error_reply('ERR reliabilityd apply: arguments out of shape')
+  end
+  if ARGV[4] ~= 's' and #KEYS ~= 4 + nb + n then
+    return redis.error_reply('ERR reliabilityd apply: one per-trial key per event expected')
+  end
+end
+""")
+
+
 # Apply one suite's batch atomically. KEYS: meta, tasks, hist, lottery, then
 # the dedup bucket keys to look in (oldest first), then (layouts `k` and `x`)
 # each event's per-trial record. ARGV: dedup ttl, window, now, layout, number
@@ -40,12 +55,14 @@ def _lua(body: str) -> str:
 # written (one HSET, one ZREM, one ZADD) once per chunk, from its original to
 # its final value. Histogram moves are summed per cell. Variadic calls go in
 # slices, as Lua's unpack stops at about 8,000 values.
-APPLY = _lua(r"""
+APPLY = _APPLY_CHECK + _lua(r"""
 local meta, tasks, hist, lot = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl, window, now = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local layout, nb, wb, life = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local total = (#ARGV - 7) / 3
--- Every read comes before any write: a failed call leaves nothing half done.
+-- Arguments are checked (_APPLY_CHECK, in front) and every read done before
+-- the first write: Redis lets a script that has written go on, so a call
+-- that fails fails whole.
 local known = {}
 for b = 1, nb do
   local key = KEYS[4 + b]
@@ -107,7 +124,9 @@ if #fresh > 0 then
     redis.call('SADD', bucket, unpack(fresh, i, math.min(i + 999, #fresh)))
   end
   -- A bucket's life only grows: a writer with a longer dedup ttl keeps it.
-  if redis.call('TTL', bucket) < life then redis.call('EXPIRE', bucket, life) end
+  -- `life` has a second to spare, so a bucket within it of its life is
+  -- left alone (no EXPIRE, and no line in the append-only file, per chunk).
+  if redis.call('PTTL', bucket) < (life - 1) * 1000 then redis.call('EXPIRE', bucket, life) end
 end
 if #names > 0 then
   local function sliced(cmd, key, list)
@@ -366,8 +385,12 @@ return gone
 # ledger (a hash: the hex of each imported trial's digest -> 1) last. ARGV:
 # as APPLY. Every event the ledger holds is dropped and the rest recorded;
 # APPLY then counts what is left, in the same atomic call.
-_IMPORT_GUARD = _lua(r"""
+_IMPORT_GUARD = (
+    _lua(r"""
 local ledger = table.remove(KEYS)
+""")
+    + _APPLY_CHECK
+    + _lua(r"""
 local total = (#ARGV - 7) / 3
 local records = #KEYS > 4 + tonumber(ARGV[5])
 local first = 4 + tonumber(ARGV[5])
@@ -390,4 +413,5 @@ if records then
   for i = #KEYS, first + #ks + 1, -1 do KEYS[i] = nil end
 end
 """)
+)
 IMPORT_APPLY = _IMPORT_GUARD + APPLY

@@ -190,8 +190,8 @@ async def pipelined(
 class Store(StreamStore):
     """reliabilityd's view of Redis."""
 
-    # The dedup layout last read, and when (monotonic clock).
-    _dedup: tuple[DedupLayout, float] | None = None
+    # The dedup layout last read, the lookback, and when (monotonic clock).
+    _dedup: tuple[DedupLayout, int, float] | None = None
 
     # --- keys (kept for tools and tests; names come from Keys) -------------
 
@@ -220,21 +220,37 @@ class Store(StreamStore):
 
     async def dedup_layout(self, dedup_ttl: int) -> DedupLayout:
         """The deployment's dedup layout, re-read every ``dedup.REFRESH`` seconds."""
+        return (await self._dedup_view(dedup_ttl))[0]
+
+    async def _dedup_view(self, dedup_ttl: int) -> tuple[DedupLayout, int]:
+        """(layout, lookback): the layout and the longest dedup TTL any writer uses now.
+
+        Re-read every ``dedup.REFRESH`` seconds, entering this writer's TTL each
+        time. A layout that cannot be read keeps the last one read; with none,
+        DedupLayoutError (a Redis error: ingest pauses with the reason).
+        """
         cached = self._dedup
         clock = time.monotonic()
-        if cached is None or clock - cached[1] > dedup.REFRESH:
+        if cached is not None and clock - cached[2] <= dedup.REFRESH:
+            return cached[0], cached[1]
+        try:
             layout = await dedup.load(self.client, self.keys, dedup_ttl)
-            if cached is None or cached[0] != layout:
-                emit(
-                    logging.INFO,
-                    "dedup_layout",
-                    layout=layout.layout,
-                    bucket_seconds=layout.width,
-                    per_trial_keys_honoured_until=layout.keys_until or None,
-                )
-            cached = (layout, clock)
-            self._dedup = cached
-        return cached[0]
+        except dedup.DedupLayoutError as exc:
+            if cached is None:
+                raise
+            emit(logging.WARNING, "dedup_layout_unreadable", error=str(exc), keeping=cached[0])
+            layout = cached[0]
+        lookback = await dedup.register_ttl(self.client, self.keys, dedup_ttl)
+        if cached is None or cached[0] != layout:
+            emit(
+                logging.INFO,
+                "dedup_layout",
+                layout=layout.layout,
+                bucket_seconds=layout.width,
+                per_trial_keys_honoured_until=layout.keys_until or None,
+            )
+        self._dedup = (layout, lookback, clock)
+        return layout, lookback
 
     def _apply_call(
         self,
@@ -245,12 +261,13 @@ class Store(StreamStore):
         stamp: str,
         *,
         layout: DedupLayout,
+        lookback: int = 0,
     ) -> tuple[list[str], list[str | int | bytes]]:
         """KEYS and ARGV of one APPLY call: see scripts.APPLY."""
         now = float(stamp)
         keys = [self.key(suite, name) for name in ("meta", "tasks", "hist", "lottery")]
-        p = dedup.plan(layout.width, dedup_ttl, now)
-        keys += [self.keys.dedup_bucket(suite, b) for b in p.buckets]
+        p = dedup.plan(layout.width, dedup_ttl, now, lookback=lookback)
+        keys += [self.keys.dedup_bucket(suite, layout.width, b) for b in p.buckets]
         digested = digests([(e.task, e.trial) for e in chunk])
         code = layout.code(now)
         if code != "s":
@@ -264,11 +281,11 @@ class Store(StreamStore):
 
     async def is_recorded(self, suite: str, task: str, trial: str, *, dedup_ttl: int) -> bool:
         """Whether a (task, trial) has a live dedup record a writer with ``dedup_ttl`` would see."""
-        layout = await self.dedup_layout(dedup_ttl)
+        layout, lookback = await self._dedup_view(dedup_ttl)
         (digest,) = digests([(task, trial)])
-        p = dedup.plan(layout.width, dedup_ttl, time.time())
+        p = dedup.plan(layout.width, dedup_ttl, time.time(), lookback=lookback)
         for bucket in p.buckets:
-            key = self.keys.dedup_bucket(suite, bucket)
+            key = self.keys.dedup_bucket(suite, layout.width, bucket)
             if await self.client.execute_command("SISMEMBER", key, digest):
                 return True
         return bool(await self.client.exists(self.keys.seen_of(suite, [digest])[0]))
@@ -298,7 +315,7 @@ class Store(StreamStore):
         if not batches and cursor is None:
             return []
         stamp = repr(time.time() if now is None else now)
-        layout = await self.dedup_layout(dedup_ttl)
+        layout, lookback = await self._dedup_view(dedup_ttl)
         commands: list[tuple[str | int | bytes, ...]] = []
         # The idle index first (each task's last event, for idle expiry): a
         # task touched before its trial is applied cannot be expired between
@@ -318,6 +335,7 @@ class Store(StreamStore):
                     windows.get(suite, 0),
                     stamp,
                     layout=layout,
+                    lookback=lookback,
                 )
                 # EVAL, not EVALSHA: redis-py refuses pipelined EVALSHA on a
                 # cluster, and Redis caches the compiled script by its hash anyway.
@@ -646,19 +664,23 @@ class Store(StreamStore):
         later import (even after the dedup records expired) counts nothing twice.
         """
         ledger = self.imported_key(suite)
-        stamp = repr(time.time() if now is None else now)
-        layout = await self.dedup_layout(dedup_ttl)
         acc = [0, 0, 0, 0, 0]
         already = 0
         await self.client.sadd(self.suites_key, suite)
         # Up to 20 chunks per round trip bounds the client's memory on big files.
         step = 20 * CHUNK
         for group in range(0, len(events), step):
+            # Each round trip with its own clock and layout: a long import
+            # writes its later chunks where live writers look then.
+            stamp = repr(time.time() if now is None else now)
+            layout, lookback = await self._dedup_view(dedup_ttl)
             pipe = self.client.pipeline(transaction=False)
             sizes: list[int] = []
             for start in range(group, min(group + step, len(events)), CHUNK):
                 chunk = events[start : start + CHUNK]
-                keys, args = self._apply_call(suite, chunk, dedup_ttl, window, stamp, layout=layout)
+                keys, args = self._apply_call(
+                    suite, chunk, dedup_ttl, window, stamp, layout=layout, lookback=lookback
+                )
                 pipe.eval(IMPORT_APPLY, len(keys) + 1, *keys, ledger, *args)
                 sizes.append(len(chunk))
             # The daemon's CI loop takes this mark and recomputes the suite.

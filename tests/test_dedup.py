@@ -15,10 +15,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from redis.exceptions import ResponseError
 
 from reliabilityd import dedup
 from reliabilityd.cli import main
 from reliabilityd.events import TrialEvent
+from reliabilityd.scripts import APPLY
 from reliabilityd.store import _OUTCOME_CODE, Store, connect
 from tests.helpers import wait_until
 from tests.servers import RedisServer
@@ -79,7 +81,7 @@ async def test_a_new_deployment_keeps_sets_only(store: Store) -> None:
     (bucket,) = await buckets(store)
     assert await store.client.scard(bucket) == 20
     # The bucket expires by itself: the dedup TTL after its end, no sooner.
-    assert TTL < await store.client.ttl(bucket) <= TTL + TTL // 4
+    assert TTL < await store.client.ttl(bucket) <= TTL + TTL // 4 + 1
 
 
 async def test_a_duplicate_within_one_chunk_counts_once(store: Store) -> None:
@@ -194,21 +196,111 @@ async def test_moving_to_sets_waits_for_the_earlier_version_and_honours_its_reco
     assert await per_trial_records(store, trials(range(8, 10))) == 2
 
 
-async def test_per_trial_records_stop_mattering_a_ttl_after_the_move(store: Store) -> None:
+async def test_per_trial_records_stop_mattering_once_none_can_live(store: Store) -> None:
     ttl = 1
     assert await old_apply(store, trials(range(3)), ttl) == (3, 0)
     layout, blockers = await dedup.move(store.client, store.keys, dedup.SETS, ttl)
     assert (layout.layout, blockers) == ("sets", [])
     assert layout.code(time.time()) == "x"
+    assert layout.keys_until < time.time() + 60
     assert layout.code(layout.keys_until + 0.01) == "s"
 
 
-async def test_an_unreadable_layout_falls_back_to_per_trial_records(store: Store) -> None:
-    await store.client.set(store.keys.dedup_layout, b"\xff not json")
-    events = trials(range(5))
-    assert await new_apply(store, events) == (5, 0)
-    assert await new_apply(store, events) == (0, 5)
-    assert await per_trial_records(store, events) == 5
+async def test_a_reader_with_a_short_ttl_sees_what_a_long_ttl_writer_recorded(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    first, long_ttl, short_ttl = (Store(connect(redis_server.url), prefix) for _ in range(3))
+    try:
+        assert await new_apply(first, trials(range(100, 101)), TTL) == (1, 0)  # buckets of 15 s
+        now = time.time()
+        # Written 300 s ago by a writer whose records live 7,200 s...
+        assert await new_apply(long_ttl, trials(range(5)), 7200, now=now - 300) == (5, 0)
+        # ...and redelivered now to one whose own TTL is 60 s.
+        assert await new_apply(short_ttl, trials(range(6)), TTL, now=now) == (1, 5)
+    finally:
+        for store in (first, long_ttl, short_ttl):
+            await store.client.aclose()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"\xff not json",
+        b'{"layout": "sets-v2", "width": 15}',
+        b'{"layout": "sets", "width": 0}',
+        b'{"layout": "sets", "width": -15}',
+        b'{"layout": "sets", "width": 100000000000000000}',
+    ],
+)
+async def test_an_unreadable_layout_pauses_writes_and_is_never_guessed(
+    store: Store, redis_server: RedisServer, prefix: str, value: bytes
+) -> None:
+    assert await new_apply(store, trials(range(3))) == (3, 0)
+    await store.client.set(store.keys.dedup_layout, value)
+    # A writer that read a good layout keeps it...
+    store._dedup = None if store._dedup is None else (store._dedup[0], store._dedup[1], 0.0)
+    assert await new_apply(store, trials(range(5))) == (2, 3)
+    # ...one that never did refuses to write (ingest pauses with this reason).
+    other = Store(connect(redis_server.url), prefix)
+    try:
+        with pytest.raises(dedup.DedupLayoutError, match="dedup-layout --keys-and-sets"):
+            await new_apply(other, trials(range(8)))
+        assert (await store.read_state(SUITE)).counters.trials == 5
+        # The repair keeps the width the buckets carry.
+        with pytest.raises(dedup.DedupLayoutError):
+            await dedup.move(other.client, other.keys, dedup.SETS, TTL)
+        layout, _ = await dedup.move(other.client, other.keys, dedup.KEYS_AND_SETS, TTL)
+        assert (layout.layout, layout.width) == ("keys+sets", TTL // 4)
+        assert await new_apply(other, trials(range(8))) == (3, 5)
+    finally:
+        await other.client.aclose()
+
+
+async def test_a_lost_layout_comes_back_with_the_width_its_buckets_carry(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    first = Store(connect(redis_server.url), prefix)
+    later = Store(connect(redis_server.url), prefix)
+    try:
+        assert await new_apply(first, trials(range(5)), TTL) == (5, 0)
+        await first.client.delete(first.keys.dedup_layout)
+        # A writer with another TTL would pick another width; the buckets name theirs.
+        assert await new_apply(later, trials(range(6)), 7200) == (1, 5)
+        layout = await later.dedup_layout(7200)
+        assert (layout.layout, layout.width) == ("keys+sets", TTL // 4)
+    finally:
+        await first.client.aclose()
+        await later.client.aclose()
+
+
+async def test_arguments_out_of_shape_fail_before_anything_is_written(store: Store) -> None:
+    layout = dedup.DedupLayout("sets", 15)
+    events = trials(range(3))
+    keys, args = store._apply_call(SUITE, events, TTL, 0, repr(time.time()), layout=layout)
+    bad = list(args)
+    bad[6] = 10**12  # a bucket life Redis would refuse once the records were in
+    with pytest.raises(ResponseError, match="arguments out of shape"):
+        await store.client.eval(APPLY, len(keys), *keys, *bad)
+    k_layout = dedup.DedupLayout("keys+sets", 15)
+    keys, args = store._apply_call(SUITE, events, TTL, 0, repr(time.time()), layout=k_layout)
+    with pytest.raises(ResponseError, match="per-trial key"):
+        await store.client.eval(APPLY, len(keys) - 1, *keys[:-1], *args)
+    assert await store.client.exists(*keys) == 0  # no record, no count: a retry counts all
+    assert await new_apply(store, events) == (3, 0)
+
+
+async def test_per_trial_keys_are_honoured_as_long_as_any_can_live(
+    redis_server: RedisServer, prefix: str, store: Store
+) -> None:
+    # The earlier version ran with a longer TTL than the config moving the layout.
+    assert await old_apply(store, trials(range(5)), 14_400) == (5, 0)
+    assert await new_apply(store, trials(range(6))) == (1, 5)
+    layout, blockers = await dedup.move(store.client, store.keys, dedup.SETS, TTL)
+    assert blockers == []
+    assert layout.keys_until > time.time() + 14_000
+    store._dedup = None
+    # Long after the config's own TTL, the earlier version's keys still count.
+    assert await new_apply(store, trials(range(7)), now=time.time() + 7300) == (1, 6)
 
 
 async def test_the_import_ledger_keeps_the_earlier_digests(store: Store) -> None:
