@@ -75,10 +75,13 @@ HEARTBEAT_FIELD = "dedup_layouts"
 # Seconds a writer trusts the layout it read.
 REFRESH = 5.0
 # A deployment's bucket width: a quarter of its first writer's dedup TTL, so a
-# record outlives its TTL by an eighth on average (the bucket's rest), within
-# these bounds.
+# record outlives its TTL by an eighth on average (the bucket's rest) and a
+# writer with that TTL looks in seven bucket keys per call, within these bounds.
 MIN_WIDTH = 1
-MAX_WIDTH = 3600
+MAX_WIDTH = 7 * 86400
+# A writer whose lookback spans more bucket keys than this is told once: each
+# call pays for every key (see Store._dedup_view).
+MANY_BUCKETS = 16
 # The longest dedup TTL a writer may enter (ten years).
 MAX_TTL = 10 * 365 * 86400
 

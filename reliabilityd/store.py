@@ -249,6 +249,17 @@ class Store(StreamStore):
             emit(logging.WARNING, "dedup_layout_unreadable", error=str(exc), keeping=cached[0])
             layout = cached[0]
         lookback = await dedup.register_ttl(self.client, self.keys, dedup_ttl)
+        spans = len(dedup.plan(layout.width, dedup_ttl, 0.0, lookback=lookback).buckets)
+        if spans > dedup.MANY_BUCKETS and (cached is None or cached[1] != lookback):
+            emit(
+                logging.WARNING,
+                "dedup_many_buckets",
+                bucket_keys_per_call=spans,
+                bucket_seconds=layout.width,
+                longest_dedup_ttl=lookback,
+                hint="the width was fixed by the deployment's first writer, at a quarter of "
+                "its dedup TTL; a much longer TTL costs Redis a lookup per bucket per call",
+            )
         if cached is None or cached[0] != layout:
             emit(
                 logging.INFO,

@@ -316,3 +316,17 @@ async def test_the_import_ledger_keeps_the_earlier_digests(store: Store) -> None
     }
     # A live redelivery of an imported trial is a duplicate too.
     assert await new_apply(store, trials(range(5, 6))) == (0, 1)
+
+
+async def test_a_long_ttl_gets_wide_buckets_and_a_much_longer_one_is_logged(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    day = 2 * 86400  # a one-day session's dedup TTL
+    assert await new_apply(store, trials(range(3)), day) == (3, 0)
+    layout = await store.dedup_layout(day)
+    assert layout.width == day // 4
+    assert len(dedup.plan(layout.width, day, time.time()).buckets) <= 7
+    assert "dedup_many_buckets" not in caplog.text
+    store._dedup = None
+    assert await new_apply(store, trials(range(4)), 20 * day) == (1, 3)
+    assert "dedup_many_buckets" in caplog.text
