@@ -53,7 +53,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 from redis.exceptions import RedisError
 
-from reliabilityd.keys import Keys
+from reliabilityd.keys import Keys, glob_escape
 
 __all__ = [
     "KEYS_AND_SETS",
@@ -211,7 +211,7 @@ async def register_ttl(client: Any, keys: Keys, ttl: int) -> int:
 
 async def _bucket_width(client: Any, keys: Keys) -> int | None:
     """The width named by an existing bucket key, None when there is none."""
-    pattern = _glob_escape(keys.prefix) + ":{*}:dedup:*"
+    pattern = glob_escape(keys.prefix) + ":{*}:dedup:*"
     async for key in client.scan_iter(match=pattern, count=1000):
         found = _BUCKET_WIDTH.search(key if isinstance(key, bytes) else str(key).encode())
         if found and MIN_WIDTH <= int(found[1]) <= MAX_WIDTH:
@@ -221,7 +221,7 @@ async def _bucket_width(client: Any, keys: Keys) -> int | None:
 
 async def _longest_key_life(client: Any, keys: Keys) -> float:
     """Seconds the longest-lived per-trial key has left (0 when there is none)."""
-    pattern = _glob_escape(keys.prefix) + ":{*}:seen:*"
+    pattern = glob_escape(keys.prefix) + ":{*}:seen:*"
     longest = 0
     page: list[Any] = []
 
@@ -244,15 +244,11 @@ async def _longest_key_life(client: Any, keys: Keys) -> float:
     return longest / 1000
 
 
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
-
-
 async def earlier_writers(client: Any, keys: Keys) -> list[str]:
     """Instances with a live heartbeat that does not name the layouts (an earlier version)."""
     out = []
     prefix = keys.heartbeat("")
-    async for key in client.scan_iter(match=_glob_escape(prefix) + "*", count=1000):
+    async for key in client.scan_iter(match=glob_escape(prefix) + "*", count=1000):
         name = key.decode() if isinstance(key, bytes) else str(key)
         raw = await client.get(name)
         if raw is None:

@@ -41,6 +41,14 @@ CHANGES_TAG = "{/ci}"
 _BLAKE2B_16 = hashlib.blake2b(digest_size=16)
 
 
+_GLOB_SPECIAL = frozenset("*?[]\\")
+
+
+def glob_escape(text: str) -> str:
+    """``text`` matched literally in a SCAN MATCH pattern."""
+    return "".join("\\" + ch if ch in _GLOB_SPECIAL else ch for ch in text)
+
+
 def digests(pairs: Iterable[tuple[str, str]]) -> list[bytes]:
     """16 bytes of BLAKE2b per (task, trial): the dedup records' and the import ledger's name.
 

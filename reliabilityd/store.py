@@ -29,7 +29,7 @@ from reliabilityd.alertstore import Redis
 from reliabilityd.dedup import DedupLayout
 from reliabilityd.events import Rejected, TrialEvent
 from reliabilityd.histogram import Histogram
-from reliabilityd.keys import digests
+from reliabilityd.keys import digests, glob_escape
 from reliabilityd.logs import emit
 from reliabilityd.lottery import LotteryCase
 from reliabilityd.scripts import (
@@ -59,13 +59,6 @@ ONCE_SECONDS = 3600
 _CLEANUP_ERRORS = (RedisError, OSError)
 # KEYS of FORGET and EXPIRE_IDLE, in order.
 _FORGET_KEYS = ("meta", "tasks", "hist", "lottery", "touched")
-
-
-_GLOB_SPECIAL = frozenset("*?[]\\")
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + ch if ch in _GLOB_SPECIAL else ch for ch in text)
 
 
 class Counters(msgspec.Struct, frozen=True):
@@ -657,7 +650,7 @@ class Store(StreamStore):
         """
         core = [self.key(suite, name) for name in ("meta", "tasks", "hist", "lottery", "snapshot")]
         deleted = int(await self.client.delete(*core))
-        pattern = _glob_escape(self.key(suite, "")) + "*"
+        pattern = glob_escape(self.key(suite, "")) + "*"
         pending: list[Any] = []
         async for key in self.client.scan_iter(match=pattern, count=batch):
             pending.append(key)
