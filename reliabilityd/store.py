@@ -199,9 +199,6 @@ class Store(StreamStore):
     def key(self, suite: str, name: str) -> str:
         return self.keys.suite(suite, name)
 
-    def seen_key(self, suite: str, task: str, trial: str) -> str:
-        return self.keys.seen(suite, task, trial)
-
     @property
     def suites_key(self) -> str:
         return self.keys.suites
