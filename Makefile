@@ -34,11 +34,12 @@ demo: $(DEMO_STAMP)
 test: $(STAMP) servers lint typecheck unit
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check reliabilityd tests
-	$(VENV)/bin/ruff format --check reliabilityd tests
+	$(VENV)/bin/ruff check reliabilityd tests benchmarks studies
+	$(VENV)/bin/ruff format --check reliabilityd tests benchmarks studies
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest
@@ -46,28 +47,28 @@ unit: $(STAMP)
 bench: bench-stats bench-ci bench-ingest bench-import bench-http
 
 bench-stats: $(STAMP)
-	$(PY) -m reliabilityd bench stats
+	$(PY) -m benchmarks.bench_stats
 
 ## The README's Coverage table: 5,000 simulated suites per cell (24 min on a busy 2-core machine).
 study-coverage: $(STAMP)
-	$(PY) -m reliabilityd study coverage --out coverage.jsonl
+	$(PY) -m studies.coverage --out coverage.jsonl
 
 ## 1,000 changed suites recomputed by the daemon, beside the math alone.
 bench-ci: $(STAMP) servers
-	$(PY) -m reliabilityd bench ci
+	$(PY) -m benchmarks.bench_ci
 
 bench-ingest: $(STAMP) servers
-	$(PY) -m reliabilityd bench ingest
+	$(PY) -m benchmarks.bench_ingest
 
 bench-import: $(STAMP) servers
-	$(PY) -m reliabilityd bench import
+	$(PY) -m benchmarks.bench_import
 
 ## False pages per day and detection delay of the alert rules (pagesim), as a README table.
 study-pages: $(STAMP)
-	$(PY) -m reliabilityd study pages
+	$(PY) -m studies.pages
 
 bench-http: $(STAMP) servers
-	$(PY) -m reliabilityd bench http
+	$(PY) -m benchmarks.bench_http
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

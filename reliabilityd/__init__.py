@@ -2,7 +2,8 @@
 
 The statistics core is importable on its own::
 
-    from reliabilityd import estimate, pass_hat_k
+    from reliabilityd import pass_hat_k
+    from reliabilityd import estimate
     pass_hat_k(5, 3, 2)                      # 0.3, never the plug-in 0.36
     estimate([(5, 3), (5, 5)], k=2).ci_95    # cluster-bootstrap CI over tasks
 
@@ -17,11 +18,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from reliabilityd.estimate import Estimate, estimate, estimate_metrics
-from reliabilityd.estimators import pass_at_k, pass_hat_k
-from reliabilityd.histogram import Histogram
-from reliabilityd.intervals import INTERVALS
-from reliabilityd.lottery import LotteryCase, lottery_cases
+from reliabilityd.stats.estimate import Estimate, estimate, estimate_metrics
+from reliabilityd.stats.estimators import pass_at_k, pass_hat_k
+from reliabilityd.stats.histogram import Histogram
+from reliabilityd.stats.intervals import INTERVALS
+from reliabilityd.stats.lottery import LotteryCase, lottery_cases
 
 __all__ = [
     "INTERVALS",
@@ -40,15 +41,15 @@ __all__ = [
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from reliabilityd.client import AsyncClient, Client
-    from reliabilityd.emitter import Emitter
+    from reliabilityd.client._client import AsyncClient, Client
+    from reliabilityd.client.emitter import Emitter
 
 # The I/O-facing classes load on first use: `from reliabilityd import estimate`
 # stays free of Redis and MQTT imports.
 _LAZY = {
-    "AsyncClient": "reliabilityd.client",
-    "Client": "reliabilityd.client",
-    "Emitter": "reliabilityd.emitter",
+    "AsyncClient": "reliabilityd.client._client",
+    "Client": "reliabilityd.client._client",
+    "Emitter": "reliabilityd.client.emitter",
 }
 
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from reliabilityd.cli import main
+from reliabilityd.cli._main import main
 
 raise SystemExit(main())

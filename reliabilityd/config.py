@@ -16,9 +16,9 @@ from urllib.parse import unquote, urlsplit
 
 import msgspec
 
-from reliabilityd.alerts import Rule
+from reliabilityd.alerting.rules import Rule
 from reliabilityd.errors import ConfigError
-from reliabilityd.intervals import IntervalName
+from reliabilityd.stats.intervals import IntervalName
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -76,7 +76,7 @@ class StoreConfig(Base):
 
 class IngestConfig(Base):
     # Messages (or stream entries) committed in one Redis round trip at most
-    # (fewer, larger commits cost less CPU per event on both sides; see bench ingest).
+    # (fewer, larger commits cost less CPU per event on both sides; see make bench-ingest).
     max_batch: PositiveInt = 2000
     # Payloads larger than this many bytes are dead-lettered undecoded.
     max_payload: PositiveInt = 1 << 20

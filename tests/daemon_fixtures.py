@@ -10,8 +10,8 @@ from typing import Any
 import msgspec
 
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig, StreamConfig
-from reliabilityd.daemon import Daemon
-from reliabilityd.store import Store, connect
+from reliabilityd.daemon._daemon import Daemon
+from reliabilityd.store._store import Store, connect
 
 
 def make_config(

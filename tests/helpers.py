@@ -16,7 +16,7 @@ import numpy as np
 
 from reliabilityd.config import Config
 from reliabilityd.events import TrialEvent
-from reliabilityd.histogram import Histogram
+from reliabilityd.stats.histogram import Histogram
 
 
 class Truth:

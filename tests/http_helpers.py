@@ -12,7 +12,7 @@ import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
 from reliabilityd.config import Config, HttpConfig, IngestConfig
-from reliabilityd.daemon import Daemon
+from reliabilityd.daemon._daemon import Daemon
 from tests.daemon_fixtures import make_config, running
 from tests.servers import Mosquitto, RedisServer, free_port
 

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import pytest
 
-from reliabilityd.devservers import (
+from reliabilityd.embedded.processes import (
     Alertmanager,
     ClusterNode,
     Mosquitto,

@@ -13,8 +13,7 @@ from typing import Any
 import aiomqtt
 import msgspec
 
-from reliabilityd import snapshot
-from reliabilityd.alerts import Rule
+from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import (
     AlertmanagerSinkConfig,
     Config,
@@ -24,8 +23,9 @@ from reliabilityd.config import (
     WebhookSinkConfig,
 )
 from reliabilityd.events import TrialEvent
-from reliabilityd.histogram import Histogram
-from reliabilityd.store import Store
+from reliabilityd.stats import snapshot
+from reliabilityd.stats.histogram import Histogram
+from reliabilityd.store._store import Store
 from tests.alertmanager_stub import Receiver
 from tests.daemon_fixtures import make_config, running, store_for
 from tests.helpers import payloads, publish, wait_until

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reliabilityd.alerts import AlertState, Observation, Rule, step, verdict
+from reliabilityd.alerting.rules import AlertState, Observation, Rule, step, verdict
 from reliabilityd.config import load
 from reliabilityd.errors import ConfigError
 

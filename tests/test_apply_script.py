@@ -21,9 +21,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reliabilityd import store as store_module
 from reliabilityd.events import TrialEvent
-from reliabilityd.store import Store, connect
+from reliabilityd.store import _store as store_module
+from reliabilityd.store._store import Store, connect
 from tests.servers import RedisServer
 
 SUITE = "s"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reliabilityd.cli import main
+from reliabilityd.cli._main import main
 from tests.embedded_helpers import processes_in
 
 

@@ -179,7 +179,7 @@ def test_bad_alert_config(tmp_path: Path, text: str, field: str, words: str) -> 
 
 
 def test_cis_are_computed_for_every_k_a_rule_names(tmp_path: Path) -> None:
-    from reliabilityd.daemon import Daemon
+    from reliabilityd.daemon._daemon import Daemon
 
     cfg = load(
         write(tmp_path, "[stats]\nk = [1, 3]\n[[alerts]]\nname = 'a'\nk = 7\nbelow = 0.5\n"),

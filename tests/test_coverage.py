@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from reliabilityd import estimate
-from reliabilityd.coverage import (
+from reliabilityd.stats.estimators import metric_cells
+from studies.coverage import (
     POPULATIONS,
     Component,
     Population,
@@ -16,7 +17,6 @@ from reliabilityd.coverage import (
     summary_table,
     to_json_lines,
 )
-from reliabilityd.estimators import metric_cells
 
 
 def population(name: str) -> Population:
@@ -103,9 +103,9 @@ def test_results_round_trip_and_tabulate() -> None:
 
 
 def test_the_command_prints_the_tables(capsys: pytest.CaptureFixture[str]) -> None:
-    from reliabilityd.cli import main
+    from studies.coverage import main
 
-    assert main(["study", "coverage", "--quick", "--reps", "30", "--only", "all p = 0.9"]) == 0
+    assert main(reps=30, quick=True, only="all p = 0.9") == 0
     out = capsys.readouterr().out
     assert "30 suites per cell" in out
     assert "| all p = 0.9 | 20 |" in out

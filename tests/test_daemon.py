@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import redis.asyncio as aioredis
 
-from reliabilityd import snapshot
 from reliabilityd.config import StoreConfig
-from reliabilityd.daemon import Daemon
+from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import TrialEvent
-from reliabilityd.lottery import lottery_cases
-from reliabilityd.store import Store
+from reliabilityd.stats import snapshot
+from reliabilityd.stats.lottery import lottery_cases
+from reliabilityd.store._store import Store
 from tests.daemon_fixtures import make_config, running, running_task, store_for, with_stream
 from tests.helpers import Truth, make_events, payloads, publish, toml_of, truth_of, wait_until
 from tests.servers import Mosquitto, RedisServer

@@ -17,11 +17,11 @@ import msgspec
 import pytest
 from redis.exceptions import ResponseError
 
-from reliabilityd import dedup
-from reliabilityd.cli import main
+from reliabilityd.cli._main import main
 from reliabilityd.events import TrialEvent
-from reliabilityd.scripts import APPLY
-from reliabilityd.store import _OUTCOME_CODE, Store, connect
+from reliabilityd.store import dedup
+from reliabilityd.store._scripts import APPLY
+from reliabilityd.store._store import _OUTCOME_CODE, Store, connect
 from tests.helpers import wait_until
 from tests.servers import RedisServer
 

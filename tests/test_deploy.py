@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from reliabilityd import config as config_mod
-from reliabilityd.alerts import Rule
+from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import Config
-from reliabilityd.devservers import _binary
+from reliabilityd.embedded.processes import _binary
 from reliabilityd.errors import ConfigError
 from tests.daemon_fixtures import store_for
 from tests.helpers import wait_until

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reliabilityd.detector import RecentCounts, evidence, recent_counts
+from reliabilityd.stats.detector import RecentCounts, evidence, recent_counts
 
 
 def test_windows_parse_oldest_first() -> None:

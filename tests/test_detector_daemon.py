@@ -7,14 +7,15 @@ import asyncio
 import msgspec
 import pytest
 
-from reliabilityd import estimate, rulestate
-from reliabilityd.alerts import Rule
-from reliabilityd.client import AsyncClient
+from reliabilityd import estimate
+from reliabilityd.alerting import rulestate
+from reliabilityd.alerting.rules import Rule
+from reliabilityd.cli.status import status
+from reliabilityd.client._client import AsyncClient
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.events import TrialEvent
-from reliabilityd.snapshot import Snapshot
-from reliabilityd.status import status
-from reliabilityd.store import Store
+from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store._store import Store
 from tests.daemon_fixtures import running
 from tests.helpers import wait_until
 from tests.servers import RedisServer

@@ -19,13 +19,13 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from reliabilityd import embedded
-from reliabilityd.cli import main
+from reliabilityd.cli._main import main
 from reliabilityd.config import Config, MqttConfig
-from reliabilityd.daemon import Daemon
-from reliabilityd.devservers import ServerError
+from reliabilityd.daemon._daemon import Daemon
+from reliabilityd.embedded import _servers as embedded
+from reliabilityd.embedded.processes import ServerError
 from reliabilityd.events import TrialEvent
-from reliabilityd.store import Store
+from reliabilityd.store._store import Store
 from tests.embedded_helpers import (
     Endpoints,
     broken_system_servers,

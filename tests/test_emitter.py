@@ -13,10 +13,10 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from reliabilityd.cli import main
-from reliabilityd.embedded import IotcoreBroker
-from reliabilityd.emitter import Emitter, EmitterError, EmitterFull
-from reliabilityd.store import Store
+from reliabilityd.cli._main import main
+from reliabilityd.client.emitter import Emitter, EmitterError, EmitterFull
+from reliabilityd.embedded._servers import IotcoreBroker
+from reliabilityd.store._store import Store
 from tests.daemon_fixtures import make_config, running
 from tests.helpers import wait_until
 from tests.servers import Mosquitto, RedisServer, free_port

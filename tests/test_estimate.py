@@ -12,14 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reliabilityd import Estimate, Histogram, estimate, estimate_metrics, saddlepoint
-from reliabilityd.bootstrap import (
+from reliabilityd import Estimate, Histogram, estimate, estimate_metrics
+from reliabilityd.stats import saddlepoint
+from reliabilityd.stats.bootstrap import (
     percentile_interval,
     replicate_means,
     resampled_cell_counts,
     wilson_interval,
 )
-from reliabilityd.estimators import metric_cells
+from reliabilityd.stats.estimators import metric_cells
 
 SEED_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
 SEED_TASKS = [(5, c) for c in SEED_PASSES]
@@ -163,7 +164,7 @@ def test_cost_is_flat_in_task_count(monkeypatch: pytest.MonkeyPatch) -> None:
 
     # The package's `estimate` function shadows the module's name: patch the module.
     monkeypatch.setattr(
-        importlib.import_module("reliabilityd.estimate"), "resampled_cell_counts", spy
+        importlib.import_module("reliabilityd.stats.estimate"), "resampled_cell_counts", spy
     )
     rng = np.random.default_rng(0)
     for tasks in (1_000, 1_000_000):

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reliabilityd import pass_at_k, pass_hat_k
-from reliabilityd.estimators import (
+from reliabilityd.stats.estimators import (
     lottery_gap,
     pass_at_k_cells,
     pass_hat_k_cells,

@@ -23,7 +23,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from reliabilityd.config import IngestConfig, MqttConfig, RedisConfig
 from reliabilityd.events import TrialEvent
-from reliabilityd.store import Store
+from reliabilityd.store._store import Store
 from tests.daemon_fixtures import make_config, running, store_for
 from tests.helpers import (
     DaemonProcess,

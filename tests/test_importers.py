@@ -18,16 +18,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reliabilityd import estimate, estimate_metrics
-from reliabilityd.cli import main
+from reliabilityd.cli._main import main
 from reliabilityd.events import TrialEvent, validate
-from reliabilityd.importers import (
+from reliabilityd.importers._import import (
     ImportFileError,
     import_file,
     read,
     suite_name,
     task_name,
 )
-from reliabilityd.store import CHUNK, Store, connect
+from reliabilityd.store._store import CHUNK, Store, connect
 from tests import result_files as rf
 from tests.daemon_fixtures import make_config, running
 from tests.helpers import wait_until

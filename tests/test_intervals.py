@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reliabilityd import INTERVALS, Histogram, estimate, estimate_metrics
-from reliabilityd.estimators import metric_cells
-from reliabilityd.intervals import EXACT_DRAW_LIMIT, atoms, gaffke, percentile
-from reliabilityd.saddlepoint import bootstrap_mean_quantiles, dirichlet_mean_quantile
-from reliabilityd.snapshot import StatsSettings, full_estimates
+from reliabilityd.stats.estimators import metric_cells
+from reliabilityd.stats.intervals import EXACT_DRAW_LIMIT, atoms, gaffke, percentile
+from reliabilityd.stats.saddlepoint import bootstrap_mean_quantiles, dirichlet_mean_quantile
+from reliabilityd.stats.snapshot import StatsSettings, full_estimates
 
 Z_SPREAD = 0.0598  # MC sd of a 2.5% / 97.5% bound with B = 2000, in bootstrap sds
 

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reliabilityd import Histogram, LotteryCase, lottery_cases
-from reliabilityd.estimators import lottery_gap
-from reliabilityd.lottery import ranked_cell_groups
+from reliabilityd.stats.estimators import lottery_gap
+from reliabilityd.stats.lottery import ranked_cell_groups
 
 SEED_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
 

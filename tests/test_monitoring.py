@@ -20,9 +20,9 @@ import aiohttp
 import msgspec
 import yaml
 
-from reliabilityd.alerts import Rule
+from reliabilityd.alerting.notify import Notification, alertmanager_alert, generator_url
+from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import AlertmanagerSinkConfig, Config, SinksConfig
-from reliabilityd.notify import Notification, alertmanager_alert, generator_url
 from tests.daemon_fixtures import store_for
 from tests.helpers import publish, wait_until
 from tests.http_helpers import event, get, http_config, post, scrape, serving

@@ -13,9 +13,9 @@ from typing import Literal
 import msgspec
 import pytest
 
+from reliabilityd.broker import Connection, Message, MqttError, connect
 from reliabilityd.config import MqttConfig
-from reliabilityd.mqtt import consume
-from reliabilityd.mqtt_client import Connection, Message, MqttError, connect
+from reliabilityd.sources.mqtt import consume
 from tests.helpers import wait_until
 from tests.servers import Mosquitto, free_port
 

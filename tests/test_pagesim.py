@@ -5,11 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reliabilityd.alerts import Rule
-from reliabilityd.estimate import estimate_metrics
-from reliabilityd.histogram import Histogram
-from reliabilityd.pagerate import expected_false_pages
-from reliabilityd.pagesim import (
+from reliabilityd.alerting.forecast import expected_false_pages
+from reliabilityd.alerting.pagesim import (
     MAKE_UPS,
     SHAPES,
     Shape,
@@ -20,6 +17,9 @@ from reliabilityd.pagesim import (
     trailing_counts,
     window_estimates,
 )
+from reliabilityd.alerting.rules import Rule
+from reliabilityd.stats.estimate import estimate_metrics
+from reliabilityd.stats.histogram import Histogram
 
 TODAY = Rule(name="r", k=5, below=0.75, resolve_above=0.8)
 DETECTOR = Rule(name="d", k=5, below=0.75, resolve_above=0.8, trigger="detector")

@@ -9,10 +9,10 @@ import msgspec
 import pytest
 
 from reliabilityd import Client, estimate, lottery_cases
-from reliabilityd.cli import main
+from reliabilityd.cli._main import main
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.events import TrialEvent
-from reliabilityd.store import Store, connect
+from reliabilityd.store._store import Store, connect
 from tests.daemon_fixtures import running
 from tests.helpers import wait_until
 from tests.servers import RedisServer
@@ -236,8 +236,8 @@ def test_reset_deletes_the_suite_and_nothing_else(
 async def test_idle_tasks_leave_a_lifetime_suite(
     redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from reliabilityd import daemon as daemon_mod
     from reliabilityd.config import SuiteOverride
+    from reliabilityd.daemon import _daemon as daemon_mod
 
     monkeypatch.setattr(daemon_mod, "IDLE_SWEEP_EVERY", 0.1)
     cfg = msgspec.structs.replace(

@@ -21,8 +21,6 @@ import numpy as np
 import pytest
 import redis.asyncio as aioredis
 
-from reliabilityd import daemon as daemon_module
-from reliabilityd import dedup
 from reliabilityd.config import (
     AlertmanagerSinkConfig,
     Config,
@@ -31,8 +29,10 @@ from reliabilityd.config import (
     SinksConfig,
     WebhookSinkConfig,
 )
+from reliabilityd.daemon import _daemon as daemon_module
 from reliabilityd.events import TrialEvent
-from reliabilityd.store import Store
+from reliabilityd.store import dedup
+from reliabilityd.store._store import Store
 from tests.alertmanager_stub import Receiver
 from tests.daemon_fixtures import make_config, running, running_task, store_for
 from tests.helpers import payloads, publish, wait_until

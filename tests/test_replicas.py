@@ -13,10 +13,10 @@ from typing import Any
 
 import msgspec
 
-from reliabilityd import snapshot
 from reliabilityd.config import Config, DaemonConfig
-from reliabilityd.histogram import Histogram
-from reliabilityd.store import Store
+from reliabilityd.stats import snapshot
+from reliabilityd.stats.histogram import Histogram
+from reliabilityd.store._store import Store
 from tests.alertmanager_stub import Receiver
 from tests.daemon_fixtures import running, store_for
 from tests.helpers import wait_until

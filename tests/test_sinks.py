@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from reliabilityd.sinks import Http, SinkError
+from reliabilityd.alerting.sinks import Http, SinkError
 from tests.helpers import wait_until
 
 

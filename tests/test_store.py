@@ -9,11 +9,11 @@ import msgspec
 import numpy as np
 import pytest
 
-from reliabilityd.alerts import AlertState
-from reliabilityd.alertstore import Cas
+from reliabilityd.alerting.rules import AlertState
 from reliabilityd.events import Rejected, TrialEvent
-from reliabilityd.lottery import lottery_cases, ranked_cell_groups
-from reliabilityd.store import Store, connect, pipelined
+from reliabilityd.stats.lottery import lottery_cases, ranked_cell_groups
+from reliabilityd.store._alerts import Cas
+from reliabilityd.store._store import Store, connect, pipelined
 from tests.helpers import make_events, truth_of, wait_until
 from tests.servers import RedisServer
 
@@ -186,7 +186,7 @@ async def test_a_deadletter_retry_after_a_lost_reply_writes_nothing_twice(store:
 
 
 async def test_a_batch_larger_than_one_chunk(store: Store) -> None:
-    from reliabilityd import store as store_module
+    from reliabilityd.store import _store as store_module
 
     n = store_module.CHUNK * 2 + 7
     events = [TrialEvent("s", f"t{i % 10}", str(i), "pass" if i % 3 else "fail") for i in range(n)]

@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from reliabilityd.backoff import Backoff
+from reliabilityd.daemon.supervisor import supervise
 from reliabilityd.errors import ConfigError
-from reliabilityd.supervisor import supervise
 
 
 def test_backoff_doubles_up_to_its_cap_and_starts_over_after_a_success() -> None:

@@ -1,0 +1,561 @@
+"""Benchmark: events committed to Redis per second, beside bare subscribers' rates.
+
+Every consumer drains the same kind of backlog from the same broker in the
+same run: the publisher first fills the broker's queue for the consumer's
+persistent session, then the consumer connects and the clock runs until the
+last message is in (bare subscribers) or the last event is committed in
+Redis (reliabilityd, acknowledgment after commit). Draining a backlog
+measures the consumer, not the publisher. The bare subscribers: the client
+reliabilityd uses (``mqtt_client``, acknowledging each batch as it is taken),
+gmqtt 0.8 and aiomqtt (paho) with automatic acknowledgment, and the C
+``mosquitto_sub``. Consumers alternate for a few rounds; each keeps its best.
+gmqtt and aiomqtt come with the dev extra, not with the package: without
+them the command says so in one line.
+
+Also: the CPU per 1,000 events of the daemon, Redis and the broker while
+reliabilityd drains (and the rate their sum allows on two cores), the
+Redis-side bound (one Redis core at the measured Redis CPU per event; and
+``Store.apply`` alone, no MQTT, one round trip at a time), the latency from
+publish to commit at a steady 1,000 events/s, the daemon's CPU per 1,000
+events there beside a bare subscriber's, and Redis memory per task with
+100,000 tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+import msgspec
+
+from reliabilityd.broker import connect
+from reliabilityd.config import Config, IngestConfig, MqttConfig, RedisConfig, StatsConfig
+from reliabilityd.daemon._daemon import Daemon, Decoded
+from reliabilityd.embedded.processes import Mosquitto, RedisServer, free_port
+from reliabilityd.events import TrialEvent
+from reliabilityd.store._store import Store, StreamCursor
+from reliabilityd.store._store import connect as redis_connect
+
+SINGLE_MESSAGES = 40_000
+BATCH_MESSAGES = 2_000
+BATCH_SIZE = 100
+MEMORY_TASKS = 100_000
+ROUNDS = 3
+STEADY_RATE = 1_000
+STEADY_SECONDS = 5.0
+# Today's README figures (aiomqtt consumer), 1 event per message: the 4x target's base.
+PREVIOUS_RATE = 9_200
+
+
+def _events(count: int, offset: int = 0, suite: str = "bench") -> list[TrialEvent]:
+    return [
+        TrialEvent(
+            suite,
+            f"task {i % 5000}",
+            f"run-{offset + i}",
+            "pass" if (i * 7) % 10 < 7 else "fail",
+        )
+        for i in range(count)
+    ]
+
+
+async def _redis_cpu(redis_url: str) -> float:
+    """CPU seconds the Redis server has used (its own accounting, robust to a busy machine)."""
+    client = redis_connect(redis_url)
+    info = await client.info("cpu")
+    await client.aclose()
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _mqtt_config(port: int, client_id: str, topic: str) -> MqttConfig:
+    return MqttConfig(url=f"mqtt://127.0.0.1:{port}", topic=topic, client_id=client_id)
+
+
+async def _fill(port: int, topic: str, messages: Sequence[bytes]) -> None:
+    """Publish everything at QoS 1, 500 unacknowledged at a time."""
+    conn = await connect(
+        _mqtt_config(port, "bench-publisher", topic), identifier="bench-publisher", persistent=False
+    )
+    try:
+        for i in range(0, len(messages), 500):
+            await asyncio.gather(
+                *(conn.publish(topic, m, retain=False) for m in messages[i : i + 500])
+            )
+    finally:
+        await conn.close()
+
+
+async def _session(port: int, client_id: str, topic: str) -> None:
+    """Create the persistent session and its subscription, then go away."""
+    cfg = _mqtt_config(port, client_id, topic)
+    conn = await connect(cfg, identifier=client_id, persistent=True, receive_maximum=1000)
+    await conn.subscribe(topic)
+    await conn.close()
+
+
+# --- bare subscribers: messages/s draining a backlog --------------------------
+
+
+async def _ours(port: int, client_id: str, topic: str, count: int) -> float:
+    """Our client with the daemon's defaults (Receive Maximum, batch size)."""
+    cfg = _mqtt_config(port, client_id, topic)
+    started = time.perf_counter()
+    conn = await connect(
+        cfg, identifier=client_id, persistent=True, receive_maximum=cfg.receive_maximum
+    )
+    await conn.subscribe(topic)
+    received = 0
+    batch_size = IngestConfig().max_batch
+    while received < count:
+        batch = await conn.take(batch_size)
+        conn.ack(batch)
+        received += len(batch)
+    took = time.perf_counter() - started
+    await conn.close()
+    return count / took
+
+
+async def _gmqtt(port: int, client_id: str, topic: str, count: int) -> float:
+    import gmqtt
+
+    done = asyncio.Event()
+    received = 0
+
+    def on_message(*_: object) -> int:
+        nonlocal received
+        received += 1
+        if received == count:
+            done.set()
+        return 0
+
+    client = gmqtt.Client(
+        client_id,
+        clean_session=False,
+        session_expiry_interval=3600,
+        receive_maximum=MqttConfig().receive_maximum,
+    )
+    client.on_message = on_message
+    started = time.perf_counter()
+    await client.connect("127.0.0.1", port)
+    client.subscribe(topic, qos=1)
+    await done.wait()
+    took = time.perf_counter() - started
+    await client.disconnect()
+    return count / took
+
+
+async def _aiomqtt(port: int, client_id: str, topic: str, count: int) -> float:
+    import aiomqtt
+
+    started = time.perf_counter()
+    received = 0
+    async with aiomqtt.Client(
+        "127.0.0.1",
+        port,
+        identifier=client_id,
+        clean_session=False,
+        protocol=aiomqtt.ProtocolVersion.V311,
+    ) as client:
+        await client.subscribe(topic, qos=1)
+        async for _ in client.messages:
+            received += 1
+            if received == count:
+                break
+    return count / (time.perf_counter() - started)
+
+
+async def _mosquitto_sub(port: int, client_id: str, topic: str, count: int) -> float:
+    binary = shutil.which("mosquitto_sub")
+    assert binary is not None
+    argv = [binary, "-p", str(port), "-i", client_id, "-c", "-q", "1", "-t", topic]
+    started = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        *argv, "-C", str(count), stdout=asyncio.subprocess.DEVNULL
+    )
+    await proc.wait()
+    return count / (time.perf_counter() - started)
+
+
+Bare = Callable[[int, str, str, int], Awaitable[float]]
+
+
+async def _bare_rate(port: int, name: str, run: Bare, messages: Sequence[bytes]) -> float:
+    client_id = f"bench-{name}-{time.monotonic_ns()}"
+    topic = f"bench/{client_id}"
+    if run is _mosquitto_sub:
+        binary = shutil.which("mosquitto_sub")
+        assert binary is not None
+        argv = [binary, "-p", str(port), "-i", client_id, "-c", "-q", "1", "-t", topic, "-E"]
+        await (await asyncio.create_subprocess_exec(*argv)).wait()
+    else:
+        await _session(port, client_id, topic)
+    await _fill(port, topic, messages)
+    return await run(port, client_id, topic, len(messages))
+
+
+# --- reliabilityd -------------------------------------------------------------
+
+
+def _daemon_config(redis_url: str, port: int, prefix: str) -> Config:
+    return Config(
+        redis=RedisConfig(url=redis_url, prefix=prefix),
+        mqtt=_mqtt_config(port, f"bench-{prefix}", f"bench/{prefix}"),
+        stats=StatsConfig(k=[1, 5], ci_interval=5.0),
+        ingest=IngestConfig(),
+    )
+
+
+async def _daemon_rate(
+    redis_url: str, port: int, prefix: str, messages: list[bytes], *, events: int, broker_pid: int
+) -> tuple[float, float, float, float]:
+    """reliabilityd draining a backlog: events/s committed; daemon, Redis and broker CPU
+    ms per 1,000 events while it drains."""
+    cfg = _daemon_config(redis_url, port, prefix)
+    # First start creates the persistent session; then the backlog builds up.
+    await _run_until(cfg, _true)
+    await _fill(port, cfg.mqtt.topic, messages)
+    store = Store(redis_connect(redis_url), prefix)
+    counted = 0
+
+    async def done() -> bool:
+        nonlocal counted
+        counted = (await store.read_state("bench")).counters.trials
+        return counted >= events
+
+    redis_cpu = await _redis_cpu(redis_url)
+    broker_cpu = _process_cpu(broker_pid)
+    cpu = time.process_time()
+    started = time.perf_counter()
+    finished = await _run_until(cfg, done)
+    took = finished[0] - started
+    cpu = finished[1] - cpu
+    broker_cpu = _process_cpu(broker_pid) - broker_cpu
+    redis_cpu = await _redis_cpu(redis_url) - redis_cpu
+    await store.client.aclose()
+    per = 1e6 / events
+    return events / took, per * cpu, per * redis_cpu, per * broker_cpu
+
+
+async def _true() -> bool:
+    return True
+
+
+async def _run_until(
+    cfg: Config, finished: Callable[[], Awaitable[bool]], daemon: Daemon | None = None
+) -> tuple[float, float]:
+    """Run a daemon until ``finished``; the wall clock and CPU time then (not after its stop)."""
+    daemon = daemon or Daemon(cfg)
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.run(stop))
+    await daemon.subscribed.wait()
+    # The condition lives in Redis: there is no event to wait on, so poll it.
+    while not await finished():  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    at = time.perf_counter(), time.process_time()
+    stop.set()
+    await task
+    await daemon.store.client.aclose()
+    return at
+
+
+async def _latency(redis_url: str, port: int) -> tuple[float, float, float]:
+    """Publish at a steady rate; (p50 ms, p99 ms, daemon CPU ms per 1,000 events).
+
+    The publisher is a child process (its CPU is not the daemon's); each event
+    carries its send time in ``ts``, read back when its batch is committed.
+    """
+    cfg = _daemon_config(redis_url, port, "steady")
+    daemon = Daemon(cfg)
+    count = int(STEADY_RATE * STEADY_SECONDS)
+    latencies: list[float] = []
+    inner = daemon.commit_decoded
+
+    async def timed_commit(
+        batch: Decoded, sent: asyncio.Event | None = None, *, cursor: StreamCursor | None = None
+    ) -> None:
+        await inner(batch, sent, cursor=cursor)
+        now = time.time()
+        latencies.extend(now - (e.ts or now) for evs in batch.by_suite.values() for e in evs)
+
+    daemon.commit_decoded = timed_commit  # type: ignore[method-assign,assignment]
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.run(stop))
+    await daemon.subscribed.wait()
+    cpu = time.process_time()
+    publisher = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "benchmarks.bench_ingest", "publish-steady", str(port), str(count)
+    )
+    await publisher.wait()
+    for _ in range(500):
+        if len(latencies) >= count:
+            break
+        await asyncio.sleep(0.01)
+    cpu = time.process_time() - cpu
+    stop.set()
+    await task
+    await daemon.store.client.aclose()
+    q = statistics.quantiles(latencies, n=100)
+    return 1000 * q[49], 1000 * q[98], 1e6 * cpu / len(latencies)
+
+
+async def _steady_bare(port: int) -> float:
+    """The steady figure's floor: a bare subscriber of our client, same publisher, same pace.
+
+    It acknowledges each batch as taken; CPU ms per 1,000 messages.
+    """
+    cfg = _mqtt_config(port, "bench-steady-bare", "bench/steady")
+    conn = await connect(cfg, identifier=cfg.client_id, persistent=False, receive_maximum=1000)
+    await conn.subscribe(cfg.topic)
+    count = int(STEADY_RATE * STEADY_SECONDS)
+    cpu = time.process_time()
+    publisher = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "benchmarks.bench_ingest", "publish-steady", str(port), str(count)
+    )
+    received = 0
+    while received < count:
+        batch = await conn.take(500)
+        conn.ack(batch)
+        received += len(batch)
+    cpu = time.process_time() - cpu
+    await publisher.wait()
+    await conn.close()
+    return 1e6 * cpu / count
+
+
+async def _publish_steady(port: int, count: int) -> None:
+    """The steady publisher's own process: one event per message at STEADY_RATE."""
+    cfg = _mqtt_config(port, "bench-steady-publisher", "bench/steady")
+    conn = await connect(cfg, identifier=cfg.client_id, persistent=False)
+    events = _events(count, offset=5 * 10**7)
+    pending: list[asyncio.Task[None]] = []
+    started = time.perf_counter()
+    for i, event in enumerate(events):
+        delay = started + i / STEADY_RATE - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        payload = msgspec.json.encode(msgspec.structs.replace(event, ts=time.time()))
+        pending.append(asyncio.create_task(conn.publish(cfg.topic, payload, retain=False)))
+    await asyncio.gather(*pending)
+    await conn.close()
+
+
+async def _redis_bound(
+    redis_url: str, events_per_call: int, chunks: int, offset: int
+) -> tuple[float, float]:
+    """Store.apply alone (no MQTT, no decoding): events/s, and events per Redis CPU second.
+
+    New trials only (``offset`` apart from any earlier call): duplicates cost Redis less.
+    """
+    store = Store(redis_connect(redis_url), "bound")
+    batches = [
+        {"bench": _events(events_per_call, offset=offset + i * events_per_call)}
+        for i in range(chunks)
+    ]
+    redis_cpu = await _redis_cpu(redis_url)
+    started = time.perf_counter()
+    for batch in batches:
+        await store.apply(batch, windows={"bench": 0}, dedup_ttl=7200)
+    took = time.perf_counter() - started
+    redis_cpu = await _redis_cpu(redis_url) - redis_cpu
+    await store.client.aclose()
+    total = events_per_call * chunks
+    return total / took, total / redis_cpu
+
+
+async def _memory(redis_url: str) -> None:
+    store = Store(redis_connect(redis_url), "mem")
+    client = store.client
+    before = int((await client.info("memory"))["used_memory"])
+    per_batch = 2000
+    for start in range(0, MEMORY_TASKS, per_batch):
+        batch = [
+            TrialEvent("mem", f"task {i:06d}", f"r{j}", "pass" if (i + j) % 3 else "fail")
+            for i in range(start, start + per_batch)
+            for j in range(5)
+        ]
+        await store.apply({"mem": batch}, windows={}, dedup_ttl=7200)
+    after = int((await client.info("memory"))["used_memory"])
+    usage = {
+        name: int(await client.memory_usage(store.key("mem", name), samples=0) or 0)
+        for name in ("tasks", "hist", "lottery", "meta")
+    }
+    buckets = [k async for k in client.scan_iter(match=store.key("mem", "dedup:*"), count=1000)]
+    records = sum([int(await client.scard(k)) for k in buckets])
+    bucket_bytes = sum([int(await client.memory_usage(k, samples=0) or 0) for k in buckets])
+    await client.aclose()
+    state = usage["tasks"] + usage["lottery"]
+    print(f"\nRedis memory with {MEMORY_TASKS:,} tasks x 5 trials (MEMORY USAGE):")
+    print(f"  tasks hash      {usage['tasks'] / MEMORY_TASKS:7.1f} B/task")
+    print(f"  lottery index   {usage['lottery'] / MEMORY_TASKS:7.1f} B/task (tasks with 0 < c < n)")
+    print(
+        f"  histogram       {usage['hist']:7d} B total ({usage['hist'] / MEMORY_TASKS:.2f} B/task)"
+    )
+    print(f"  per-task state  {state / MEMORY_TASKS:7.1f} B/task")
+    print(
+        f"  dedup record    {bucket_bytes / max(1, records):7.1f} B/trial "
+        f"(lives dedup_ttl and the rest of its bucket; {records:,} now)"
+    )
+    print(f"  used_memory grew {(after - before) / MEMORY_TASKS:6.1f} B/task (everything included)")
+
+
+async def _main() -> None:
+    bares: dict[str, Bare] = {
+        "ours": _ours,
+        "gmqtt": _gmqtt,
+        "aiomqtt": _aiomqtt,
+        "mosquitto_sub": _mosquitto_sub,
+    }
+    with tempfile.TemporaryDirectory(prefix="reliabilityd-bench-") as tmp:
+        redis = RedisServer("redis", Path(tmp), free_port())
+        broker = Mosquitto("mosquitto", Path(tmp), free_port())
+        redis.start()
+        broker.start()
+        try:
+            singles = [msgspec.json.encode(e) for e in _events(SINGLE_MESSAGES)]
+            evs = _events(BATCH_MESSAGES * BATCH_SIZE, offset=10**7)
+            batches = [
+                msgspec.json.encode(evs[i : i + BATCH_SIZE]) for i in range(0, len(evs), BATCH_SIZE)
+            ]
+            # Alternate the consumers and keep each one's best round: on a
+            # shared machine a slow round says more about the neighbours.
+            one: dict[str, float] = dict.fromkeys(["reliabilityd", *bares], 0.0)
+            hundred = dict(one)
+            # CPU ms per 1,000 events while reliabilityd drains (daemon, Redis,
+            # broker), each the smallest of the rounds, per shape.
+            costs = {shape: [float("inf")] * 3 for shape in ("one", "hundred")}
+            assert broker.proc is not None
+            for r in range(ROUNDS):
+                for shape, msgs, count, rates in (
+                    ("one", singles, len(singles), one),
+                    ("hundred", batches, len(evs), hundred),
+                ):
+                    rate, *cpu = await _daemon_rate(
+                        redis.url,
+                        broker.port,
+                        f"{shape}{r}",
+                        msgs,
+                        events=count,
+                        broker_pid=broker.proc.pid,
+                    )
+                    rates["reliabilityd"] = max(rates["reliabilityd"], rate)
+                    costs[shape] = [min(a, b) for a, b in zip(costs[shape], cpu, strict=True)]
+                for name, run in bares.items():
+                    one[name] = max(one[name], await _bare_rate(broker.port, name, run, singles))
+                    rate = BATCH_SIZE * await _bare_rate(broker.port, name, run, batches)
+                    hundred[name] = max(hundred[name], rate)
+            bounds = [
+                await _redis_bound(redis.url, 2000, 25, offset=10**8 * (r + 1))
+                for r in range(ROUNDS)
+            ]
+            p50, p99, cpu_steady = await _latency(redis.url, broker.port)
+            cpu_steady_bare = await _steady_bare(broker.port)
+            _report(
+                one,
+                hundred,
+                bound=(max(b[0] for b in bounds), max(b[1] for b in bounds)),
+                costs=costs,
+                steady=(cpu_steady, cpu_steady_bare),
+                latency=(p50, p99),
+            )
+            await _memory(redis.url)
+        finally:
+            with contextlib.suppress(Exception):
+                broker.stop(signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                redis.stop(signal.SIGKILL)
+
+
+def _report(
+    one: dict[str, float],
+    hundred: dict[str, float],
+    *,
+    bound: tuple[float, float],
+    costs: dict[str, list[float]],
+    steady: tuple[float, float],
+    latency: tuple[float, float],
+) -> None:
+    cpu_steady, cpu_steady_bare = steady
+    p50, p99 = latency
+    bound_wall, bound_cpu = bound
+    labels = {
+        "reliabilityd": "reliabilityd (committed)",
+        "ours": "bare mqtt_client (ours)",
+        "gmqtt": "bare gmqtt 0.8",
+        "aiomqtt": "bare aiomqtt (paho)",
+        "mosquitto_sub": "mosquitto_sub (C)",
+    }
+    print(f"best of {ROUNDS} alternating rounds, each draining a backlog (events/s)")
+    print(f"{'consumer':<26} {'1 event/message':>16} {f'{BATCH_SIZE} events/message':>20}")
+    for name, rate in one.items():
+        print(f"{labels[name]:<26} {rate:>16,.0f} {hundred[name]:>20,.0f}")
+    ours = one["reliabilityd"]
+    for name in ("ours", "gmqtt", "aiomqtt", "mosquitto_sub"):
+        if name in one:
+            print(
+                f"  reliabilityd / {labels[name]:<24} {ours / one[name]:5.2f}x at 1 event/message"
+            )
+    print(
+        f"  reliabilityd / the previous consumer ({PREVIOUS_RATE:,} ev/s) "
+        f"{ours / PREVIOUS_RATE:5.2f}x"
+    )
+    redis_core = 1e6 / costs["hundred"][1]
+    print(
+        f"Redis-side bound: one Redis core at the {costs['hundred'][1]:.1f} ms of Redis CPU per "
+        f"1,000 events measured at {BATCH_SIZE} events/message: {redis_core:,.0f} events/s; "
+        f"reliabilityd reached {hundred['reliabilityd'] / redis_core:.2f} of it"
+    )
+    print(
+        f"  Store.apply of 2,000-event chunks alone, one round trip at a time: "
+        f"{bound_wall:,.0f} events/s; {bound_cpu:,.0f} events per second of Redis CPU"
+    )
+    print("CPU ms per 1,000 events while reliabilityd drains (best round):")
+    print(f"  {'shape':<20} {'daemon':>7} {'Redis':>7} {'broker':>7} {'sum':>7}  two cores allow")
+    for shape, label in (("one", "1 event/message"), ("hundred", f"{BATCH_SIZE} events/message")):
+        daemon, redis, broker = costs[shape]
+        total = daemon + redis + broker
+        print(
+            f"  {label:<20} {daemon:>7.1f} {redis:>7.1f} {broker:>7.1f} {total:>7.1f}  "
+            f"{2e6 / total:,.0f} events/s"
+        )
+    print(
+        f"daemon CPU per 1,000 events at a steady {STEADY_RATE:,} events/s, 1 per message "
+        f"(CI ticks included): {cpu_steady:.1f} ms; a bare subscriber of its client at the "
+        f"same pace {cpu_steady_bare:.1f} ms ({cpu_steady / cpu_steady_bare:.1f}x)"
+    )
+    print(
+        f"publish -> commit latency at a steady {STEADY_RATE:,} events/s, 1 per message: "
+        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+    )
+
+
+def main() -> None:
+    missing = [m for m in ("gmqtt", "aiomqtt") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(
+            f"make bench-ingest: its baseline subscribers need {' and '.join(missing)}, "
+            "from the dev extra: pip install 'reliabilityd[dev]'"
+        )
+    asyncio.run(_main())
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["publish-steady"]:
+        asyncio.run(_publish_steady(int(sys.argv[2]), int(sys.argv[3])))
+    else:
+        main()

@@ -1,0 +1,171 @@
+"""Alert evaluation: every rule x the newest snapshot in Redis -> compare-and-set.
+
+A verdict is taken only on the snapshot Redis holds now, never on one this
+replica remembers computing, and the compare-and-set refuses a transition
+decided on an older snapshot version than the one behind the stored state,
+so replicas that tick at different times never flap. A snapshot or a state
+this version cannot decode (a rolling upgrade) is logged and never stops
+judging: the snapshot is marked for a recompute, the state is overwritten by
+the next transition.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import time
+from collections.abc import Sequence
+from functools import partial
+
+import msgspec
+
+from reliabilityd.alerting.notify import build, parse_time
+from reliabilityd.alerting.outbox import Outbox
+from reliabilityd.alerting.rules import AlertState, Observation, Rule, step
+from reliabilityd.config import Config
+from reliabilityd.logs import RateLimited, emit
+from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store._alerts import Undecodable
+from reliabilityd.store._store import Store
+
+_snapshot_decoder = msgspec.json.Decoder(Snapshot)
+
+
+class Evaluator:
+    """Steps each (suite, rule) pair and queues the notifications it decides."""
+
+    def __init__(self, config: Config, store: Store, outbox: Outbox) -> None:
+        self.config = config
+        self.store = store
+        self.outbox = outbox
+        self.rules: list[Rule] = config.rules()
+        self._bad_snapshot_log = RateLimited(30.0)
+        self._bad_state_log = RateLimited(30.0)
+
+    async def newest_snapshots(self, suites: Sequence[str]) -> dict[str, Snapshot]:
+        """The snapshot Redis holds now for each suite that has a readable one.
+
+        One that does not decode was written by another version: it is logged
+        and its suite marked for a recompute by this version.
+        """
+        docs = await self.store.snapshot_docs(suites)
+        out: dict[str, Snapshot] = {}
+        unreadable: list[str] = []
+        for suite, doc in zip(suites, docs, strict=True):
+            if doc is None:
+                continue
+            try:
+                out[suite] = _snapshot_decoder.decode(doc)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                unreadable.append(suite)
+                self._bad_snapshot_log.emit(
+                    logging.WARNING, "snapshot_undecodable", suite=suite, error=exc
+                )
+        if unreadable:
+            await self.store.mark_changed(unreadable)
+        return out
+
+    async def newest_snapshot(self, suite: str) -> Snapshot | None:
+        """The suite's snapshot in Redis now, None when there is none or it does not decode."""
+        return (await self.newest_snapshots([suite])).get(suite)
+
+    async def evaluate(self, suites: Sequence[str]) -> None:
+        """Step every (suite, rule) pair against the suite's newest snapshot."""
+        if not self.rules:
+            return
+        now = time.time()
+        pairs = [(s, r) for s in suites for r in self.rules if fnmatch.fnmatchcase(s, r.suite)]
+        if not pairs:
+            return
+        snaps = await self.newest_snapshots(sorted({s for s, _ in pairs}))
+        states = await self.store.alert_states_checked([(s, r.name) for s, r in pairs])
+        sinks = list(self.outbox.sinks)
+        for (suite, rule), stored in zip(pairs, states, strict=True):
+            snap = snaps.get(suite)
+            if snap is not None:
+                await self._step(suite, rule, snap, self._readable(suite, rule, stored), now)
+        # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
+        triples = [(s, r.name, sink) for s, r in pairs for sink in sinks]
+        for triple, length in zip(triples, await self.store.outbox_lengths(triples), strict=True):
+            if length:
+                self.outbox.kick(*triple)
+
+    def _readable(self, suite: str, rule: Rule, stored: AlertState | Undecodable) -> AlertState:
+        if isinstance(stored, AlertState):
+            return stored
+        # Written by another version: judge afresh; the next transition overwrites it.
+        self._bad_state_log.emit(
+            logging.WARNING,
+            "alert_state_undecodable",
+            suite=suite,
+            rule=rule.name,
+            error=stored.reason,
+        )
+        return AlertState(seq=stored.seq, snapshot_version=stored.snapshot_version)
+
+    async def _step(
+        self, suite: str, rule: Rule, snap: Snapshot, current: AlertState, now: float
+    ) -> None:
+        view = snap.rule(rule.name)
+        est = view.estimate if view is not None and view.estimate is not None else None
+        if est is None:
+            est = snap.estimate(rule.metric, rule.k)
+        if est is None:
+            return  # no estimate with this k yet: no verdict
+        if snap.version < current.snapshot_version:
+            return  # the stored state rests on a newer snapshot than Redis showed us
+        obs = Observation(
+            value=est.value,
+            ci_low=est.ci_low,
+            ci_high=est.ci_high,
+            tasks=est.tasks,
+            runs=est.runs,
+            last_trial_at=parse_time(snap.last_trial_at),
+            evidence=None if view is None else view.evidence,
+        )
+        note_for = partial(
+            build, self.config, rule=rule, suite=suite, estimate=est, snap=snap, now=now
+        )
+        t = step(rule, current, obs, now)
+        target = t.new
+        expected = None if view is None else view.expected_pages_per_day
+        if expected is not None and expected != target.expected_pages_per_day:
+            # The rule's forecast travels with its state, so on-call sees what
+            # the threshold costs (a CAS write without a notification).
+            target = msgspec.structs.replace(target, expected_pages_per_day=expected)
+        if target != current:
+            new = msgspec.structs.replace(
+                target, seq=current.seq + 1, snapshot_version=snap.version
+            )
+            note = None
+            if t.notify is not None:
+                note = note_for(state=new, repeat=t.notify == "repeat")
+            cas = await self.store.alert_cas(
+                suite,
+                rule.name,
+                expected_seq=current.seq,
+                new=new,
+                notification=None if note is None else msgspec.json.encode(note),
+                sinks=list(self.outbox.sinks),
+            )
+            if not cas.won:
+                # Another replica moved the state on, or decided on a newer snapshot.
+                return
+            current = new
+            if note is not None:
+                emit(
+                    logging.WARNING if new.state == "firing" else logging.INFO,
+                    "alert",
+                    rule=rule.name,
+                    suite=suite,
+                    state=new.state,
+                    reason=new.reason,
+                    ci_low=est.ci_low,
+                    snapshot_version=snap.version,
+                )
+                for sink in self.outbox.sinks:
+                    self.outbox.kick(suite, rule.name, sink)
+        if current.state == "firing" and t.notify is None:
+            self.outbox.resend_firing(
+                suite, rule.name, partial(note_for, state=current, repeat=True)
+            )

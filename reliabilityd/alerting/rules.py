@@ -1,0 +1,206 @@
+"""Alert rules as a pure state machine: inactive -> pending -> firing -> resolved.
+
+A rule fires on the CI lower bound, never on the point estimate: a suite
+breaches when ``ci_low < below`` (equal is not a breach, as in the seed's
+gate), and a firing alert resolves only when ``ci_low >= resolve_above``
+(hysteresis: a bound hovering between the two thresholds neither fires nor
+resolves). An UNKNOWN value is a visible state, never a pass: with
+``on_unknown = "alert"`` it counts as a breach, and either way it never
+resolves a firing alert. Too few tasks with n >= k (``min_tasks``) gives no
+verdict. A suite without a counted trial for ``stale_after`` seconds
+breaches too, so a dead judge or a stopped fleet is noticed.
+
+That is the default, ``trigger = "ci-low"``. With ``trigger = "detector"``
+a rule instead breaches on ``Observation.evidence`` (nats, from
+``detector.evidence`` over the suite's committed windows) reaching
+``evidence``, or on the CI upper bound under ``below``, and a firing alert
+resolves when the point estimate is back at ``resolve_above``. Without a
+window there is no evidence (None), and only the upper bound can breach.
+
+No I/O here: the daemon persists ``AlertState`` in Redis and applies each
+transition by compare-and-set, so replicas and restarts never notify twice.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from reliabilityd.stats.intervals import IntervalName
+
+State = Literal["inactive", "pending", "firing", "resolved"]
+Reason = Literal["below", "unknown", "stale"]
+Notify = Literal["firing", "resolved", "repeat"]
+Trigger = Literal["ci-low", "detector"]
+
+
+# Rule names live in Redis keys and MQTT topic levels.
+RuleName = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=r"^[^{}/+#\s]+$")]
+Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One ``[[alerts]]`` table of the config."""
+
+    name: RuleName
+    # Glob over suite names.
+    suite: str = "*"
+    metric: Literal["pass^k", "pass@k"] = "pass^k"
+    k: Annotated[int, msgspec.Meta(ge=1)]
+    # Fires when the CI lower bound is below this (equal is not a breach).
+    below: Probability
+    # The bound must reach this to resolve; defaults to `below`; must be >= below.
+    resolve_above: Probability | None = None
+    # Seconds the breach must hold before firing (`for` in the config).
+    for_seconds: Seconds = msgspec.field(default=0.0, name="for")
+    # No verdict while fewer tasks have n >= k.
+    min_tasks: Annotated[int, msgspec.Meta(ge=1)] = 1
+    # Re-notify every `repeat` seconds while firing; 0 = never.
+    repeat: Seconds = 0.0
+    on_unknown: Literal["ignore", "alert"] = "ignore"
+    severity: Annotated[str, msgspec.Meta(min_length=1)] = "page"
+    # Notify when the suite has had no counted trial for this many seconds.
+    stale_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    # What breaches: "ci-low" (the seed's gate: the CI lower bound under
+    # `below`) or "detector" (``detector.evidence`` reaching `evidence` nats
+    # that pass^k has moved to `below` or under it, or the CI upper bound
+    # under `below`); see reliabilityd/detector.py.
+    trigger: Trigger = "ci-low"
+    # The CI this rule judges (reliabilityd.INTERVALS); None = its suite's interval.
+    interval: IntervalName | None = None
+    # Nats of evidence a "detector" rule needs to breach.
+    evidence: Annotated[float, msgspec.Meta(gt=0)] = 12.0
+    # How many of each task's most recent outcomes the detector scans.
+    recent: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 5
+
+    @property
+    def resolve_at(self) -> float:
+        return self.below if self.resolve_above is None else self.resolve_above
+
+
+class Observation(msgspec.Struct, frozen=True, kw_only=True):
+    """What the latest snapshot says about a rule's metric at its k."""
+
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    tasks: int
+    runs: int
+    last_trial_at: float | None = None
+    # The change detector's evidence that pass^k is below `below` now
+    # (``detector.evidence``); only rules with ``trigger = "detector"`` read it.
+    evidence: float | None = None
+
+
+class AlertState(msgspec.Struct, frozen=True, kw_only=True):
+    state: State = "inactive"
+    # When the current breach began (pending or firing); None when not breaching.
+    started_at: float | None = None
+    ended_at: float | None = None
+    reason: Reason | None = None
+    last_notified_at: float | None = None
+    # Firing notifications per day this rule would send if the suite stayed
+    # as it is now (``pagerate.expected_false_pages``); None until computed.
+    expected_pages_per_day: float | None = None
+    # Bumped by every stored change: the compare-and-set token.
+    seq: int = 0
+    # The snapshot version this state was decided on; a transition decided on
+    # an older snapshot is refused (replicas with different ticks never flap).
+    snapshot_version: int = -1
+
+
+class Transition(msgspec.Struct, frozen=True):
+    """The state to store (when it differs from the current one) and what to notify."""
+
+    new: AlertState
+    notify: Notify | None
+
+
+Verdict = Literal["breach", "clear", "between", "none"]
+
+
+def verdict(rule: Rule, obs: Observation, now: float) -> tuple[Verdict, Reason | None]:
+    """How an observation stands against a rule, and why it breaches."""
+    if (
+        rule.stale_after is not None
+        and obs.last_trial_at is not None
+        and now - obs.last_trial_at > rule.stale_after
+    ):
+        return "breach", "stale"
+    if obs.value is None or obs.ci_low is None:
+        return ("breach", "unknown") if rule.on_unknown == "alert" else ("none", None)
+    if obs.tasks < rule.min_tasks:
+        return "none", None
+    if rule.trigger == "detector":
+        return _detector_verdict(rule, obs)
+    if obs.ci_low < rule.below:
+        return "breach", "below"
+    if obs.ci_low >= rule.resolve_at:
+        return "clear", None
+    return "between", None
+
+
+def _detector_verdict(rule: Rule, obs: Observation) -> tuple[Verdict, Reason | None]:
+    # Evidence of a change now, or a whole window confidently under the threshold.
+    if (obs.evidence is not None and obs.evidence >= rule.evidence) or (
+        obs.ci_high is not None and obs.ci_high < rule.below
+    ):
+        return "breach", "below"
+    assert obs.value is not None  # verdict() returned on UNKNOWN
+    if obs.value >= rule.resolve_at:
+        return "clear", None
+    return "between", None
+
+
+def step(rule: Rule, current: AlertState, obs: Observation, now: float) -> Transition:
+    """The next state of one rule on one suite, and what to notify (if anything)."""
+    v, reason = verdict(rule, obs, now)
+    s = current.state
+    if s in ("inactive", "resolved"):
+        if v != "breach":
+            return Transition(current, None)
+        if rule.for_seconds <= 0:
+            return Transition(_fire(current, now, now, reason), "firing")
+        pending = msgspec.structs.replace(
+            current, state="pending", started_at=now, ended_at=None, reason=reason
+        )
+        return Transition(pending, None) if pending != current else Transition(current, None)
+    if s == "pending":
+        if v != "breach":
+            if v == "none":
+                return Transition(current, None)  # no verdict: hold the timer
+            return Transition(
+                msgspec.structs.replace(current, state="inactive", started_at=None, reason=None),
+                None,
+            )
+        started = current.started_at if current.started_at is not None else now
+        if now - started >= rule.for_seconds:
+            return Transition(_fire(current, started, now, reason), "firing")
+        return Transition(current, None)
+    # firing
+    if v == "clear":
+        resolved = msgspec.structs.replace(
+            current, state="resolved", ended_at=now, last_notified_at=now
+        )
+        return Transition(resolved, "resolved")
+    if (
+        v == "breach"
+        and rule.repeat > 0
+        and current.last_notified_at is not None
+        and now - current.last_notified_at >= rule.repeat
+    ):
+        return Transition(msgspec.structs.replace(current, last_notified_at=now), "repeat")
+    return Transition(current, None)
+
+
+def _fire(current: AlertState, started: float, now: float, reason: Reason | None) -> AlertState:
+    return msgspec.structs.replace(
+        current,
+        state="firing",
+        started_at=started,
+        ended_at=None,
+        reason=reason,
+        last_notified_at=now,
+    )

@@ -1,0 +1,207 @@
+"""What ``reliabilityd status``, ``cases``, ``tasks``, ``reset`` and ``forget`` print and do.
+
+Reads go through ``AsyncClient``; the numbers shown are the daemon's last
+snapshot (values and CIs of one version), or, with ``--k``, computed on
+demand from the stored histogram for any k.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+import msgspec
+
+from reliabilityd.alerting.rules import AlertState, Rule
+from reliabilityd.client._client import AsyncClient, SuiteSummary
+from reliabilityd.stats.estimate import Estimate
+from reliabilityd.stats.estimators import METRICS
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def format_estimate(est: Estimate | None) -> str:
+    """`10.0% [0.0, 25.0]`, `UNKNOWN (3 of 20 tasks short)` or `-` when not computed."""
+    if est is None:
+        return "-"
+    if est.value is None:
+        short = est.left_out
+        total = est.tasks + est.left_out
+        return f"UNKNOWN ({short} of {total} tasks short)" if total else "UNKNOWN (no tasks)"
+    ci = "" if est.ci_95 is None else f" [{_pct(est.ci_95[0])}, {_pct(est.ci_95[1])}]"
+    left = f" ({est.left_out} left out)" if est.left_out else ""
+    return f"{_pct(est.value)}%{ci}{left}"
+
+
+def _age(ts: float | None, now: float) -> str:
+    if ts is None:
+        return "never"
+    seconds = max(0.0, now - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(header, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def status_rows(
+    summary: SuiteSummary, computed: dict[int, dict[str, Estimate]] | None, now: float
+) -> list[list[str]]:
+    """One row per k: from the snapshot, or from on-demand estimates when given."""
+    snap = summary.snapshot
+    per_k: dict[int, dict[str, Estimate]] = {}
+    if computed is not None:
+        per_k = computed
+    elif snap is not None:
+        for est in [*snap.pass_at_k, *snap.pass_hat_k]:
+            per_k.setdefault(est.k, {})[est.metric] = est
+    age = _age(summary.counters.last_trial_at, now)
+    base = [summary.suite, str(summary.tasks), str(summary.counters.trials)]
+    if not per_k:
+        return [[*base, "-", "-", "no snapshot yet (--k K computes now)", "", age]]
+    rows = []
+    for k in sorted(per_k):
+        ests = per_k[k]
+        runs = max((e.runs for e in ests.values()), default=0)
+        rows.append(
+            [
+                *base,
+                str(k),
+                str(runs),
+                format_estimate(ests.get("pass@k")),
+                format_estimate(ests.get("pass^k")),
+                age,
+            ]
+        )
+    return rows
+
+
+def format_alert(suite: str, rule: str, state: AlertState) -> list[str]:
+    since = ""
+    if state.state in ("pending", "firing") and state.started_at is not None:
+        since = "since " + datetime.fromtimestamp(state.started_at).astimezone().isoformat(
+            timespec="seconds"
+        )
+    reason = f"({state.reason})" if state.reason and state.state != "resolved" else ""
+    expected = state.expected_pages_per_day
+    pages = "-" if expected is None else f"{expected:.2g}"
+    return [suite, rule, state.state, since, reason, pages]
+
+
+async def status(
+    client: AsyncClient,
+    suite: str | None,
+    *,
+    ks: Sequence[int],
+    rules: Sequence[Rule],
+    as_json: bool,
+    n_boot: int = 2000,
+    out: Callable[[str], None] = print,
+) -> int:
+    suites = await client.suites()
+    if suite is not None:
+        if suite not in suites:
+            print(f"reliabilityd: no suite named {suite!r} in Redis", file=sys.stderr)
+            return 1
+        suites = [suite]
+    now = time.time()
+    summaries = [await client.summary(s) for s in suites]
+    computed: dict[str, dict[int, dict[str, Estimate]]] = {}
+    for s in summaries if ks else []:
+        computed[s.suite] = {
+            k: {m: await client.estimate(s.suite, k, m, n_boot=n_boot) for m in METRICS} for k in ks
+        }
+    if as_json:
+        docs: list[object] = []
+        for s in summaries:
+            if ks:
+                docs.append(
+                    {
+                        "suite": s.suite,
+                        "tasks": s.tasks,
+                        "trials": s.counters.trials,
+                        "pass_at_k": [computed[s.suite][k]["pass@k"] for k in ks],
+                        "pass_hat_k": [computed[s.suite][k]["pass^k"] for k in ks],
+                    }
+                )
+            else:
+                docs.append(s.snapshot if s.snapshot is not None else {"suite": s.suite})
+        out(msgspec.json.encode(docs[0] if suite is not None else docs).decode())
+        return 0
+    if not summaries:
+        out("no suites yet: nothing has been counted in this Redis under this prefix")
+        return 0
+    rows = [r for s in summaries for r in status_rows(s, computed.get(s.suite), now)]
+    out(
+        _table(
+            [
+                "SUITE",
+                "TASKS",
+                "TRIALS",
+                "K",
+                "RUNS",
+                "PASS@K % [CI]",
+                "PASS^K % [CI]",
+                "LAST TRIAL",
+            ],
+            rows,
+        )
+    )
+    alert_rows = []
+    for s in summaries:
+        names = [r.name for r in rules if fnmatch.fnmatchcase(s.suite, r.suite)]
+        if names:
+            for name, state in (await client.alert_states(s.suite, names)).items():
+                alert_rows.append(format_alert(s.suite, name, state))
+    if alert_rows:
+        out("")
+        out(_table(["SUITE", "RULE", "STATE", "SINCE", "REASON", "EXPECTED PAGES/DAY"], alert_rows))
+        if any(row[-1] != "-" for row in alert_rows):
+            out(
+                "(expected pages/day: a forecast with the current per-task estimates taken "
+                "as the truth)"
+            )
+    return 0
+
+
+async def cases(
+    client: AsyncClient, suite: str, k: int, top: int, out: Callable[[str], None] = print
+) -> int:
+    rows = await client.cases(suite, k, top)
+    if not rows:
+        out(f"no lottery cases at k={k} in {suite!r}: no task with n >= {k} passes only sometimes")
+        return 0
+    out(_table(["TASK", "N", "C"], [[r.task, str(r.n), str(r.c)] for r in rows]))
+    return 0
+
+
+async def tasks(client: AsyncClient, suite: str, out: Callable[[str], None] = print) -> int:
+    counts = await client.tasks(suite)
+    if not counts:
+        out(f"no tasks counted in {suite!r}")
+        return 0
+    out(_table(["TASK", "N", "C"], [[t, str(n), str(c)] for t, (n, c) in sorted(counts.items())]))
+    return 0
+
+
+def confirm(question: str, assume_yes: bool) -> bool:
+    """Ask on the terminal; without one (scripts, CI) only --yes confirms."""
+    if assume_yes:
+        return True
+    if not sys.stdin.isatty():
+        print(f"reliabilityd: {question} Refusing without a terminal; pass --yes.", file=sys.stderr)
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")

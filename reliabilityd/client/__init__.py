@@ -1,0 +1,1 @@
+"""Python access to reliabilityd: ``Client`` / ``AsyncClient`` to read, ``Emitter`` to send."""

@@ -1,0 +1,220 @@
+"""Reading (and administering) reliabilityd's numbers from Python, without the key schema.
+
+``AsyncClient`` is for asyncio code; ``Client`` is the same API for plain
+code, notebooks included (it runs its own event loop in a thread, so it
+works where a loop is already running). Both read what the daemon committed
+to Redis; ``estimate`` computes any k on demand from the stored histogram,
+not only the configured ones.
+
+    from reliabilityd import Client
+    with Client("redis://127.0.0.1:6379/0") as rel:
+        rel.suites()                       # ['deploy-bot', ...]
+        rel.snapshot("deploy-bot")         # the daemon's last Snapshot, or None
+        rel.estimate("deploy-bot", 8)      # pass^8 with its CI, computed now
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import Any, Self, TypeVar
+
+import msgspec
+
+from reliabilityd.alerting.rules import AlertState
+from reliabilityd.stats.estimate import Estimate, estimate
+from reliabilityd.stats.estimators import Metric
+from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
+from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store._store import Counters, Store, connect
+
+T = TypeVar("T")
+
+
+class SuiteSummary(msgspec.Struct, frozen=True):
+    """What ``status`` shows for one suite: its counters and the last snapshot."""
+
+    suite: str
+    tasks: int
+    counters: Counters
+    snapshot: Snapshot | None
+
+
+class AsyncClient:
+    """Typed reads of the suites, snapshots and histograms in Redis."""
+
+    def __init__(
+        self,
+        redis_url: str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = "rel",
+        cluster: bool = False,
+        timeout: float = 10.0,
+    ) -> None:
+        self.store = Store(connect(redis_url, cluster=cluster, timeout=timeout), prefix)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.store.client.aclose()
+
+    async def suites(self) -> list[str]:
+        """Every suite that has received an event, sorted by name."""
+        return await self.store.suites()
+
+    async def snapshot(self, suite: str) -> Snapshot | None:
+        """The daemon's last full snapshot of the suite (values with CIs), None before any.
+
+        A snapshot written by a daemon of another schema version is None too:
+        ``estimate`` computes from the histogram whatever wrote it.
+        """
+        raw = await self.store.snapshot_json(suite)
+        if raw is None:
+            return None
+        try:
+            return msgspec.json.decode(raw, type=Snapshot)
+        except msgspec.ValidationError:
+            return None
+
+    async def summary(self, suite: str) -> SuiteSummary:
+        state = await self.store.read_state(suite)
+        return SuiteSummary(suite, state.hist.tasks, state.counters, await self.snapshot(suite))
+
+    async def estimate(
+        self,
+        suite: str,
+        k: int,
+        metric: Metric = "pass^k",
+        *,
+        confidence: float = 0.95,
+        n_boot: int = 2000,
+        seed: int = 0,
+        min_coverage: float = 1.0,
+    ) -> Estimate:
+        """pass@k or pass^k of the suite at any k, with its CI, from the stored histogram."""
+        state = await self.store.read_state(suite)
+        return estimate(
+            state.hist,
+            k,
+            metric,
+            confidence=confidence,
+            n_boot=n_boot,
+            seed=seed,
+            min_coverage=min_coverage,
+        )
+
+    async def tasks(self, suite: str) -> dict[str, tuple[int, int]]:
+        """Every task's (n trials, c passes). Reads the whole suite: a tool, not a hot path."""
+        return await self.store.task_counts(suite)
+
+    async def cases(self, suite: str, k: int, top: int = 10) -> list[LotteryCase]:
+        """The top lottery cases at k, read from the lottery index (never every task)."""
+        state = await self.store.read_state(suite)
+        groups = ranked_cell_groups(state.hist.at_least(k), k, top)
+        return await self.store.lottery_rows(suite, groups, top)
+
+    async def alert_states(self, suite: str, rules: Sequence[str]) -> dict[str, AlertState]:
+        """The stored state of each named rule on the suite (inactive when never judged)."""
+        states = await self.store.alert_states([(suite, rule) for rule in rules])
+        return dict(zip(rules, states, strict=True))
+
+    async def reset(self, suite: str) -> int:
+        """Delete everything stored for the suite (counts, dedup records, snapshot, alerts)."""
+        return await self.store.reset_suite(suite)
+
+    async def forget(self, suite: str, task: str) -> bool:
+        """Take one task out of the suite's counts; False when the suite has no such task."""
+        return await self.store.forget_task(suite, task)
+
+
+class Client:
+    """``AsyncClient``'s API for synchronous code, on an event loop of its own."""
+
+    def __init__(
+        self,
+        redis_url: str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = "rel",
+        cluster: bool = False,
+        timeout: float = 10.0,
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="reliabilityd-client", daemon=True
+        )
+        self._thread.start()
+        self._async = self._call(_make_async(redis_url, prefix, cluster, timeout))
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._call(self._async.aclose())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def suites(self) -> list[str]:
+        return self._call(self._async.suites())
+
+    def snapshot(self, suite: str) -> Snapshot | None:
+        return self._call(self._async.snapshot(suite))
+
+    def summary(self, suite: str) -> SuiteSummary:
+        return self._call(self._async.summary(suite))
+
+    def estimate(
+        self,
+        suite: str,
+        k: int,
+        metric: Metric = "pass^k",
+        *,
+        confidence: float = 0.95,
+        n_boot: int = 2000,
+        seed: int = 0,
+        min_coverage: float = 1.0,
+    ) -> Estimate:
+        return self._call(
+            self._async.estimate(
+                suite,
+                k,
+                metric,
+                confidence=confidence,
+                n_boot=n_boot,
+                seed=seed,
+                min_coverage=min_coverage,
+            )
+        )
+
+    def tasks(self, suite: str) -> dict[str, tuple[int, int]]:
+        return self._call(self._async.tasks(suite))
+
+    def cases(self, suite: str, k: int, top: int = 10) -> list[LotteryCase]:
+        return self._call(self._async.cases(suite, k, top))
+
+    def alert_states(self, suite: str, rules: Sequence[str]) -> dict[str, AlertState]:
+        return self._call(self._async.alert_states(suite, rules))
+
+    def reset(self, suite: str) -> int:
+        return self._call(self._async.reset(suite))
+
+    def forget(self, suite: str, task: str) -> bool:
+        return self._call(self._async.forget(suite, task))
+
+
+async def _make_async(redis_url: str, prefix: str, cluster: bool, seconds: float) -> AsyncClient:
+    # Built on the client's own loop: redis-py binds its connections to the loop that made them.
+    return AsyncClient(redis_url, prefix=prefix, cluster=cluster, timeout=seconds)

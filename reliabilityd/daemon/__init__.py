@@ -1,0 +1,7 @@
+"""The daemon: wiring of sources, store, statistics and sinks, and its HTTP port."""
+
+from __future__ import annotations
+
+from reliabilityd.daemon._daemon import Daemon, Decoded, check, main
+
+__all__ = ["Daemon", "Decoded", "check", "main"]

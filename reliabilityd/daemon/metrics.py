@@ -1,0 +1,296 @@
+"""Prometheus metrics: this process's own counters and histograms, and suite gauges.
+
+Two kinds of numbers, aggregated differently across replicas:
+
+* **This process's work** (``reliabilityd_trials_total``, duplicates, dead
+  letters, commit and CI timings, sink failures, ``ingest_paused``,
+  ``last_commit_age_seconds``): each replica counts what it did itself, so
+  ``sum`` over replicas is the fleet (``rate`` handles restarts).
+* **A suite's state** (pass@k / pass^k with CI bounds, tasks, alert state,
+  outbox depth): read from Redis at scrape time, the newest snapshot, so
+  every replica exports the same value; aggregate with ``max by (suite, k)``
+  (any replica's value is the value), never ``sum``.
+
+prometheus-client renders a registry of our own (never the global one).
+Reading Redis is async and collectors are not, so ``refresh`` reads Redis
+first and ``SuiteCollector.collect`` only formats what it read.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+import msgspec
+import redis.exceptions
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from reliabilityd.alerting.notify import parse_time
+from reliabilityd.alerting.rules import AlertState, Rule
+from reliabilityd.alerting.sinks import Note, Sink
+from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store._store import Applied, Store
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+ALERT_STATES = ("inactive", "pending", "firing", "resolved")
+# Redis round trips are milliseconds; a commit that waits out an outage is seconds.
+COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+CI_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class SuiteView(msgspec.Struct, frozen=True):
+    """What one scrape read from Redis."""
+
+    snapshots: list[Snapshot]
+    alerts: list[tuple[str, str, AlertState]]  # (suite, rule, state)
+    outbox: dict[str, int]  # sink -> entries waiting, over every suite and rule
+    redis_up: bool
+    read_at: float
+
+
+def _safe_time(text: str | None) -> float | None:
+    """An RFC 3339 time from a snapshot, None when absent or unreadable."""
+    try:
+        return parse_time(text)
+    except ValueError:
+        return None
+
+
+class SuiteCollector(Collector):
+    """Suite gauges from the view the last ``refresh`` read (nothing before the first)."""
+
+    def __init__(self) -> None:
+        self.view: SuiteView | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        view = self.view
+        up = GaugeMetricFamily(
+            "reliabilityd_redis_up", "1 when this scrape could read the suites from Redis"
+        )
+        up.add_metric([], 1.0 if view is not None and view.redis_up else 0.0)
+        yield up
+        if view is None:
+            return
+        for name, attr in (("pass_at_k", "pass_at_k"), ("pass_hat_k", "pass_hat_k")):
+            label = "pass@k" if name == "pass_at_k" else "pass^k"
+            value = GaugeMetricFamily(
+                f"reliabilityd_{name}_ratio",
+                f"{label} point estimate of the newest snapshot (absent while UNKNOWN)",
+                labels=["suite", "k"],
+            )
+            low = GaugeMetricFamily(
+                f"reliabilityd_{name}_ci_lower_ratio",
+                f"Lower bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
+                labels=["suite", "k"],
+            )
+            high = GaugeMetricFamily(
+                f"reliabilityd_{name}_ci_upper_ratio",
+                f"Upper bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
+                labels=["suite", "k"],
+            )
+            unknown = GaugeMetricFamily(
+                f"reliabilityd_{name}_unknown",
+                f"1 while {label} is UNKNOWN (too few trials for k): visible, never a pass",
+                labels=["suite", "k"],
+            )
+            for snap in view.snapshots:
+                for est in getattr(snap, attr):
+                    labels = [snap.suite, str(est.k)]
+                    unknown.add_metric(labels, 1.0 if est.value is None else 0.0)
+                    if est.value is not None:
+                        value.add_metric(labels, est.value)
+                    if est.ci_low is not None and est.ci_high is not None:
+                        low.add_metric(labels, est.ci_low)
+                        high.add_metric(labels, est.ci_high)
+            yield from (value, low, high, unknown)
+        tasks = GaugeMetricFamily(
+            "reliabilityd_tasks", "Tasks in the suite's pool (n > 0)", labels=["suite"]
+        )
+        age = GaugeMetricFamily(
+            "reliabilityd_last_trial_age_seconds",
+            "Seconds since the suite's last counted trial, as of its newest snapshot",
+            labels=["suite"],
+        )
+        for snap in view.snapshots:
+            tasks.add_metric([snap.suite], float(snap.tasks))
+            last = _safe_time(snap.last_trial_at)
+            if last is not None:
+                age.add_metric([snap.suite], max(0.0, view.read_at - last))
+        yield tasks
+        yield age
+        state = GaugeMetricFamily(
+            "reliabilityd_alert_state",
+            "1 for the alert rule's current state on the suite, 0 for the others",
+            labels=["suite", "rule", "state"],
+        )
+        for suite, rule, current in view.alerts:
+            for s in ALERT_STATES:
+                state.add_metric([suite, rule, s], 1.0 if current.state == s else 0.0)
+        yield state
+        outbox = GaugeMetricFamily(
+            "reliabilityd_outbox_depth",
+            "Notifications queued for a sink and not yet accepted by it",
+            labels=["sink"],
+        )
+        for sink, depth in sorted(view.outbox.items()):
+            outbox.add_metric([sink], float(depth))
+        yield outbox
+
+
+async def read_view(store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -> SuiteView:
+    """The newest snapshot of every suite, every alert state and outbox depth."""
+    suites = await store.suites()
+    raws = await store.snapshot_docs(suites)
+    snapshots = []
+    for raw in raws:
+        if raw is None:
+            continue
+        try:
+            snapshots.append(msgspec.json.decode(raw, type=Snapshot))
+        except msgspec.DecodeError:
+            continue  # written by another schema version, or damaged: one suite, not the scrape
+    pairs = [(s, r.name) for s in suites for r in rules if fnmatch.fnmatchcase(s, r.suite)]
+    states = await store.alert_states(pairs)
+    triples = [(s, r, sink) for s, r in pairs for sink in sinks]
+    depths = await store.outbox_lengths(triples)
+    outbox = dict.fromkeys(sinks, 0)
+    for (_, _, sink), depth in zip(triples, depths, strict=True):
+        outbox[sink] += depth
+    return SuiteView(
+        snapshots=snapshots,
+        alerts=[(s, r, st) for (s, r), st in zip(pairs, states, strict=True)],
+        outbox=outbox,
+        redis_up=True,
+        read_at=time.time(),
+    )
+
+
+class Metrics:
+    """The registry /metrics renders, and the hooks the daemon calls."""
+
+    def __init__(
+        self,
+        *,
+        sinks: Iterable[str] = (),
+        is_paused: Callable[[], bool] = lambda: False,
+        last_commit_at: Callable[[], float] = time.time,
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.trials = Counter(
+            "reliabilityd_trials",
+            "Events this process committed, by outcome: counted (pass or fail: they enter"
+            " n), error, skip",
+            ["suite", "outcome"],
+            registry=r,
+        )
+        self.duplicates = Counter(
+            "reliabilityd_duplicates",
+            "Events this process found already applied (first write wins)",
+            ["suite"],
+            registry=r,
+        )
+        self.deadletters = Counter(
+            "reliabilityd_deadletters",
+            "Payloads or elements this process dead-lettered, by source (mqtt, stream, http)",
+            ["source"],
+            registry=r,
+        )
+        for source in ("mqtt", "stream", "http"):
+            self.deadletters.labels(source)
+        self.sink_failures = Counter(
+            "reliabilityd_sink_failures",
+            "Notification deliveries a sink refused or did not take (each is retried)",
+            ["sink"],
+            registry=r,
+        )
+        for sink in sinks:
+            self.sink_failures.labels(sink)
+        self.commit_seconds = Histogram(
+            "reliabilityd_commit_duration_seconds",
+            "From a decoded batch to Redis having applied it, retries included",
+            buckets=COMMIT_BUCKETS,
+            registry=r,
+        )
+        self.ci_seconds = Histogram(
+            "reliabilityd_ci_duration_seconds",
+            "Computing one suite's estimates with CIs for every k (bootstrap)",
+            buckets=CI_BUCKETS,
+            registry=r,
+        )
+        self.http_ingest = Counter(
+            "reliabilityd_http_ingest_requests",
+            "POST /v1/trials requests by HTTP status code",
+            ["code"],
+            registry=r,
+        )
+        paused = Gauge(
+            "reliabilityd_ingest_paused",
+            "1 while this process cannot commit to Redis and holds its input",
+            registry=r,
+        )
+        paused.set_function(lambda: 1.0 if is_paused() else 0.0)
+        age = Gauge(
+            "reliabilityd_last_commit_age_seconds",
+            "Seconds since this process last committed a batch (since its start before any)",
+            registry=r,
+        )
+        age.set_function(lambda: max(0.0, time.time() - last_commit_at()))
+        self.suites = SuiteCollector()
+        r.register(self.suites)
+
+    # --- hooks the daemon calls --------------------------------------------
+
+    def committed(self, applied: Iterable[Applied], seconds: float) -> None:
+        self.commit_seconds.observe(seconds)
+        for a in applied:
+            for outcome, count in (
+                ("pass", a.passes),
+                ("fail", a.counted - a.passes),
+                ("error", a.errors),
+                ("skip", a.skips),
+            ):
+                if count:
+                    self.trials.labels(a.suite, outcome).inc(count)
+            if a.duplicates:
+                self.duplicates.labels(a.suite).inc(a.duplicates)
+
+    def deadlettered(self, sources: Iterable[str]) -> None:
+        for source in sources:
+            self.deadletters.labels(source.split(":", 1)[0]).inc()
+
+    def count_sink_failures(self, sinks: Mapping[str, Sink]) -> dict[str, Sink]:
+        """The same sinks, each counting the deliveries it raised on (timeouts included)."""
+        return {name: _CountingSink(sink, self.sink_failures) for name, sink in sinks.items()}
+
+    # --- scrape -------------------------------------------------------------
+
+    async def refresh(self, store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -> None:
+        """Read the suite gauges from Redis; on a Redis error keep none and say so."""
+        try:
+            self.suites.view = await read_view(store, rules, sinks)
+        except (redis.exceptions.RedisError, OSError):
+            self.suites.view = SuiteView([], [], {}, redis_up=False, read_at=time.time())
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _CountingSink:
+    """A sink that counts the deliveries it refused or failed (HTTP timeouts are SinkErrors)."""
+
+    def __init__(self, sink: Sink, failures: Counter) -> None:
+        self.name = sink.name
+        self.needs_redis = sink.needs_redis
+        self._sink = sink
+        self._failures = failures.labels(sink.name)
+
+    async def send(self, note: Note) -> None:
+        try:
+            await self._sink.send(note)
+        except Exception:
+            self._failures.inc()
+            raise

@@ -1,0 +1,222 @@
+"""What the demo shows: each suite's numbers as read back from Redis, live or as plain lines.
+
+``read`` takes everything from Redis through the Store (snapshot documents,
+alert states, the alert history), never from the daemon's memory, so what a
+person sees is what any other reader of Redis would see. ``render`` builds
+the rich view for a terminal; ``plain`` the line a log or CI gets instead.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from reliabilityd.alerting.rules import AlertState, Rule
+from reliabilityd.stats.estimate import Estimate
+from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store._store import Store
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+ALERT_STYLE = {
+    "inactive": ("ok", "green"),
+    "pending": ("pending", "yellow"),
+    "firing": ("FIRING", "bold white on red"),
+    "resolved": ("resolved", "green"),
+}
+
+
+class SuiteView(msgspec.Struct, frozen=True):
+    suite: str
+    snap: Snapshot | None
+    # (rule name, its state) for each rule watching this suite.
+    alerts: list[tuple[str, AlertState]]
+
+
+class Note(msgspec.Struct, frozen=True):
+    """The fields of an alert notification that the demo prints."""
+
+    rule: str
+    suite: str
+    state: str
+    metric: str
+    k: int
+    value: float | None
+    ci_low: float | None
+    below: float
+    resolve_above: float
+    tasks: int
+    runs: int
+
+
+async def read(store: Store, rules: Sequence[Rule]) -> list[SuiteView]:
+    """Every suite's snapshot document and the state of each rule watching it."""
+    views = []
+    for suite in await store.suites():
+        raw = await store.snapshot_json(suite)
+        snap = None
+        if raw is not None:
+            try:
+                snap = msgspec.json.decode(raw, type=Snapshot)
+            except msgspec.ValidationError:
+                snap = None
+        watching = [r for r in rules if fnmatch.fnmatchcase(suite, r.suite)]
+        states = await store.alert_states([(suite, r.name) for r in watching])
+        views.append(
+            SuiteView(suite, snap, [(r.name, s) for r, s in zip(watching, states, strict=True)])
+        )
+    return views
+
+
+async def new_notes(store: Store, key: str, seen: int) -> list[Note]:
+    """Alert notifications appended to the history stream after the first ``seen``."""
+    raw = await store.alert_history(key)
+    return [msgspec.json.decode(r, type=Note) for r in raw[seen:]]
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def est_text(est: Estimate | None) -> str:
+    if est is None:
+        return "-"
+    if est.value is None:
+        return "UNKNOWN"
+    if est.ci_95 is None:
+        return pct(est.value)
+    low, high = est.ci_95
+    return f"{pct(est.value)} [{low * 100:.0f}, {high * 100:.0f}]"
+
+
+def columns(ks: Sequence[int]) -> list[tuple[str, int]]:
+    """(metric, k) per column: pass@k and pass^k per k; for k = 1 they are equal, one column."""
+    out: list[tuple[str, int]] = []
+    for k in ks:
+        out.append(("pass@k", k))
+        if k > 1:
+            out.append(("pass^k", k))
+    return out
+
+
+def label(metric: str, k: int) -> str:
+    return metric.replace("k", str(k))
+
+
+def note_line(note: Note) -> str:
+    metric = label(note.metric, note.k)
+    if note.state == "firing":
+        return (
+            f"ALERT firing   {note.rule} on {note.suite}: {metric} lower bound "
+            f"{pct(note.ci_low)} < {pct(note.below)} ({note.tasks} tasks, {note.runs} runs)"
+        )
+    return (
+        f"ALERT {note.state:<8} {note.rule} on {note.suite}: {metric} lower bound "
+        f"{pct(note.ci_low)} >= {pct(note.resolve_above)}"
+    )
+
+
+def plain(view: SuiteView, ks: Sequence[int], elapsed: float) -> str:
+    """One line per suite, for logs and CI."""
+    parts = [f"t={elapsed:5.1f}s", f"{view.suite:<16}"]
+    snap = view.snap
+    if snap is None:
+        parts.append("(no snapshot yet)")
+    else:
+        parts += [f"tasks={snap.tasks}", f"trials={snap.trials}"]
+        for metric, k in columns(ks):
+            parts.append(f"{label(metric, k)}={est_text(snap.estimate(metric, k))}")
+        if snap.lottery.rows:
+            top = snap.lottery.rows[0]
+            parts.append(f"lottery={top.task!r}({top.c}/{top.n})")
+    for name, state in view.alerts:
+        parts.append(f"alert[{name}]={state.state}")
+    return "  ".join(parts)
+
+
+def rule_line(rule: Rule) -> str:
+    metric = label(rule.metric, rule.k)
+    return (
+        f"alert {rule.name} on {rule.suite}: fires when the {metric} lower bound stays "
+        f"< {pct(rule.below)} for {rule.for_seconds:g} s; resolves at >= {pct(rule.resolve_at)}"
+    )
+
+
+def _line(text: str, style: str = "") -> RenderableType:
+    from rich.text import Text
+
+    # One terminal line each: a narrow terminal cuts the line, never the layout.
+    return Text(text, style=style, no_wrap=True, overflow="ellipsis")
+
+
+def render(
+    views: Sequence[SuiteView],
+    ks: Sequence[int],
+    *,
+    header: str,
+    phase: str,
+    log: Sequence[str],
+    footer: Sequence[str],
+) -> RenderableType:
+    """The whole screen; fits 100 columns, and degrades by cutting lines, not by folding."""
+    from rich import box
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    table.add_column("suite", no_wrap=True)
+    table.add_column("tasks", justify="right", no_wrap=True)
+    table.add_column("trials", justify="right", no_wrap=True)
+    for metric, k in columns(ks):
+        table.add_column(f"{label(metric, k)} [95% CI]", justify="right", no_wrap=True)
+    table.add_column("alert", justify="center", no_wrap=True)
+    unknown: dict[str, str] = {}
+    lottery: list[str] = []
+    for view in views:
+        snap = view.snap
+        cells: list[Text | str] = [Text(view.suite, style="bold")]
+        if snap is None:
+            cells += ["-", "-", *(["-"] * len(columns(ks)))]
+        else:
+            cells += [str(snap.tasks), str(snap.trials)]
+            for metric, k in columns(ks):
+                est = snap.estimate(metric, k)
+                text = est_text(est)
+                cells.append(Text(text, style="yellow" if text == "UNKNOWN" else ""))
+                if est is not None and est.unknown_reason:
+                    # One line per suite: pass@k and pass^k are UNKNOWN for the same reason.
+                    reason = est.unknown_reason.removeprefix("UNKNOWN: ")
+                    unknown.setdefault(view.suite, reason)
+            if snap.lottery.rows:
+                rows = ", ".join(f"{r.task} ({r.c}/{r.n})" for r in snap.lottery.rows[:3])
+                lottery.append(f"  {view.suite}: {rows}")
+        alert = Text("-")
+        for _, state in view.alerts:
+            word, style = ALERT_STYLE[state.state]
+            alert = Text(word, style=style)
+        cells.append(alert)
+        table.add_row(*cells)
+    parts: list[RenderableType] = [
+        _line(header, "bold"),
+        _line(phase, "cyan"),
+        table,
+    ]
+    parts += [_line(f"UNKNOWN {suite}: {reason}", "yellow") for suite, reason in unknown.items()]
+    if lottery:
+        parts.append(_line(f"lottery cases (pass@{max(ks)} - pass^{max(ks)} gap, top 3):"))
+        parts += [_line(line) for line in lottery]
+    parts.append(
+        Panel(
+            Group(*(_line(line) for line in log[-6:])),
+            title="what happened (alerts as read back from the rel:alerts stream)",
+            title_align="left",
+        )
+    )
+    parts += [_line(line, "dim") for line in footer]
+    return Group(*parts)

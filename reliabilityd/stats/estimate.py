@@ -1,0 +1,250 @@
+"""Suite-level pass@k / pass^k with a cluster-bootstrap CI and honest UNKNOWN.
+
+The value is the mean over tasks of the exact per-task estimator. It is
+UNKNOWN (``value is None`` plus a reason) whenever it would need more trials
+than a task has: strictly, any task with n < k; with ``min_coverage`` below 1,
+only when the share of tasks with n >= k falls under it, and then the tasks
+left out are counted in the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeAlias
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from reliabilityd.stats.bootstrap import (
+    check_confidence,
+    check_n_boot,
+    percentile_interval,
+    replicate_means,
+    resampled_cell_counts,
+)
+from reliabilityd.stats.estimators import ESTIMATOR_NAME, METRICS, Metric, metric_cells
+from reliabilityd.stats.histogram import Histogram
+from reliabilityd.stats.intervals import Interval, check_interval, exact_draw_is_small
+from reliabilityd.stats.intervals import interval as compute_interval
+
+Tasks: TypeAlias = Histogram | Sequence[tuple[int, int]] | npt.NDArray[np.int64]
+
+_METRIC_OF = {name: metric for metric, name in ESTIMATOR_NAME.items()}
+
+
+class Estimate(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One suite-level estimate; ``value is None`` means UNKNOWN.
+
+    Serialises (``msgspec.json.encode``) to the wire shape used in snapshots,
+    alerts and the CLI: ``k``, ``value``, ``ci_95`` (``[low, high]`` or null),
+    ``estimator``, ``runs`` (the shortest n among the tasks used), ``tasks``
+    (tasks used), ``left_out`` (tasks with fewer than k trials) and
+    ``unknown_reason`` when UNKNOWN.
+
+    ``ci_95`` keeps its name for the seed's readers but holds the interval at
+    whatever ``confidence`` was asked for. Whenever there is a CI, the
+    document also carries ``ci`` (the same pair), ``confidence``,
+    ``interval`` (its name, one of ``reliabilityd.INTERVALS``) and ``method``
+    (how it was computed: ``exact-draw``, ``saddlepoint`` or ``wilson``).
+    """
+
+    k: int
+    value: float | None
+    ci_95: tuple[float, float] | None
+    estimator: str
+    runs: int
+    tasks: int
+    left_out: int
+    unknown_reason: str | None = None
+    ci: tuple[float, float] | None = None
+    confidence: float | None = None
+    interval: str | None = None
+    method: str | None = None
+
+    @property
+    def metric(self) -> Metric:
+        return _METRIC_OF[self.estimator]
+
+    @property
+    def ci_low(self) -> float | None:
+        return None if self.ci_95 is None else self.ci_95[0]
+
+    @property
+    def ci_high(self) -> float | None:
+        return None if self.ci_95 is None else self.ci_95[1]
+
+    @property
+    def unknown(self) -> bool:
+        return self.value is None
+
+
+def as_histogram(tasks: Tasks) -> Histogram:
+    """Accept a Histogram or per-task (n, c) pairs."""
+    if isinstance(tasks, Histogram):
+        return tasks
+    return Histogram.from_pairs(tasks)
+
+
+def _check_args(
+    k: int, min_coverage: float, confidence: float, n_boot: int, interval_name: str
+) -> None:
+    check_interval(interval_name)
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got k={k}")
+    if not 0.0 < min_coverage <= 1.0:
+        raise ValueError(f"min_coverage must lie in (0, 1], got {min_coverage}")
+    check_confidence(confidence)
+    check_n_boot(n_boot)
+
+
+def _metric_label(metric: Metric, k: int) -> str:
+    return metric.replace("k", str(k))
+
+
+def _unknown_reason(
+    hist: Histogram, used: Histogram, k: int, metric: Metric, min_coverage: float
+) -> str:
+    label = _metric_label(metric, k)
+    total = hist.tasks
+    if total == 0:
+        return (
+            f"UNKNOWN: {label} has no tasks with counted trials yet. "
+            "reliabilityd does not extrapolate."
+        )
+    short = total - used.tasks
+    shortest = int(hist.n.min())
+    if min_coverage >= 1.0:
+        return (
+            f"UNKNOWN: {label} needs at least {k} trials per task; the shortest task has "
+            f"{shortest} and {short} of {total} tasks have fewer than {k}. "
+            f"Record more trials or lower k. reliabilityd does not extrapolate."
+        )
+    return (
+        f"UNKNOWN: only {used.tasks} of {total} tasks ({used.tasks / total:.0%}) have at least "
+        f"{k} trials, under min_coverage {min_coverage:.0%}; the shortest task has {shortest}. "
+        f"Record more trials or lower k. reliabilityd does not extrapolate."
+    )
+
+
+def estimate_metrics(
+    tasks: Tasks,
+    k: int,
+    metrics: Sequence[Metric] = METRICS,
+    *,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+    min_coverage: float = 1.0,
+    with_ci: bool = True,
+    interval: str = "percentile",
+) -> dict[Metric, Estimate]:
+    """Several metrics at one k, each with the named interval.
+
+    With ``with_ci=False`` only the point estimates are computed (the live
+    path after every commit); ``ci_95`` is then None. The percentile
+    interval over few cells shares one bootstrap draw between the metrics.
+    """
+    _check_args(k, min_coverage, confidence, n_boot, interval)
+    for metric in metrics:
+        if metric not in METRICS:
+            raise ValueError(f"metric must be 'pass@k' or 'pass^k', got {metric!r}")
+    hist = as_histogram(tasks)
+    used = hist.at_least(k)
+    total = hist.tasks
+    left_out = total - used.tasks
+    known = used.tasks > 0 and used.tasks / total >= min_coverage
+    if not known:
+        runs = int(hist.n.min()) if total else 0
+        return {
+            metric: Estimate(
+                k=k,
+                value=None,
+                ci_95=None,
+                estimator=ESTIMATOR_NAME[metric],
+                runs=runs,
+                tasks=used.tasks,
+                left_out=left_out,
+                unknown_reason=_unknown_reason(hist, used, k, metric, min_coverage),
+            )
+            for metric in metrics
+        }
+
+    m = used.tasks
+    runs = int(used.n.min())
+    shared = None
+    out: dict[Metric, Estimate] = {}
+    for metric in metrics:
+        per_cell = metric_cells(metric, used.n, used.c, k)
+        value = float(per_cell @ used.count) / m
+        # Float sums can leave 1 + 1e-16; the estimand lives in [0, 1].
+        value = min(1.0, max(0.0, value))
+        ci: Interval | None = None
+        if with_ci:
+            if (
+                interval == "percentile"
+                and not bool((per_cell == per_cell[0]).all())
+                and exact_draw_is_small(n_boot, len(used))
+            ):
+                # Few cells: one Multinomial draw over the (n, c) cells, shared
+                # by both metrics (the draw of earlier releases, same numbers).
+                if shared is None:
+                    shared = resampled_cell_counts(used.count, n_boot, np.random.default_rng(seed))
+                lo, hi = percentile_interval(replicate_means(shared, per_cell), confidence)
+                ci = Interval(lo, hi, "exact-draw")
+            else:
+                ci = compute_interval(
+                    interval,
+                    per_cell,
+                    used.count,
+                    confidence=confidence,
+                    n_boot=n_boot,
+                    rng=np.random.default_rng(seed),
+                )
+            value = min(max(value, ci.low), ci.high)
+        pair = None if ci is None else (ci.low, ci.high)
+        out[metric] = Estimate(
+            k=k,
+            value=value,
+            ci_95=pair,
+            estimator=ESTIMATOR_NAME[metric],
+            runs=runs,
+            tasks=m,
+            left_out=left_out,
+            ci=pair,
+            confidence=None if ci is None else confidence,
+            interval=None if ci is None else interval,
+            method=None if ci is None else ci.method,
+        )
+    return out
+
+
+def estimate(
+    tasks: Tasks,
+    k: int,
+    metric: Metric = "pass^k",
+    *,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+    min_coverage: float = 1.0,
+    interval: str = "percentile",
+) -> Estimate:
+    """pass@k or pass^k over a suite with its CI.
+
+    ``tasks`` is a Histogram or a sequence of per-task ``(n, c)`` pairs. The
+    same data and seed always give the same CI. ``interval`` names the CI
+    (``reliabilityd.INTERVALS``): the default ``"percentile"`` is the
+    cluster bootstrap over tasks; ``"gaffke"`` also covers suites whose
+    failures are rare.
+    """
+    return estimate_metrics(
+        tasks,
+        k,
+        (metric,),
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        min_coverage=min_coverage,
+        interval=interval,
+    )[metric]

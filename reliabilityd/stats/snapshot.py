@@ -1,0 +1,211 @@
+"""A suite's snapshot document and its flat Redis fields, computed from its state.
+
+Pure: the daemon reads the state from Redis, calls these functions, and
+writes the result. The JSON document holds values and CIs of one version;
+the flat fields are what ``redis-cli HGETALL`` users read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import msgspec
+
+from reliabilityd.stats.estimate import Estimate, estimate_metrics
+from reliabilityd.stats.histogram import Histogram
+from reliabilityd.stats.lottery import LotteryCase
+
+SCHEMA = 1
+
+
+class Lottery(msgspec.Struct, frozen=True):
+    k: int
+    rows: list[LotteryCase]
+
+
+class RuleView(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What this snapshot says about one alert rule that watches the suite.
+
+    ``evidence``: the change detector's nats that pass^k is at or under the
+    rule's ``below`` now (``trigger = "detector"`` rules on windowed suites).
+    ``estimate``: the rule's metric at its k with the rule's own ``interval``,
+    when that differs from the suite's (the suite's estimates serve otherwise).
+    ``expected_pages_per_day``: the firing notifications a day this rule
+    would send if the suite stayed as it is, simulated with the current
+    per-task estimates taken as the truth (``pagerate``), computed at
+    ``expected_at`` (Unix seconds) on ``expected_pace`` trials per task per day.
+    """
+
+    rule: str
+    evidence: float | None = None
+    # The rule's own estimate when it names another interval than the suite's.
+    estimate: Estimate | None = None
+    expected_pages_per_day: float | None = None
+    expected_at: float | None = None
+    expected_pace: float | None = None
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    schema: int
+    suite: str
+    tasks: int
+    trials: int
+    errors: int
+    skips: int
+    duplicates: int
+    version: int
+    window: int
+    updated_at: str
+    # When the last counted trial was committed (RFC 3339), null before any.
+    last_trial_at: str | None
+    pass_at_k: list[Estimate]
+    pass_hat_k: list[Estimate]
+    lottery: Lottery
+    # Trials per task per day, measured between this snapshot and the one before.
+    pace: float | None = None
+    rules: list[RuleView] = msgspec.field(default_factory=list)
+
+    def rule(self, name: str) -> RuleView | None:
+        for view in self.rules:
+            if view.rule == name:
+                return view
+        return None
+
+    def estimate(self, metric: str, k: int) -> Estimate | None:
+        for est in self.pass_at_k if metric == "pass@k" else self.pass_hat_k:
+            if est.k == k:
+                return est
+        return None
+
+
+class StatsSettings(msgspec.Struct, frozen=True):
+    """What the numbers of one suite are computed with."""
+
+    ks: tuple[int, ...]
+    window: int = 0
+    min_coverage: float = 1.0
+    n_boot: int = 2000
+    confidence: float = 0.95
+    seed: int = 0
+    # A name from reliabilityd.INTERVALS: `stats.interval`, or the suite's override.
+    interval: str = "percentile"
+
+
+def rfc3339(ts: float) -> str:
+    """UTC time as RFC 3339 with millisecond precision."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _fmt(x: float | None) -> str:
+    return "" if x is None else repr(x)
+
+
+def counter_fields(
+    tasks: int, trials: int, errors: int, skips: int, duplicates: int
+) -> dict[str, str | int]:
+    return {
+        "tasks": tasks,
+        "trials": trials,
+        "errors": errors,
+        "skips": skips,
+        "duplicates": duplicates,
+    }
+
+
+def value_fields(estimates: Sequence[Estimate]) -> dict[str, str]:
+    """`pass@5`, `pass^5`, ...: the point estimates, empty when UNKNOWN."""
+    return {f"{e.metric.replace('k', str(e.k))}": _fmt(e.value) for e in estimates}
+
+
+def ci_fields(estimates: Sequence[Estimate]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for e in estimates:
+        label = e.metric.replace("k", str(e.k))
+        out[f"{label}:ci_low"] = _fmt(e.ci_low)
+        out[f"{label}:ci_high"] = _fmt(e.ci_high)
+    return out
+
+
+def point_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
+    """Every metric at every k without CIs: the cheap live path after each commit."""
+    out: list[Estimate] = []
+    for k in settings.ks:
+        out.extend(
+            estimate_metrics(hist, k, min_coverage=settings.min_coverage, with_ci=False).values()
+        )
+    return out
+
+
+def full_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
+    """Every metric at every k with its CI (``settings.interval``)."""
+    out: list[Estimate] = []
+    for k in settings.ks:
+        out.extend(
+            estimate_metrics(
+                hist,
+                k,
+                confidence=settings.confidence,
+                n_boot=settings.n_boot,
+                seed=settings.seed,
+                min_coverage=settings.min_coverage,
+                interval=settings.interval,
+            ).values()
+        )
+    return out
+
+
+def build(
+    *,
+    suite: str,
+    hist: Histogram,
+    trials: int,
+    errors: int,
+    skips: int,
+    duplicates: int,
+    version: int,
+    settings: StatsSettings,
+    estimates: Sequence[Estimate],
+    lottery_k: int,
+    lottery_rows: Sequence[LotteryCase],
+    now: float,
+    last_trial_at: float | None = None,
+    pace: float | None = None,
+    rules: Sequence[RuleView] = (),
+) -> Snapshot:
+    return Snapshot(
+        schema=SCHEMA,
+        suite=suite,
+        tasks=hist.tasks,
+        trials=trials,
+        errors=errors,
+        skips=skips,
+        duplicates=duplicates,
+        version=version,
+        window=settings.window,
+        updated_at=rfc3339(now),
+        last_trial_at=None if last_trial_at is None else rfc3339(last_trial_at),
+        pass_at_k=[e for e in estimates if e.metric == "pass@k"],
+        pass_hat_k=[e for e in estimates if e.metric == "pass^k"],
+        lottery=Lottery(k=lottery_k, rows=list(lottery_rows)),
+        pace=pace,
+        rules=list(rules),
+    )
+
+
+def redis_fields(snapshot: Snapshot) -> tuple[dict[str, str | int], dict[str, str | int]]:
+    """(CI part, value part) of the snapshot hash; see Store.write_snapshot."""
+    estimates = [*snapshot.pass_at_k, *snapshot.pass_hat_k]
+    ci: dict[str, str | int] = {
+        "json": msgspec.json.encode(snapshot).decode(),
+        "updated_at": snapshot.updated_at,
+        **ci_fields(estimates),
+    }
+    values: dict[str, str | int] = {
+        **counter_fields(
+            snapshot.tasks, snapshot.trials, snapshot.errors, snapshot.skips, snapshot.duplicates
+        ),
+        "live_updated_at": snapshot.updated_at,
+        **value_fields(estimates),
+    }
+    return ci, values

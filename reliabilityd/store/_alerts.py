@@ -1,0 +1,185 @@
+"""Redis I/O for alerting: rule states by compare-and-set, outboxes, leases, history.
+
+The base of ``Store``: the evaluator and the outbox drainer call these, and
+never name a key themselves. A stored state that does not decode (another
+version wrote it) comes back as ``Undecodable`` with its sequence number, so
+the caller can log it and overwrite it by compare-and-set instead of stopping.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+
+from reliabilityd.alerting.rules import AlertState
+from reliabilityd.store._scripts import ALERT_CAS, LEASE, OUTBOX_POP
+from reliabilityd.store.keys import Keys
+
+Redis = aioredis.Redis | RedisCluster
+
+
+class Undecodable(msgspec.Struct, frozen=True):
+    """A stored alert state this version cannot read, with the reason."""
+
+    seq: int
+    snapshot_version: int
+    reason: str
+
+
+class Cas(msgspec.Struct, frozen=True):
+    """How a compare-and-set went: won, or refused because the state or snapshot moved on."""
+
+    won: bool
+    stale_snapshot: bool = False
+
+
+_state_decoder = msgspec.json.Decoder(AlertState)
+
+
+class AlertStore:
+    """Alert states, outboxes and leases."""
+
+    def __init__(self, client: Redis, prefix: str = "rel") -> None:
+        self.client = client
+        self.prefix = prefix
+        self.keys = Keys(prefix)
+
+    def alert_key(self, suite: str, rule: str) -> str:
+        return self.keys.alert(suite, rule)
+
+    def outbox_key(self, suite: str, rule: str, sink: str) -> str:
+        return self.keys.outbox(suite, rule, sink)
+
+    async def alert_states(self, pairs: Sequence[tuple[str, str]]) -> list[AlertState]:
+        """The stored state of each (suite, rule); inactive when none is stored or readable."""
+        return [
+            AlertState(seq=s.seq, snapshot_version=s.snapshot_version)
+            if isinstance(s, Undecodable)
+            else s
+            for s in await self.alert_states_checked(pairs)
+        ]
+
+    async def alert_states_checked(
+        self, pairs: Sequence[tuple[str, str]]
+    ) -> list[AlertState | Undecodable]:
+        """The stored state of each (suite, rule), or why it cannot be read."""
+        if not pairs:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for suite, rule in pairs:
+            pipe.hmget(self.alert_key(suite, rule), ["seq", "snap", "doc"])
+        out: list[AlertState | Undecodable] = []
+        for seq_raw, snap_raw, doc in await pipe.execute():
+            try:
+                seq = int(seq_raw or 0)
+                snap = int(snap_raw) if snap_raw is not None else -1
+            except ValueError as exc:
+                out.append(Undecodable(0, -1, f"bad seq or snap field: {exc}"))
+                continue
+            if doc is None:
+                out.append(AlertState(seq=seq, snapshot_version=snap))
+                continue
+            try:
+                state = _state_decoder.decode(doc)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                out.append(Undecodable(seq, snap, str(exc)))
+                continue
+            out.append(msgspec.structs.replace(state, seq=seq, snapshot_version=snap))
+        return out
+
+    async def alert_cas(
+        self,
+        suite: str,
+        rule: str,
+        *,
+        expected_seq: int,
+        new: AlertState,
+        notification: bytes | None,
+        sinks: Sequence[str],
+    ) -> Cas:
+        """Store ``new`` if the stored seq is still ``expected_seq`` and ``new`` rests on a
+        snapshot at least as new as the stored state's; queue the notification."""
+        keys = [self.alert_key(suite, rule), *(self.outbox_key(suite, rule, s) for s in sinks)]
+        doc = msgspec.json.encode(msgspec.structs.replace(new, seq=expected_seq + 1))
+        won = int(
+            await self.client.eval(
+                ALERT_CAS,
+                len(keys),
+                *keys,
+                expected_seq,
+                new.snapshot_version,
+                doc,
+                notification or b"",
+            )
+        )
+        return Cas(won=won == 1, stale_snapshot=won == -1)
+
+    async def outbox_lengths(self, triples: Sequence[tuple[str, str, str]]) -> list[int]:
+        if not triples:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for suite, rule, sink in triples:
+            pipe.llen(self.outbox_key(suite, rule, sink))
+        return [int(n) for n in await pipe.execute()]
+
+    async def outbox_head(self, suite: str, rule: str, sink: str) -> bytes | None:
+        head: Any = await self.client.lindex(self.outbox_key(suite, rule, sink), 0)
+        return None if head is None else bytes(head)
+
+    async def outbox_pop(self, suite: str, rule: str, sink: str, entry: bytes) -> bool:
+        key = self.outbox_key(suite, rule, sink)
+        return bool(int(await self.client.eval(OUTBOX_POP, 1, key, entry)))
+
+    async def outbox_set_aside(
+        self, suite: str, rule: str, sink: str, entry: bytes, reason: str, *, maxlen: int
+    ) -> None:
+        """Move an outbox head that cannot be delivered to the outbox dead-letter stream."""
+        await self.client.xadd(
+            self.keys.outbox_deadletter,
+            {
+                "entry": entry[:4096],
+                "reason": reason,
+                "suite": suite,
+                "rule": rule,
+                "sink": sink,
+                "time": repr(time.time()),
+            },
+            maxlen=maxlen,
+            approximate=True,
+        )
+        # Written first, popped second: a crash in between repeats the record, never loses it.
+        await self.outbox_pop(suite, rule, sink, entry)
+
+    async def outbox_deadletters(self, count: int = 100) -> list[dict[str, str]]:
+        entries: Any = await self.client.xrange(self.keys.outbox_deadletter, count=count)
+        return [{_text(k): _text(v) for k, v in fields.items()} for _, fields in entries]
+
+    async def lease(self, key: str, owner: str, ttl: float) -> bool:
+        """Take a lease (SET NX PX) for exclusive work such as draining one outbox."""
+        return bool(await self.client.set(key, owner, nx=True, px=int(ttl * 1000)))
+
+    async def lease_keep(self, key: str, owner: str, ttl: float) -> bool:
+        return bool(int(await self.client.eval(LEASE, 1, key, owner, int(ttl * 1000))))
+
+    async def lease_release(self, key: str, owner: str) -> None:
+        await self.client.eval(LEASE, 1, key, owner, 0)
+
+    async def set_with_ttl(self, key: str, value: str, ttl: float) -> None:
+        await self.client.set(key, value, px=int(ttl * 1000))
+
+    async def append_alert_history(self, key: str, notification: bytes, maxlen: int) -> None:
+        await self.client.xadd(key, {"notification": notification}, maxlen=maxlen, approximate=True)
+
+    async def alert_history(self, key: str, count: int = 1000) -> list[bytes]:
+        """The oldest `count` notifications in the alert history stream."""
+        entries: Any = await self.client.xrange(key, count=count)
+        return [bytes(fields[b"notification"]) for _, fields in entries]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
