@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs only the package and its `embedded` extra, not the test tools.
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: demo test lint typecheck unit bench bench-stats bench-ci bench-ingest bench-import bench-http \
+.PHONY: demo test check lint typecheck unit bench bench-stats bench-ci bench-ingest bench-import bench-http \
 	study-pages study-coverage servers clean
 
 $(STAMP): pyproject.toml
@@ -43,6 +43,10 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest
+
+## The developer's loop: lint, types, layers, and the unit and integration tiers on both cores.
+check: $(STAMP) servers lint typecheck
+	$(VENV)/bin/pytest -q -n 2 tests/unit tests/integration
 
 bench: bench-stats bench-ci bench-ingest bench-import bench-http
 

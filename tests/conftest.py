@@ -18,7 +18,7 @@ settings.register_profile(
 )
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
-pytest_plugins = ["tests.servers"]
+pytest_plugins = ["tests.support.servers"]
 
 
 @pytest.fixture

@@ -1,0 +1,246 @@
+"""Alerts end to end: real redis-server and mosquitto, an Alertmanager stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+import msgspec
+
+from reliabilityd.config import (
+    Config,
+)
+from reliabilityd.stats import snapshot
+from reliabilityd.stats.histogram import Histogram
+from reliabilityd.store._store import Store
+from tests.support.alerting import (
+    SUITE,
+    Phase,
+    alert_config,
+    alert_is,
+    alert_state,
+    collect,
+    history,
+    phase_message,
+    send,
+)
+from tests.support.alertmanager import Receiver
+from tests.support.daemon import running, store_for
+from tests.support.helpers import publish, wait_until
+from tests.support.servers import Mosquitto, RedisServer
+
+
+async def test_degrade_fires_once_and_recovery_resolves_once(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        async with (
+            collect(mosquitto.port, f"{prefix}/alerts/#") as mqtt_msgs,
+            running(cfg),
+            store_for(cfg) as store,
+        ):
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            await asyncio.sleep(1.0)  # a few CI ticks: a reliable suite does not fire
+            assert await alert_state(store) == "inactive"
+            assert await history(store, cfg) == []
+
+            flaky = Phase.events(range(20), flaky=True)
+            await publish(mosquitto.port, f"{prefix}/trials/a", phase_message(flaky))
+            published = time.monotonic()
+            await wait_until(lambda: _has(mqtt_msgs, "firing"), 20)
+            latency = time.monotonic() - published
+            # Within one ci_interval plus 1 s of the commit (generously bounded here).
+            assert latency < cfg.stats.ci_interval + 5.0
+            print(f"breach published {latency * 1000:.0f} ms after the events")
+
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            await wait_until(lambda: _has(mqtt_msgs, "resolved"), 20)
+            await wait_until(lambda: _count(am.alerts, 2), 20)
+            await wait_until(lambda: _count(am.webhook, 2), 20)
+            await asyncio.sleep(1.0)  # nothing more arrives
+
+            notes = await history(store, cfg)
+            assert [n["state"] for n in notes] == ["firing", "resolved"]
+            assert [m["state"] for m in mqtt_msgs] == ["firing", "resolved"]
+            assert am.webhook == notes
+            firing = notes[0]
+            assert firing["rule"] == "deploy-reliability"
+            assert (firing["suite"], firing["metric"], firing["k"]) == (SUITE, "pass^k", 5)
+            # The numbers are those of the data at that moment, computed independently:
+            # the window (10) holds the flaky phase, every fourth task reliable.
+            breached = expected_pass_hat_5([(10, 10)] * 5 + [(10, 5)] * 15)
+            assert (firing["value"], firing["ci_low"], firing["ci_high"]) == breached
+            assert firing["ci_low"] < 0.75
+            assert (firing["below"], firing["resolve_above"]) == (0.75, 0.8)
+            assert (firing["tasks"], firing["runs"]) == (20, 10)
+            datetime.fromisoformat(firing["started_at"])
+            assert firing["started_at"].endswith("Z")
+            assert 1 <= len(firing["lottery"]) <= 3
+            assert set(firing["lottery"][0]) == {"task", "n", "c"}
+            assert (firing["lottery"][0]["n"], firing["lottery"][0]["c"]) == (10, 5)
+            resolved = notes[1]
+            reliable = expected_pass_hat_5([(10, 10)] * 20)
+            assert (resolved["value"], resolved["ci_low"], resolved["ci_high"]) == reliable
+            assert resolved["ci_low"] >= 0.8
+            assert resolved["started_at"] == firing["started_at"]
+            assert resolved["ended_at"] is not None
+
+            # Alertmanager got the same two, in its own format.
+            assert am.rejected == []
+            first, second = am.alerts
+            assert first["labels"] == {
+                "alertname": "deploy-reliability",
+                "suite": SUITE,
+                "metric": "pass^k",
+                "k": "5",
+                "severity": "page",
+            }
+            assert first["startsAt"] == firing["started_at"]
+            assert first["generatorURL"].startswith("https://reliability.example/")
+            assert "below 0.750" in first["annotations"]["summary"]
+            assert second["labels"] == first["labels"]
+            assert second["endsAt"] == resolved["ended_at"]
+
+
+def expected_pass_hat_5(cells: list[tuple[int, int]]) -> tuple[float, float, float]:
+    """pass^5 value and CI as the daemon's settings (B = 500, seed 0) compute them."""
+    (est,) = [
+        e
+        for e in snapshot.full_estimates(
+            Histogram.from_pairs(cells), snapshot.StatsSettings(ks=(5,), n_boot=500)
+        )
+        if e.metric == "pass^k"
+    ]
+    assert est.value is not None
+    assert est.ci_low is not None
+    assert est.ci_high is not None
+    return est.value, est.ci_low, est.ci_high
+
+
+async def _has(messages: list[dict[str, Any]], state: str) -> bool:
+    return any(m.get("state") == state for m in messages)
+
+
+async def _count(items: list[Any], n: int) -> bool:
+    return len(items) >= n
+
+
+async def test_straddling_the_threshold_does_not_flap(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    """Bound between `below` and `resolve_above`: neither fires anew nor resolves."""
+    with Receiver() as am:
+        # 40 perfect tasks: Wilson lower bound 40 / (40 + 3.84) = 0.912, between the
+        # thresholds; 80 perfect tasks: 0.954, above resolve_above.
+        cfg = alert_config(redis_server, mosquitto, prefix, am, below=0.85, resolve_above=0.95)
+        async with running(cfg), store_for(cfg) as store:
+            for flaky in (False, True, False, True, False):
+                await send(mosquitto, prefix, Phase.events(range(40), flaky=flaky), store)
+                await asyncio.sleep(0.8)
+            assert await alert_state(store) == "firing"
+            assert [n["state"] for n in await history(store, cfg)] == ["firing"]
+            await send(mosquitto, prefix, Phase.events(range(40, 80), flaky=False), store)
+            await wait_until(partial(alert_is, store, "resolved"), 20)
+            await asyncio.sleep(0.8)
+            assert [n["state"] for n in await history(store, cfg)] == ["firing", "resolved"]
+
+
+async def test_restart_while_firing_does_not_refire(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        async with running(cfg), store_for(cfg) as store:
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await wait_until(partial(alert_is, store, "firing"), 20)
+        async with running(cfg), store_for(cfg) as store:
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await asyncio.sleep(1.5)
+            assert [n["state"] for n in await history(store, cfg)] == ["firing"]
+            assert len(am.alerts) == 1
+
+
+async def test_two_daemons_notify_once(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        a = alert_config(
+            redis_server, mosquitto, prefix, am, client_id=f"{prefix}-a", instance=f"{prefix}-a"
+        )
+        b = alert_config(
+            redis_server, mosquitto, prefix, am, client_id=f"{prefix}-b", instance=f"{prefix}-b"
+        )
+        async with (
+            collect(mosquitto.port, f"{prefix}/alerts/#") as mqtt_msgs,
+            running(a),
+            running(b),
+            store_for(a) as store,
+        ):
+            # Both daemons read every message (no shared group); counting stays exact.
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await wait_until(partial(alert_is, store, "firing"), 20)
+            await asyncio.sleep(1.5)
+            assert [n["state"] for n in await history(store, a)] == ["firing"]
+            assert len(am.alerts) == 1
+            assert len(am.webhook) == 1
+            assert [m["state"] for m in mqtt_msgs] == ["firing"]
+            assert (await store.read_state(SUITE)).counters.trials == 200
+
+
+async def test_alertmanager_down_is_retried_while_ingest_goes_on(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        am.failing = True
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        async with running(cfg), store_for(cfg) as store:
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await wait_until(partial(alert_is, store, "firing"), 20)
+            # The other sinks do not wait for Alertmanager.
+            await wait_until(lambda: _history_len(store, cfg, 1), 10)
+            await wait_until(lambda: _attempts(am, 2), 20)
+            assert am.alerts == []
+            # Ingest goes on while Alertmanager is down.
+            more = Phase.events(range(20, 30), flaky=False)
+            await send(mosquitto, prefix, more, store)
+            assert (await store.read_state(SUITE)).counters.trials == 300
+            am.failing = False
+            await wait_until(lambda: _count(am.alerts, 1), 30)
+            assert am.alerts[0]["labels"]["alertname"] == "deploy-reliability"
+            # The webhook retries on its own (jittered) schedule.
+            await wait_until(lambda: _count(am.webhook, 1), 30)
+            await asyncio.sleep(0.5)
+            assert len(am.webhook) == 1
+
+
+async def _history_len(store: Store, cfg: Config, n: int) -> bool:
+    return len(await history(store, cfg)) >= n
+
+
+async def _attempts(am: Receiver, n: int) -> bool:
+    return am.attempts >= n
+
+
+async def test_stale_suite_pages_and_recovers_when_trials_return(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        rule = msgspec.structs.replace(cfg.alerts[0], stale_after=1.5)
+        cfg = msgspec.structs.replace(cfg, alerts=[rule])
+        async with running(cfg), store_for(cfg) as store:
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            assert await alert_state(store) == "inactive"
+            await wait_until(partial(alert_is, store, "firing"), 10)  # nobody sends trials any more
+            await wait_until(lambda: _history_len(store, cfg, 1), 10)
+            (note,) = await history(store, cfg)
+            assert (note["state"], note["reason"]) == ("firing", "stale")
+            await wait_until(lambda: _count(am.alerts, 1), 10)
+            assert "stale suite" in am.alerts[0]["annotations"]["summary"]
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            await wait_until(partial(alert_is, store, "resolved"), 10)
+            assert [n["state"] for n in await history(store, cfg)] == ["firing", "resolved"]

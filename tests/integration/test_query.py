@@ -1,0 +1,279 @@
+"""Querying without the key schema: Client, status, cases, tasks, reset, forget."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import msgspec
+import pytest
+
+from reliabilityd import Client, estimate, lottery_cases
+from reliabilityd.cli._main import main
+from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
+from reliabilityd.events import TrialEvent
+from reliabilityd.store._store import Store, connect
+from tests.support.daemon import running
+from tests.support.helpers import wait_until
+from tests.support.servers import RedisServer
+
+SEED_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
+
+
+def seed_events(suite: str) -> list[TrialEvent]:
+    return [
+        TrialEvent(suite, f"deploy service {i}", f"run-{r}", "pass" if r < c else "fail")
+        for i, c in enumerate(SEED_PASSES)
+        for r in range(5)
+    ]
+
+
+def config_for(redis_server: RedisServer, prefix: str) -> Config:
+    return Config(
+        redis=RedisConfig(url=redis_server.url, prefix=prefix),
+        mqtt=MqttConfig(enabled=False),
+        stats=StatsConfig(k=[1, 5], ci_interval=0.2),
+    )
+
+
+def apply(cfg: Config, events: list[TrialEvent]) -> None:
+    async def go() -> None:
+        client = connect(cfg.redis.url)
+        try:
+            by_suite: dict[str, list[TrialEvent]] = {}
+            for e in events:
+                by_suite.setdefault(e.suite, []).append(e)
+            await Store(client, cfg.redis.prefix).apply(
+                by_suite, windows={}, dedup_ttl=cfg.dedup_ttl
+            )
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+
+
+def snapshot_by_daemon(cfg: Config, suite: str) -> None:
+    """Let a daemon compute the suite's snapshot, then stop it."""
+
+    async def go() -> None:
+        async with running(cfg) as daemon:
+
+            async def has_snapshot() -> bool:
+                return await daemon.store.snapshot_json(suite) is not None
+
+            await wait_until(has_snapshot, 20)
+
+    asyncio.run(go())
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_client_reads_snapshot_and_computes_any_k(redis_server: RedisServer, prefix: str) -> None:
+    cfg = config_for(redis_server, prefix)
+    apply(cfg, seed_events("deploy-bot"))
+    snapshot_by_daemon(cfg, "deploy-bot")
+    with Client(redis_server.url, prefix=prefix) as rel:
+        assert rel.suites() == ["deploy-bot"]
+        snap = rel.snapshot("deploy-bot")
+        assert snap is not None
+        hat5 = snap.estimate("pass^k", 5)
+        assert hat5 is not None
+        assert hat5.value == pytest.approx(0.10)
+        assert hat5.ci_95 == pytest.approx((0.0, 0.25))
+        # Any k, not only the configured ones, computed from the stored histogram.
+        tasks = [(5, c) for c in SEED_PASSES]
+        for k in (2, 3, 4):
+            got = rel.estimate("deploy-bot", k, "pass^k")
+            assert got == estimate(tasks, k, "pass^k")
+        assert rel.estimate("deploy-bot", 6).value is None
+        assert rel.tasks("deploy-bot") == {
+            f"deploy service {i}": (5, c) for i, c in enumerate(SEED_PASSES)
+        }
+        assert rel.cases("deploy-bot", 5, top=1)[0].task == "deploy service 0"
+        assert rel.snapshot("no-such-suite") is None
+
+
+async def test_client_works_inside_a_running_event_loop(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    # A notebook runs a loop already; the sync Client must not need one.
+    with Client(redis_server.url, prefix=prefix) as rel:
+        assert rel.suites() == []
+
+
+def test_status_table_json_and_on_demand_k(
+    redis_server: RedisServer, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = config_for(redis_server, prefix)
+    apply(cfg, seed_events("deploy-bot"))
+    snapshot_by_daemon(cfg, "deploy-bot")
+    where = ["--redis", redis_server.url, "--prefix", prefix]
+
+    code, out, _ = cli(capsys, "status", *where)
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()]
+    assert rows[0][:3] == ["SUITE", "TASKS", "TRIALS"]
+    k5 = next(r for r in rows[1:] if r[3] == "5")
+    assert k5[:5] == ["deploy-bot", "20", "100", "5", "5"]
+    # pass@5 = 100% [83.9, 100.0] (Wilson), pass^5 = 10% [0.0, 25.0]
+    assert " ".join(k5[5:11]) == "100.0% [83.9, 100.0] 10.0% [0.0, 25.0]"
+
+    code, out, _ = cli(capsys, "status", "deploy-bot", "--json", *where)
+    doc = json.loads(out)
+    assert doc["suite"] == "deploy-bot"
+    assert [e["value"] for e in doc["pass_hat_k"] if e["k"] == 5] == [pytest.approx(0.1)]
+
+    code, out, _ = cli(capsys, "status", "deploy-bot", "--k", "3", "--k", "7", *where)
+    assert code == 0
+    k3 = next(line for line in out.splitlines() if line.split()[3] == "3")
+    expected = estimate([(5, c) for c in SEED_PASSES], 3, "pass^k")
+    assert f"{100 * expected.value:.1f}%" in k3  # type: ignore[operator]
+    k7 = next(line for line in out.splitlines() if line.split()[3] == "7")
+    assert "UNKNOWN (20 of 20 tasks short)" in k7
+
+    code, _, err = cli(capsys, "status", "nope", *where)
+    assert code == 1
+    assert "no suite named 'nope'" in err
+
+
+def test_cases_and_tasks(
+    redis_server: RedisServer, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = config_for(redis_server, prefix)
+    apply(cfg, seed_events("deploy-bot"))
+    where = ["--redis", redis_server.url, "--prefix", prefix]
+    code, out, _ = cli(capsys, "cases", "deploy-bot", "--k", "5", "--top", "2", *where)
+    assert code == 0
+    assert out.splitlines()[1].split() == ["deploy", "service", "0", "5", "4"]
+    assert len(out.splitlines()) == 3
+    code, out, _ = cli(capsys, "cases", "deploy-bot", "--k", "1", *where)
+    assert "no lottery cases at k=1" in out
+    code, out, _ = cli(capsys, "tasks", "deploy-bot", *where)
+    assert len(out.splitlines()) == 21
+    assert "deploy service 7" in out
+
+
+def test_forget_moves_the_task_out_of_every_number(
+    redis_server: RedisServer, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = config_for(redis_server, prefix)
+    apply(cfg, seed_events("deploy-bot"))
+    where = ["--redis", redis_server.url, "--prefix", prefix]
+    code, _, err = cli(capsys, "forget", "deploy-bot", "deploy service 0", *where)
+    assert code == 1  # no terminal and no --yes: refuses
+    assert "pass --yes" in err
+    code, out, _ = cli(capsys, "forget", "deploy-bot", "deploy service 0", "--yes", *where)
+    assert code == 0
+    assert out.strip() == "forgot task 'deploy service 0' of 'deploy-bot'"
+    with Client(redis_server.url, prefix=prefix) as rel:
+        remaining = [(5, c) for c in SEED_PASSES[1:]]
+        assert len(rel.tasks("deploy-bot")) == 19
+        assert rel.estimate("deploy-bot", 5) == estimate(remaining, 5)
+        # The lottery index lost it too.
+        left = {f"deploy service {i}": (5, c) for i, c in enumerate(SEED_PASSES) if i}
+        for k in (2, 5):
+            assert rel.cases("deploy-bot", k, top=5) == lottery_cases(left, k, limit=5)
+    code, _, err = cli(capsys, "forget", "deploy-bot", "deploy service 0", "--yes", *where)
+    assert code == 1
+    assert "has no task" in err
+
+    # The daemon notices (version moved) and recomputes the snapshot.
+    snapshot_by_daemon(cfg, "deploy-bot")
+    with Client(redis_server.url, prefix=prefix) as rel:
+        snap = rel.snapshot("deploy-bot")
+        assert snap is not None
+        assert snap.tasks == 19
+
+
+def test_reset_deletes_the_suite_and_nothing_else(
+    redis_server: RedisServer, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = config_for(redis_server, prefix)
+    # Glob characters in a suite name must not widen the reset to other suites.
+    apply(cfg, seed_events("x*") + seed_events("xy") + seed_events("x?"))
+
+    async def keys() -> list[str]:
+        client = connect(redis_server.url)
+        try:
+            raw = await client.keys(f"{prefix}:*")
+            return sorted(k.decode() if isinstance(k, bytes) else k for k in raw)
+        finally:
+            await client.aclose()
+
+    async def recorded(suite: str) -> int:
+        """Trials in the suite's dedup buckets."""
+        client = connect(redis_server.url)
+        try:
+            buckets = [k for k in await keys() if k.startswith(f"{prefix}:{{{suite}}}:dedup:")]
+            return sum([int(await client.scard(k)) for k in buckets])
+        finally:
+            await client.aclose()
+
+    buckets = len([k for k in asyncio.run(keys()) if k.startswith(f"{prefix}:{{x*}}:dedup:")])
+    assert asyncio.run(recorded("x*")) == 100
+    where = ["--redis", redis_server.url, "--prefix", prefix]
+    code, out, _ = cli(capsys, "reset", "x*", "--yes", *where)
+    assert code == 0
+    # 5 core keys (snapshot absent: 4) plus the dedup buckets.
+    assert out.strip() == f"reset 'x*': {4 + buckets} keys deleted"
+    left = asyncio.run(keys())
+    assert not [k for k in left if k.startswith(f"{prefix}:{{x*}}")]
+    assert asyncio.run(recorded("xy")) == 100
+    assert asyncio.run(recorded("x?")) == 100
+    with Client(redis_server.url, prefix=prefix) as rel:
+        assert rel.suites() == ["x?", "xy"]
+        assert len(rel.tasks("xy")) == 20
+    # Counting starts afresh: the same trials count again.
+    apply(cfg, seed_events("x*"))
+    with Client(redis_server.url, prefix=prefix) as rel:
+        assert rel.tasks("x*") == {f"deploy service {i}": (5, c) for i, c in enumerate(SEED_PASSES)}
+
+
+async def test_idle_tasks_leave_a_lifetime_suite(
+    redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reliabilityd.config import SuiteOverride
+    from reliabilityd.daemon import _daemon as daemon_mod
+
+    monkeypatch.setattr(daemon_mod, "IDLE_SWEEP_EVERY", 0.1)
+    cfg = msgspec.structs.replace(
+        config_for(redis_server, prefix),
+        suites=[SuiteOverride(match="retiring-*", idle_expiry=1.0)],
+    )
+    events = [
+        TrialEvent(suite, task, f"r{r}", "pass" if r else "fail")
+        for suite in ("retiring-bot", "lifetime-bot")
+        for task in ("old task", "live task")
+        for r in range(3)
+    ]
+    async with running(cfg) as daemon:
+        store = daemon.store
+        by_suite: dict[str, list[TrialEvent]] = {}
+        for e in events:
+            by_suite.setdefault(e.suite, []).append(e)
+        await daemon._commit_decoded(by_suite, [], retry=True)
+        # The live task keeps getting events; the old one goes quiet.
+        for r in range(3, 8):
+            await asyncio.sleep(0.3)
+            live = [TrialEvent("retiring-bot", "live task", f"r{r}", "pass")]
+            await daemon._commit_decoded({"retiring-bot": live}, [], retry=True)
+
+        async def retired() -> bool:
+            return set(await store.task_counts("retiring-bot")) == {"live task"}
+
+        await wait_until(retired, 10)
+        assert await store.task_counts("retiring-bot") == {"live task": (8, 7)}
+        # A suite without idle expiry keeps every task.
+        assert set(await store.task_counts("lifetime-bot")) == {"old task", "live task"}
+        state = await store.read_state("retiring-bot")
+        assert state.hist.cells() == [(8, 7, 1)]
+
+        async def snapshot_follows() -> bool:
+            raw = await store.snapshot_json("retiring-bot")
+            return raw is not None and msgspec.json.decode(raw)["tasks"] == 1
+
+        await wait_until(snapshot_follows, 10)

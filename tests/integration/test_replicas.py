@@ -1,0 +1,184 @@
+"""Replicas and upgrades: one page per breach, whatever ticks when, whatever wrote the state.
+
+Against real redis-server and mosquitto: two replicas on one shared
+subscription with different CI intervals, a snapshot and an alert state
+written by another version, an outbox entry that cannot be delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from typing import Any
+
+import msgspec
+
+from reliabilityd.config import Config, DaemonConfig
+from reliabilityd.stats import snapshot
+from reliabilityd.stats.histogram import Histogram
+from reliabilityd.store._store import Store
+from tests.support.alerting import (
+    SUITE,
+    Phase,
+    alert_config,
+    alert_is,
+    alert_state,
+    collect,
+    history,
+    send,
+)
+from tests.support.alertmanager import Receiver
+from tests.support.daemon import running, store_for
+from tests.support.helpers import wait_until
+from tests.support.servers import Mosquitto, RedisServer
+
+
+def replica(cfg: Config, name: str, ci_interval: float) -> Config:
+    return msgspec.structs.replace(
+        cfg,
+        mqtt=msgspec.structs.replace(
+            cfg.mqtt, shared_group="replicas", client_id=f"{cfg.redis.prefix}-{name}"
+        ),
+        stats=msgspec.structs.replace(cfg.stats, ci_interval=ci_interval),
+        daemon=DaemonConfig(instance=f"{cfg.redis.prefix}-{name}"),
+    )
+
+
+async def _states(items: list[dict[str, Any]], want: list[str]) -> bool:
+    return [m.get("state") for m in items] == want
+
+
+async def test_two_replicas_ticking_differently_page_once_and_resolve_once(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        base = alert_config(redis_server, mosquitto, prefix, am)
+        fast = replica(base, "fast", 0.2)
+        slow = replica(base, "slow", 1.3)
+        async with (
+            collect(mosquitto.port, f"{prefix}/alerts/#") as mqtt_msgs,
+            running(fast),
+            running(slow),
+            store_for(base) as store,
+        ):
+            # The first snapshot either replica sees is the degraded one.
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await wait_until(lambda: _states(mqtt_msgs, ["firing"]), 20)
+            await asyncio.sleep(2 * slow.stats.ci_interval)  # both have judged it
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            await wait_until(lambda: _states(mqtt_msgs, ["firing", "resolved"]), 20)
+            await asyncio.sleep(10.0)  # ten quiet seconds: both replicas tick many times
+            assert [n["state"] for n in await history(store, base)] == ["firing", "resolved"]
+            assert [m["state"] for m in mqtt_msgs] == ["firing", "resolved"]
+            assert [a.get("endsAt") is not None for a in am.alerts] == [True, True]
+            assert len(am.alerts) == 2
+            assert [n["state"] for n in am.webhook] == ["firing", "resolved"]
+            assert await alert_state(store) == "resolved"
+
+
+async def test_a_snapshot_and_an_alert_state_from_another_version_are_recomputed(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    """A rolling upgrade: what the other version wrote does not decode here; judging goes on."""
+    with Receiver() as am:
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        async with store_for(cfg) as store:
+            events = Phase.events(range(20), flaky=True)
+            await store.apply({SUITE: events}, windows={SUITE: 10}, dedup_ttl=7200)
+            version = (await store.read_state(SUITE)).counters.version
+            # Schema 0 named its fields differently; its version equals the data's,
+            # so no version comparison would ever recompute it.
+            old = {"schema": 0, "suite": SUITE, "estimates": {"pass^5": [0.1, 0.0, 0.3]}}
+            await store.write_snapshot(
+                SUITE, version, {"json": msgspec.json.encode(old).decode()}, {}
+            )
+            await store.client.hset(
+                store.alert_key(SUITE, "deploy-reliability"),
+                mapping={"seq": 4, "doc": b'{"state": "paging", "since": "yesterday"}'},
+            )
+            await store.client.delete(store.keys.changed)
+        async with running(cfg), store_for(cfg) as store:
+            await wait_until(partial(alert_is, store, "firing"), 20)
+            doc = msgspec.json.decode((await store.snapshot(SUITE))["json"])
+            assert doc["schema"] == snapshot.SCHEMA
+            assert doc["version"] == version
+            await wait_until(partial(_history_len, store, cfg, 1), 10)
+            (note,) = await history(store, cfg)
+            assert note["state"] == "firing"
+            assert note["id"] == f"{SUITE}/deploy-reliability/5"  # seq 4 overwritten by CAS
+
+
+async def _history_len(store: Store, cfg: Config, n: int) -> bool:
+    return len(await history(store, cfg)) >= n
+
+
+async def test_an_undecodable_outbox_entry_is_set_aside_and_delivery_goes_on(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        async with running(cfg), store_for(cfg) as store:
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            outbox = store.outbox_key(SUITE, "deploy-reliability", "webhook")
+            # Left by an older version during a rolling upgrade.
+            await store.client.rpush(outbox, b"\x93\x01\x02 msgpack of an older format")
+            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await wait_until(lambda: _count(am.webhook, 1), 20)
+            assert am.webhook[0]["state"] == "firing"
+            (aside,) = await store.outbox_deadletters()
+            assert aside["sink"] == "webhook"
+            assert "undecodable outbox entry" in aside["reason"]
+            assert aside["entry"].endswith("older format")
+            assert await store.client.llen(outbox) == 0
+
+
+async def _count(items: list[Any], n: int) -> bool:
+    return len(items) >= n
+
+
+async def test_a_change_mark_is_claimed_and_a_dead_claim_comes_back(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    """The change mark is taken by whichever replica claims it; a dead claim comes back."""
+    with Receiver() as am:
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        async with store_for(cfg) as store:
+            await store.apply(
+                {SUITE: Phase.events(range(5), flaky=False)}, windows={}, dedup_ttl=60
+            )
+            assert await store.changed() == [SUITE]
+            # A replica claims it and dies before writing the snapshot.
+            assert await store.claim_changed(10, lifetime=0.5) == [SUITE]
+            assert await store.claim_changed(10, lifetime=0.5) == []
+            assert await store.changed() == []
+            await asyncio.sleep(0.6)
+            # The claim expired: the next claim gets the suite back.
+            assert await store.claim_changed(10, lifetime=30) == [SUITE]
+            await store.release_claims([SUITE])
+            await store.mark_changed([SUITE])
+        a = msgspec.structs.replace(cfg, daemon=DaemonConfig(instance=f"{prefix}-a"))
+        b = msgspec.structs.replace(
+            cfg,
+            daemon=DaemonConfig(instance=f"{prefix}-b"),
+            mqtt=msgspec.structs.replace(cfg.mqtt, client_id=f"{prefix}-b"),
+        )
+        async with running(a), running(b), store_for(cfg) as store:
+            state = await store.read_state(SUITE)
+            await wait_until(partial(_snapshot_at, store, state.counters.version), 20)
+
+            async def no_marks() -> bool:
+                return await store.changed() == []
+
+            # A replica's start-up version scan can read the versions before the
+            # other writes the snapshot, and mark the suite once more; that
+            # replica claims the mark in the same tick.
+            await wait_until(no_marks, 10)
+            doc = msgspec.json.decode((await store.snapshot(SUITE))["json"])
+            settings = snapshot.StatsSettings(ks=(5,), n_boot=500)
+            want = snapshot.full_estimates(Histogram.from_pairs([(10, 10)] * 5), settings)
+            hat = [e for e in want if e.metric == "pass^k"]
+            assert doc["pass_hat_k"] == msgspec.json.decode(msgspec.json.encode(hat))
+
+
+async def _snapshot_at(store: Store, version: int) -> bool:
+    return (await store.snapshot(SUITE)).get("version") == str(version)

@@ -1,0 +1,138 @@
+"""Alerting scenarios shared by the alerting, replica and Redis-fault tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from functools import partial
+from typing import Any
+
+import aiomqtt
+import msgspec
+
+from reliabilityd.alerting.rules import Rule
+from reliabilityd.config import (
+    AlertmanagerSinkConfig,
+    Config,
+    DaemonConfig,
+    MqttSinkConfig,
+    SinksConfig,
+    WebhookSinkConfig,
+)
+from reliabilityd.events import TrialEvent
+from reliabilityd.store._store import Store
+from tests.support.alertmanager import Receiver
+from tests.support.daemon import make_config
+from tests.support.helpers import payloads, publish, wait_until
+from tests.support.servers import Mosquitto, RedisServer
+
+SUITE = "deploy-bot"
+
+
+def alert_config(
+    redis: RedisServer,
+    broker: Mosquitto,
+    prefix: str,
+    receiver: Receiver,
+    *,
+    below: float = 0.75,
+    resolve_above: float = 0.8,
+    client_id: str | None = None,
+    instance: str = "",
+) -> Config:
+    cfg = make_config(
+        redis_url=redis.url,
+        mqtt_url=broker.url,
+        prefix=prefix,
+        ks=[5],
+        window=10,
+        ci_interval=0.3,
+        client_id=client_id,
+    )
+    return msgspec.structs.replace(
+        cfg,
+        alerts=[
+            Rule(
+                name="deploy-reliability",
+                suite="deploy-*",
+                k=5,
+                below=below,
+                resolve_above=resolve_above,
+            )
+        ],
+        sinks=SinksConfig(
+            mqtt=MqttSinkConfig(topic=f"{prefix}/alerts"),
+            alertmanager=AlertmanagerSinkConfig(url=receiver.url, resend_interval=3600),
+            webhook=WebhookSinkConfig(url=receiver.url + "/hook"),
+        ),
+        external_url="https://reliability.example",
+        daemon=DaemonConfig(instance=instance or f"{prefix}-d"),
+    )
+
+
+class Phase:
+    """Trials for `tasks` tasks, 10 each; flaky tasks pass half the time."""
+
+    counter = 0
+
+    @classmethod
+    def events(cls, tasks: range, *, flaky: bool) -> list[TrialEvent]:
+        out = []
+        for t in tasks:
+            for j in range(10):
+                cls.counter += 1
+                ok = (j % 2 == 0) if flaky and t % 4 else True
+                out.append(
+                    TrialEvent(SUITE, f"task {t}", f"r{cls.counter}", "pass" if ok else "fail")
+                )
+        return out
+
+
+@contextlib.asynccontextmanager
+async def collect(port: int, topic: str) -> AsyncIterator[list[dict[str, Any]]]:
+    """Every MQTT message on `topic` while the block runs."""
+    got: list[dict[str, Any]] = []
+    async with aiomqtt.Client("127.0.0.1", port) as client:
+        await client.subscribe(topic, qos=1)
+
+        async def read() -> None:
+            async for message in client.messages:
+                got.append(msgspec.json.decode(message.payload))
+
+        task = asyncio.create_task(read())
+        try:
+            yield got
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def history(store: Store, cfg: Config) -> list[dict[str, Any]]:
+    return [msgspec.json.decode(n) for n in await store.alert_history(cfg.alerts_key)]
+
+
+async def send(broker: Mosquitto, prefix: str, events: list[TrialEvent], store: Store) -> None:
+    await publish(broker.port, f"{prefix}/trials/a", phase_message(events))
+    await wait_until(partial(settled, store), 30)
+
+
+async def alert_state(store: Store) -> str:
+    (state,) = await store.alert_states([(SUITE, "deploy-reliability")])
+    return state.state
+
+
+async def alert_is(store: Store, state: str) -> bool:
+    """For wait_until: the rule's stored state is `state`."""
+    return await alert_state(store) == state
+
+
+async def settled(store: Store) -> bool:
+    state = await store.read_state(SUITE)
+    return (await store.snapshot(SUITE)).get("version") == str(state.counters.version)
+
+
+def phase_message(events: list[TrialEvent]) -> list[bytes]:
+    """A phase as one message: one EVAL applies it, so a CI tick sees all of it or none."""
+    return payloads(events, len(events))

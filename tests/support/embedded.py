@@ -1,0 +1,122 @@
+"""Drive `reliabilityd run --embedded` and the demo as a user does: a process, its output."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ENDPOINTS = re.compile(
+    r"agents publish to\s+mqtt://127\.0\.0\.1:(\d+)\s.*\(MQTT ([0-9.]+), QoS 1; (.+)\)"
+)
+REDIS = re.compile(r"Redis is at\s+(redis://127\.0\.0\.1:(\d+)/0)\s+\((.+)\)")
+
+
+@dataclass
+class Endpoints:
+    mqtt_port: int
+    protocol: str
+    broker: str
+    redis_url: str
+    redis_port: int
+    redis: str
+
+
+def broken_system_servers(tmp_path: Path) -> dict[str, str]:
+    """An environment whose redis-server and mosquitto exist but do not run."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir(exist_ok=True)
+    for name in ("redis-server", "mosquitto"):
+        stub = stubs / name
+        stub.write_text("#!/bin/sh\necho 'cannot run here' >&2\nexit 1\n")
+        stub.chmod(0o755)
+    return {**os.environ, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}"}
+
+
+def processes_in(datadir: Path) -> list[str]:
+    """Processes (pid and command) that work in or name the data directory (Linux /proc)."""
+    found = []
+    needle = str(datadir.resolve())
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cwd = os.readlink(proc / "cwd")
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if cwd.startswith(needle) or needle in cmd:
+                found.append(f"{proc.name}: {cmd}")
+    return found
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextlib.contextmanager
+def embedded_run(datadir: Path, env: dict[str, str], timeout: float = 60) -> Iterator[Endpoints]:
+    """`reliabilityd run --embedded` until the block ends, then SIGTERM; it must exit 0."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reliabilityd", "run", "--embedded", "--data-dir", str(datadir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        mqtt = redis = None
+        deadline = time.monotonic() + timeout
+        while (mqtt is None or redis is None) and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            mqtt = mqtt or ENDPOINTS.search(line)
+            redis = redis or REDIS.search(line)
+        if mqtt is None or redis is None:
+            proc.kill()
+            _, err = proc.communicate(timeout=10)
+            raise AssertionError(f"no endpoints printed; stderr:\n{err}")
+        yield Endpoints(
+            mqtt_port=int(mqtt[1]),
+            protocol=mqtt[2],
+            broker=mqtt[3],
+            redis_url=redis[1],
+            redis_port=int(redis[2]),
+            redis=redis[3],
+        )
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert proc.returncode == 0, err
+
+
+def check_demo_output(out: str) -> None:
+    """What a person must see in the demo's plain lines."""
+    lines = out.splitlines()
+    fired = [i for i, line in enumerate(lines) if "ALERT firing   support-reliability" in line]
+    resolved = [i for i, line in enumerate(lines) if "ALERT resolved support-reliability" in line]
+    assert len(fired) == 1, out
+    assert len(resolved) == 1, out
+    assert fired[0] < resolved[0]
+    regressed = next(i for i, line in enumerate(lines) if "support-bot has regressed" in line)
+    assert regressed < fired[0]
+    assert "pass^5=UNKNOWN" in out  # while tasks have fewer than 5 runs
+    assert re.search(r"deploy-bot .*lottery='deploy service \d+'", out)
+    published = re.search(r"published (\d+) trial events; Redis counted (\d+)", out)
+    assert published is not None
+    assert published[1] == published[2]

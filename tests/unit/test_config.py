@@ -1,0 +1,190 @@
+"""Configuration: the example loads, errors name the file and field, exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reliabilityd.config import Config, load, parse_mqtt_url
+from reliabilityd.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_example_config_loads_with_the_documented_defaults() -> None:
+    cfg = load(ROOT / "config.example.toml", environ={})
+    defaults = Config()
+    assert cfg == defaults
+    assert cfg.stats.k == [1, 5]
+    assert cfg.stats.ci_interval == 5.0
+    assert cfg.mqtt.topic == "reliability/trials/#"
+    assert cfg.dedup_ttl == 2 * cfg.mqtt.session_expiry
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        ("[stats]\nk = [1, 0]\n", "$.stats.k[1]", ">= 1"),
+        ("[stats]\nk = 'five'\n", "$.stats.k", "Expected `array`"),
+        ("[stats]\nwindoww = 3\n", "$.stats", "unknown field `windoww`"),
+        ("[mqtt]\nurl = 'http://x'\n", "$.mqtt.url", "mqtt://"),
+        ("[mqtt]\nprotocol = '4'\n", "$.mqtt.protocol", "Invalid enum"),
+        ("[stats]\nk = [1, 5]\nwindow = 3\n", "$.stats.window", "shorter than k=5"),
+        (
+            "[stats]\nk = [2]\n[[suites]]\nmatch = 'a*'\n[[suites]]\nmatch = 'b'\nwindow = 1\n",
+            "$.suites[1].window",
+            "shorter than k=2",
+        ),
+        ("[store]\ndedup_ttl = 60\n", "$.store.dedup_ttl", "must exceed"),
+        ("[stats]\nmin_coverage = 0\n", "$.stats.min_coverage", "> 0"),
+        ("[redis]\nurl = 'mysql://x'\n", "$.redis.url", "scheme"),
+    ],
+)
+def test_bad_values_name_the_file_and_field(
+    tmp_path: Path, text: str, field: str, words: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load(path, environ={})
+    assert info.value.field == field
+    assert str(path) in str(info.value)
+    assert words in str(info.value)
+
+
+def test_not_toml(tmp_path: Path) -> None:
+    path = write(tmp_path, "[stats\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load(path, environ={})
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load(tmp_path / "nope.toml", environ={})
+
+
+def test_suite_overrides_first_match_wins(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "[stats]\nk = [2]\nwindow = 0\nmin_coverage = 1.0\n"
+        "[[suites]]\nmatch = 'deploy-*'\nwindow = 50\n"
+        "[[suites]]\nmatch = 'deploy-bot'\nwindow = 7\nmin_coverage = 0.5\n"
+        "[[suites]]\nmatch = 'ci-*'\nmin_coverage = 0.9\n",
+    )
+    cfg = load(path, environ={})
+    assert cfg.suite_settings("deploy-bot") == (50, 1.0)
+    assert cfg.suite_settings("ci-x") == (0, 0.9)
+    assert cfg.suite_settings("other") == (0, 1.0)
+
+
+def test_environment_overrides_urls(tmp_path: Path) -> None:
+    path = write(tmp_path, "")
+    cfg = load(
+        path,
+        environ={
+            "RELIABILITYD_REDIS_URL": "redis://cache:6380/2",
+            "RELIABILITYD_MQTT_URL": "mqtts://u:p%40ss@broker:8883",
+        },
+    )
+    assert cfg.redis.url == "redis://cache:6380/2"
+    endpoint = parse_mqtt_url(cfg.mqtt.url)
+    assert (endpoint.host, endpoint.port, endpoint.tls) == ("broker", 8883, True)
+    assert (endpoint.username, endpoint.password) == ("u", "p@ss")
+
+
+def test_cli_exits_2_with_file_and_field(tmp_path: Path) -> None:
+    path = write(tmp_path, "[stats]\nn_boot = -1\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "reliabilityd", "run", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert str(path) in proc.stderr
+    assert "$.stats.n_boot" in proc.stderr
+
+
+def test_alert_rules_decode_with_defaults(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        'external_url = "https://rel.example"\n'
+        "[[alerts]]\nname = 'deploy'\nk = 5\nbelow = 0.75\nfor = 30\n"
+        "[[alerts]]\nname = 'canary'\nsuite = 'canary-*'\nmetric = 'pass@k'\nk = 1\n"
+        "below = 0.5\nresolve_above = 0.6\nstale_after = 600\non_unknown = 'alert'\n",
+    )
+    cfg = load(path, environ={})
+    deploy, canary = cfg.rules()
+    assert (deploy.suite, deploy.metric, deploy.for_seconds, deploy.resolve_at) == (
+        "*",
+        "pass^k",
+        30.0,
+        0.75,
+    )
+    assert (deploy.min_tasks, deploy.repeat, deploy.on_unknown, deploy.severity) == (
+        1,
+        0.0,
+        "ignore",
+        "page",
+    )
+    assert (canary.resolve_at, canary.stale_after, canary.on_unknown) == (0.6, 600.0, "alert")
+    assert cfg.alerts_key == "rel:alerts"
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        (
+            "[[alerts]]\nname = 'a'\nk = 5\nbelow = 0.8\nresolve_above = 0.7\n",
+            "$.alerts[0].resolve_above",
+            "hysteresis",
+        ),
+        ("[[alerts]]\nname = 'a'\nk = 5\nbelow = 1.5\n", "$.alerts[0].below", "<= 1"),
+        ("[[alerts]]\nname = 'a'\nbelow = 0.5\n", "$.alerts[0]", "missing required field `k`"),
+        ("[[alerts]]\nname = 'a/b'\nk = 1\nbelow = 0.5\n", "$.alerts[0].name", "matching regex"),
+        (
+            "[[alerts]]\nname = 'a'\nk = 1\nbelow = 0.5\n" * 2,
+            "$.alerts[1].name",
+            "duplicate",
+        ),
+        ("[[alerts]]\nname = 'a'\nk = 1\nbelow = 0.5\nfor = -1\n", "$.alerts[0].for", ">= 0"),
+        (
+            "[stats]\nk = [1]\nwindow = 4\n[[alerts]]\nname = 'a'\nk = 5\nbelow = 0.5\n",
+            "$.stats.window",
+            "shorter than k=5",
+        ),
+        (
+            "[[alerts]]\nname = 'a'\nk = 5\nbelow = 0.5\ntrigger = 'detector'\n",
+            "$.alerts[0].trigger",
+            "set stats.window",
+        ),
+        ("[sinks.alertmanager]\nurl = 'am:9093'\n", "$.sinks.alertmanager.url", "http"),
+        ("[sinks.smtp]\nurl = 'x'\n", "$.sinks", "unknown field `smtp`"),
+    ],
+)
+def test_bad_alert_config(tmp_path: Path, text: str, field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(write(tmp_path, text), environ={})
+    assert info.value.field == field
+    assert words in str(info.value)
+
+
+def test_cis_are_computed_for_every_k_a_rule_names(tmp_path: Path) -> None:
+    from reliabilityd.daemon._daemon import Daemon
+
+    cfg = load(
+        write(tmp_path, "[stats]\nk = [1, 3]\n[[alerts]]\nname = 'a'\nk = 7\nbelow = 0.5\n"),
+        environ={},
+    )
+    daemon = Daemon(cfg)
+    assert daemon.ks() == (1, 3, 7)
+    assert daemon.settings("any").ks == (1, 3, 7)
