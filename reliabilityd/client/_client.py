@@ -15,21 +15,18 @@ not only the configured ones.
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Coroutine, Sequence
-from typing import Any, Self, TypeVar
+from collections.abc import Sequence
+from typing import Self, Unpack
 
 import msgspec
 
 from reliabilityd.alerting.rules import AlertState
-from reliabilityd.stats.estimate import Estimate, estimate
+from reliabilityd.client._bridge import LoopThread
+from reliabilityd.stats.estimate import Estimate, EstimateOptions, estimate
 from reliabilityd.stats.estimators import Metric
 from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store._store import Counters, Store, connect
-
-T = TypeVar("T")
 
 
 class SuiteSummary(msgspec.Struct, frozen=True):
@@ -86,27 +83,14 @@ class AsyncClient:
         return SuiteSummary(suite, state.hist.tasks, state.counters, await self.snapshot(suite))
 
     async def estimate(
-        self,
-        suite: str,
-        k: int,
-        metric: Metric = "pass^k",
-        *,
-        confidence: float = 0.95,
-        n_boot: int = 2000,
-        seed: int = 0,
-        min_coverage: float = 1.0,
+        self, suite: str, k: int, metric: Metric = "pass^k", **options: Unpack[EstimateOptions]
     ) -> Estimate:
-        """pass@k or pass^k of the suite at any k, with its CI, from the stored histogram."""
+        """pass@k or pass^k of the suite at any k, with its CI, from the stored histogram.
+
+        ``options`` are ``estimate()``'s: confidence, n_boot, seed, min_coverage, interval.
+        """
         state = await self.store.read_state(suite)
-        return estimate(
-            state.hist,
-            k,
-            metric,
-            confidence=confidence,
-            n_boot=n_boot,
-            seed=seed,
-            min_coverage=min_coverage,
-        )
+        return estimate(state.hist, k, metric, **options)
 
     async def tasks(self, suite: str) -> dict[str, tuple[int, int]]:
         """Every task's (n trials, c passes). Reads the whole suite: a tool, not a hot path."""
@@ -143,15 +127,8 @@ class Client:
         cluster: bool = False,
         timeout: float = 10.0,
     ) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="reliabilityd-client", daemon=True
-        )
-        self._thread.start()
-        self._async = self._call(_make_async(redis_url, prefix, cluster, timeout))
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        self._bridge = LoopThread("reliabilityd-client")
+        self._async = self._bridge.call(_make_async(redis_url, prefix, cluster, timeout))
 
     def __enter__(self) -> Self:
         return self
@@ -160,59 +137,39 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        if self._loop.is_closed():
+        if self._bridge.closed:
             return
-        self._call(self._async.aclose())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._bridge.call(self._async.aclose())
+        self._bridge.close()
 
     def suites(self) -> list[str]:
-        return self._call(self._async.suites())
+        return self._bridge.call(self._async.suites())
 
     def snapshot(self, suite: str) -> Snapshot | None:
-        return self._call(self._async.snapshot(suite))
+        return self._bridge.call(self._async.snapshot(suite))
 
     def summary(self, suite: str) -> SuiteSummary:
-        return self._call(self._async.summary(suite))
+        return self._bridge.call(self._async.summary(suite))
 
     def estimate(
-        self,
-        suite: str,
-        k: int,
-        metric: Metric = "pass^k",
-        *,
-        confidence: float = 0.95,
-        n_boot: int = 2000,
-        seed: int = 0,
-        min_coverage: float = 1.0,
+        self, suite: str, k: int, metric: Metric = "pass^k", **options: Unpack[EstimateOptions]
     ) -> Estimate:
-        return self._call(
-            self._async.estimate(
-                suite,
-                k,
-                metric,
-                confidence=confidence,
-                n_boot=n_boot,
-                seed=seed,
-                min_coverage=min_coverage,
-            )
-        )
+        return self._bridge.call(self._async.estimate(suite, k, metric, **options))
 
     def tasks(self, suite: str) -> dict[str, tuple[int, int]]:
-        return self._call(self._async.tasks(suite))
+        return self._bridge.call(self._async.tasks(suite))
 
     def cases(self, suite: str, k: int, top: int = 10) -> list[LotteryCase]:
-        return self._call(self._async.cases(suite, k, top))
+        return self._bridge.call(self._async.cases(suite, k, top))
 
     def alert_states(self, suite: str, rules: Sequence[str]) -> dict[str, AlertState]:
-        return self._call(self._async.alert_states(suite, rules))
+        return self._bridge.call(self._async.alert_states(suite, rules))
 
     def reset(self, suite: str) -> int:
-        return self._call(self._async.reset(suite))
+        return self._bridge.call(self._async.reset(suite))
 
     def forget(self, suite: str, task: str) -> bool:
-        return self._call(self._async.forget(suite, task))
+        return self._bridge.call(self._async.forget(suite, task))
 
 
 async def _make_async(redis_url: str, prefix: str, cluster: bool, seconds: float) -> AsyncClient:

@@ -10,7 +10,7 @@ left out are counted in the result.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeAlias
+from typing import TypeAlias, TypedDict
 
 import msgspec
 import numpy as np
@@ -248,3 +248,17 @@ def estimate(
         min_coverage=min_coverage,
         interval=interval,
     )[metric]
+
+
+class EstimateOptions(TypedDict, total=False):
+    """``estimate()``'s keyword options, for APIs that pass them through (``Client.estimate``).
+
+    tests/unit/test_estimate.py checks that these are exactly ``estimate()``'s
+    keyword-only parameters, so the two cannot drift apart.
+    """
+
+    confidence: float
+    n_boot: int
+    seed: int
+    min_coverage: float
+    interval: str

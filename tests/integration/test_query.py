@@ -90,6 +90,13 @@ def test_client_reads_snapshot_and_computes_any_k(redis_server: RedisServer, pre
             got = rel.estimate("deploy-bot", k, "pass^k")
             assert got == estimate(tasks, k, "pass^k")
         assert rel.estimate("deploy-bot", 6).value is None
+        # Every estimate() option passes through, the interval included.
+        for interval in ("gaffke", "percentile"):
+            chosen = rel.estimate("deploy-bot", 5, "pass@k", interval=interval, n_boot=500, seed=3)
+            assert chosen == estimate(tasks, 5, "pass@k", interval=interval, n_boot=500, seed=3)
+        assert rel.estimate("deploy-bot", 5, interval="gaffke") != rel.estimate(
+            "deploy-bot", 5, interval="percentile"
+        )
         assert rel.tasks("deploy-bot") == {
             f"deploy service {i}": (5, c) for i, c in enumerate(SEED_PASSES)
         }

@@ -333,3 +333,16 @@ def test_an_estimate_written_before_the_interval_fields_still_decodes() -> None:
     est = msgspec.json.decode(old, type=Estimate)
     assert est.ci_95 == (0.0, 0.25)
     assert (est.ci, est.interval, est.method) == (None, None, None)
+
+
+def test_estimate_options_are_exactly_estimates_keywords() -> None:
+    """Client.estimate passes EstimateOptions through: they must stay estimate()'s keywords."""
+    import inspect
+    import typing
+
+    from reliabilityd.stats.estimate import EstimateOptions
+
+    params = inspect.signature(estimate).parameters.values()
+    keywords = {p.name: p.annotation for p in params if p.kind is p.KEYWORD_ONLY}
+    hints = typing.get_type_hints(EstimateOptions)
+    assert set(hints) == set(keywords)
