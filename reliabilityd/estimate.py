@@ -37,27 +37,25 @@ class Estimate(msgspec.Struct, frozen=True, omit_defaults=True):
     """One suite-level estimate; ``value is None`` means UNKNOWN.
 
     Serialises (``msgspec.json.encode``) to the wire shape used in snapshots,
-    alerts and the CLI: ``k``, ``value``, ``ci_95`` (``[low, high]`` or null),
+    alerts and the CLI: ``k``, ``value``, ``ci`` (``[low, high]`` or null),
     ``estimator``, ``runs`` (the shortest n among the tasks used), ``tasks``
     (tasks used), ``left_out`` (tasks with fewer than k trials) and
     ``unknown_reason`` when UNKNOWN.
 
-    ``ci_95`` keeps its name for the seed's readers but holds the interval at
-    whatever ``confidence`` was asked for. Whenever there is a CI, the
-    document also carries ``ci`` (the same pair), ``confidence``,
+    ``ci`` is the interval at whatever ``confidence`` was asked for.
+    Whenever there is a CI, the document also carries ``confidence``,
     ``interval`` (its name, one of ``reliabilityd.INTERVALS``) and ``method``
     (how it was computed: ``exact-draw``, ``saddlepoint`` or ``wilson``).
     """
 
     k: int
     value: float | None
-    ci_95: tuple[float, float] | None
+    ci: tuple[float, float] | None
     estimator: str
     runs: int
     tasks: int
     left_out: int
     unknown_reason: str | None = None
-    ci: tuple[float, float] | None = None
     confidence: float | None = None
     interval: str | None = None
     method: str | None = None
@@ -68,11 +66,11 @@ class Estimate(msgspec.Struct, frozen=True, omit_defaults=True):
 
     @property
     def ci_low(self) -> float | None:
-        return None if self.ci_95 is None else self.ci_95[0]
+        return None if self.ci is None else self.ci[0]
 
     @property
     def ci_high(self) -> float | None:
-        return None if self.ci_95 is None else self.ci_95[1]
+        return None if self.ci is None else self.ci[1]
 
     @property
     def unknown(self) -> bool:
@@ -142,7 +140,7 @@ def estimate_metrics(
     """Several metrics at one k, each with the named interval.
 
     With ``with_ci=False`` only the point estimates are computed (the live
-    path after every commit); ``ci_95`` is then None. The percentile
+    path after every commit); ``ci`` is then None. The percentile
     interval over few cells shares one bootstrap draw between the metrics.
     """
     _check_args(k, min_coverage, confidence, n_boot, interval)
@@ -160,7 +158,7 @@ def estimate_metrics(
             metric: Estimate(
                 k=k,
                 value=None,
-                ci_95=None,
+                ci=None,
                 estimator=ESTIMATOR_NAME[metric],
                 runs=runs,
                 tasks=used.tasks,
@@ -206,12 +204,11 @@ def estimate_metrics(
         out[metric] = Estimate(
             k=k,
             value=value,
-            ci_95=pair,
+            ci=pair,
             estimator=ESTIMATOR_NAME[metric],
             runs=runs,
             tasks=m,
             left_out=left_out,
-            ci=pair,
             confidence=None if ci is None else confidence,
             interval=None if ci is None else interval,
             method=None if ci is None else ci.method,
