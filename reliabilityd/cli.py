@@ -15,31 +15,6 @@ if TYPE_CHECKING:
     from reliabilityd.store import Store
 
 
-def _seed_example() -> int:
-    """Print the seed document's worked example from the library."""
-    from reliabilityd import estimate, lottery_cases, pass_at_k, pass_hat_k
-    from reliabilityd.estimators import METRICS
-
-    passes = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
-    tasks = [(5, c) for c in passes]
-    print(f"pass@2 of one task with 3/5 passes = {pass_at_k(5, 3, 2):.2f}")
-    print(
-        f"pass^2 of one task with 3/5 passes = {pass_hat_k(5, 3, 2):.2f}"
-        "  (the plug-in would say 0.36)"
-    )
-    for metric in METRICS:
-        est = estimate(tasks, 5, metric)
-        assert est.value is not None
-        assert est.ci_95 is not None
-        label = metric.replace("k", "5")
-        print(f"{label} = {est.value:.0%} [{est.ci_95[0]:.0%}, {est.ci_95[1]:.0%}]")
-    print(estimate(tasks, 10).unknown_reason)
-    counts = {f"deploy service {i}": (5, c) for i, c in enumerate(passes)}
-    for row in lottery_cases(counts, 5, limit=3):
-        print(f"lottery case: {row.task!r} ({row.c}/{row.n} runs)")
-    return 0
-
-
 def _embedded_options(parser: argparse.ArgumentParser, *, data_dir_help: str) -> None:
     parser.add_argument("--data-dir", type=Path, help=data_dir_help)
     parser.add_argument(
@@ -57,7 +32,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Live pass@k / pass^k reliability numbers for agent trials.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("example", help="print the seed document's worked example")
     demo = sub.add_parser(
         "demo",
         help="a live fleet of agents, the daemon and an alert that fires and resolves, "
@@ -405,8 +379,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("status", "cases", "tasks", "reset", "forget", "dedup-layout"):
         return _query(args)
-    if args.command == "example":
-        return _seed_example()
     if args.command == "demo":
         from reliabilityd import demo
 
