@@ -16,16 +16,10 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from reliabilityd.bootstrap import (
-    check_confidence,
-    check_n_boot,
-    percentile_interval,
-    replicate_means,
-    resampled_cell_counts,
-)
+from reliabilityd.bootstrap import check_confidence, check_n_boot
 from reliabilityd.estimators import ESTIMATOR_NAME, METRICS, Metric, metric_cells
 from reliabilityd.histogram import Histogram
-from reliabilityd.intervals import Interval, check_interval, exact_draw_is_small
+from reliabilityd.intervals import Interval, check_interval
 from reliabilityd.intervals import interval as compute_interval
 
 Tasks: TypeAlias = Histogram | Sequence[tuple[int, int]] | npt.NDArray[np.int64]
@@ -140,8 +134,7 @@ def estimate_metrics(
     """Several metrics at one k, each with the named interval.
 
     With ``with_ci=False`` only the point estimates are computed (the live
-    path after every commit); ``ci`` is then None. The percentile
-    interval over few cells shares one bootstrap draw between the metrics.
+    path after every commit); ``ci`` is then None.
     """
     _check_args(k, min_coverage, confidence, n_boot, interval)
     for metric in metrics:
@@ -170,7 +163,6 @@ def estimate_metrics(
 
     m = used.tasks
     runs = int(used.n.min())
-    shared = None
     out: dict[Metric, Estimate] = {}
     for metric in metrics:
         per_cell = metric_cells(metric, used.n, used.c, k)
@@ -179,26 +171,14 @@ def estimate_metrics(
         value = min(1.0, max(0.0, value))
         ci: Interval | None = None
         if with_ci:
-            if (
-                interval == "percentile"
-                and not bool((per_cell == per_cell[0]).all())
-                and exact_draw_is_small(n_boot, len(used))
-            ):
-                # Few cells: one Multinomial draw over the (n, c) cells, shared
-                # by both metrics (the draw of earlier releases, same numbers).
-                if shared is None:
-                    shared = resampled_cell_counts(used.count, n_boot, np.random.default_rng(seed))
-                lo, hi = percentile_interval(replicate_means(shared, per_cell), confidence)
-                ci = Interval(lo, hi, "exact-draw")
-            else:
-                ci = compute_interval(
-                    interval,
-                    per_cell,
-                    used.count,
-                    confidence=confidence,
-                    n_boot=n_boot,
-                    rng=np.random.default_rng(seed),
-                )
+            ci = compute_interval(
+                interval,
+                per_cell,
+                used.count,
+                confidence=confidence,
+                n_boot=n_boot,
+                rng=np.random.default_rng(seed),
+            )
             value = min(max(value, ci.low), ci.high)
         pair = None if ci is None else (ci.low, ci.high)
         out[metric] = Estimate(
