@@ -22,7 +22,6 @@ import contextlib
 import fnmatch
 import logging
 import os
-import secrets
 import signal
 import time
 from collections import defaultdict
@@ -222,14 +221,10 @@ class Daemon:
         """Dead-letter, then apply; with ``retry`` until Redis takes it, else once."""
         run = self._retry if retry else self._once
         if rejected:
-            # One token for every attempt: a retry after a lost reply writes nothing twice.
             await run(
                 "deadletter",
                 partial(
-                    self.store.deadletter,
-                    rejected,
-                    maxlen=self.config.store.deadletter_maxlen,
-                    token=secrets.token_hex(8),
+                    self.store.deadletter, rejected, maxlen=self.config.store.deadletter_maxlen
                 ),
             )
             first, source = rejected[0]

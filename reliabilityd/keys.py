@@ -130,10 +130,6 @@ class Keys:
     def deadletter(self) -> str:
         return f"{self.prefix}:deadletter"
 
-    def once(self, key: str, token: str) -> str:
-        """The marker of a write done once per token, in the slot of ``key`` (see DEADLETTER)."""
-        return f"{{{key}}}:once:{token}"
-
     @property
     def outbox_deadletter(self) -> str:
         return f"{self.prefix}:outbox-deadletter"

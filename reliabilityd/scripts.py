@@ -281,29 +281,6 @@ end
 return 1
 """
 
-# Dead letters, written once per token. KEYS: the dead-letter stream, the
-# token's marker (same slot). ARGV: maxlen, marker lifetime (s), then
-# payload, truncated, reason, source, time per letter. A retry whose first
-# attempt was applied but whose reply was lost finds the marker and writes
-# nothing. Returns how many letters were written.
-DEADLETTER = _lua(r"""
-if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[2]) then return 0 end
-local n = (#ARGV - 2) / 5
-for i = 0, n - 1 do
-  local b = 2 + 5 * i
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'payload', ARGV[b + 1],
-    'truncated', ARGV[b + 2], 'reason', ARGV[b + 3], 'source', ARGV[b + 4], 'time', ARGV[b + 5])
-end
-return n
-""")
-
-# HINCRBY once per token. KEYS: the hash, the token's marker (same slot).
-# ARGV: field, increment, marker lifetime (s).
-HINCRBY_ONCE = _lua(r"""
-if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[3]) then return 0 end
-return redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
-""")
-
 # Drop the head of an outbox only if it is still the entry just delivered.
 OUTBOX_POP = r"""
 if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then

@@ -10,9 +10,7 @@ and Histograms, never raw bytes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import secrets
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -22,7 +20,7 @@ import msgspec
 import numpy as np
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from reliabilityd import dedup
 from reliabilityd.alertstore import Redis
@@ -36,10 +34,8 @@ from reliabilityd.scripts import (
     APPLY,
     CLAIM,
     CURSOR_MAX,
-    DEADLETTER,
     EXPIRE_IDLE,
     FORGET,
-    HINCRBY_ONCE,
     IMPORT_APPLY,
     READ,
     READ_WINDOWS,
@@ -53,10 +49,6 @@ _OUTCOME_CODE = {"pass": "p", "fail": "f", "error": "e", "skip": "s"}
 _CELL_PAD = 10
 # Events per EVAL: bounds how long one script call holds Redis.
 CHUNK = 2000
-# Seconds a write-once marker outlives a reply that never came (see DEADLETTER).
-ONCE_SECONDS = 3600
-# A marker left behind expires by itself.
-_CLEANUP_ERRORS = (RedisError, OSError)
 # KEYS of FORGET and EXPIRE_IDLE, in order.
 _FORGET_KEYS = ("meta", "tasks", "hist", "lottery", "touched")
 
@@ -371,45 +363,34 @@ class Store(StreamStore):
         return [Applied(suite, *acc) for suite, acc in totals.items()]
 
     async def deadletter(
-        self,
-        rejected: Iterable[tuple[Rejected, str]],
-        *,
-        maxlen: int,
-        keep_bytes: int = 2048,
-        token: str | None = None,
+        self, rejected: Iterable[tuple[Rejected, str]], *, maxlen: int, keep_bytes: int = 2048
     ) -> int:
         """Append (rejected input, source) pairs to the capped dead-letter stream, one trip.
 
-        Calls with the same ``token`` write the letters and count them once:
-        a retry after a reply lost to a Redis crash adds nothing. The token's
-        markers are dropped once the reply is in (they expire anyway).
+        At least once: a retry after a reply lost to a Redis crash may write
+        (and count) a batch's letters again, which a diagnostic log can bear.
         """
         items = list(rejected)
         if not items:
             return 0
-        commands, markers = self.deadletter_commands(
-            items, maxlen=maxlen, keep_bytes=keep_bytes, token=token or secrets.token_hex(8)
-        )
-        await pipelined(self.client, commands)
-        with contextlib.suppress(*_CLEANUP_ERRORS):
-            await pipelined(self.client, [("DEL", m) for m in markers])
-        return len(items)
-
-    def deadletter_commands(
-        self, items: Sequence[tuple[Rejected, str]], *, maxlen: int, keep_bytes: int, token: str
-    ) -> tuple[list[tuple[str | int | bytes, ...]], tuple[str, str]]:
-        """The round trip of ``deadletter`` and the token's two markers."""
+        pipe = self.client.pipeline(transaction=False)
         now = repr(time.time())
-        args: list[str | int | bytes] = [maxlen, ONCE_SECONDS]
         for item, source in items:
-            raw = item.raw[:keep_bytes]
-            args += (raw, int(len(item.raw) > keep_bytes), item.reason, source, now)
-        stream, stats = self.deadletter_key, self.stats_key
-        markers = (self.keys.once(stream, token), self.keys.once(stats, token))
-        return [
-            ("EVAL", DEADLETTER, 2, stream, markers[0], *args),
-            ("EVAL", HINCRBY_ONCE, 2, stats, markers[1], "deadletters", len(items), ONCE_SECONDS),
-        ], markers
+            pipe.xadd(
+                self.deadletter_key,
+                {
+                    "payload": item.raw[:keep_bytes],
+                    "truncated": int(len(item.raw) > keep_bytes),
+                    "reason": item.reason,
+                    "source": source,
+                    "time": now,
+                },
+                maxlen=maxlen,
+                approximate=True,
+            )
+        pipe.hincrby(self.stats_key, "deadletters", len(items))
+        await pipe.execute()
+        return len(items)
 
     async def deadletters(self, count: int = 100) -> list[DeadLetter]:
         """The oldest ``count`` dead letters still in the capped stream."""
