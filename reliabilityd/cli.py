@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
-from datetime import UTC
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from reliabilityd.store import Store
 
 
 def _embedded_options(parser: argparse.ArgumentParser, *, data_dir_help: str) -> None:
@@ -122,23 +116,6 @@ def _add_query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     fg.add_argument("suite")
     fg.add_argument("task")
     fg.add_argument("--yes", action="store_true", help="do not ask")
-    dl = where(
-        sub.add_parser(
-            "dedup-layout",
-            help="show or move which dedup records the writers keep (see docs: rolling upgrades)",
-        )
-    )
-    move = dl.add_mutually_exclusive_group()
-    move.add_argument(
-        "--sets",
-        action="store_true",
-        help="keep only the bucket sets (refused while an earlier version runs)",
-    )
-    move.add_argument(
-        "--keys-and-sets",
-        action="store_true",
-        help="keep per-trial keys too, so that an earlier version can run again",
-    )
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -184,8 +161,6 @@ def _query(args: argparse.Namespace) -> int:
                 return await status.cases(client, args.suite, k, args.top)
             if args.command == "tasks":
                 return await status.tasks(client, args.suite)
-            if args.command == "dedup-layout":
-                return await _dedup_layout(client.store, args, cfg.dedup_ttl)
             if args.command == "reset":
                 deleted = await client.reset(args.suite)
                 print(f"reset {args.suite!r}: {deleted} keys deleted")
@@ -203,49 +178,6 @@ def _query(args: argparse.Namespace) -> int:
     except redis.exceptions.RedisError as exc:
         print(f"reliabilityd: Redis at {url} answered: {exc}", file=sys.stderr)
         return 1
-
-
-async def _dedup_layout(store: Store, args: argparse.Namespace, ttl: int) -> int:
-    from datetime import datetime
-
-    from reliabilityd import dedup
-
-    def show(layout: dedup.DedupLayout) -> None:
-        print(f"dedup layout: {layout.layout}, buckets of {layout.width} s")
-        if layout.code(time.time()) == "x":
-            until = datetime.fromtimestamp(layout.keys_until, UTC)
-            print(
-                f"per-trial records of earlier writes are honoured until {until:%Y-%m-%d %H:%M} UTC"
-            )
-
-    try:
-        if not (args.sets or args.keys_and_sets):
-            layout = await dedup.stored(store.client, store.keys)
-            if layout is None:
-                print("no dedup layout stored yet: the first writer stores one")
-            else:
-                show(layout)
-            return 0
-        to: dedup.Layout = dedup.SETS if args.sets else dedup.KEYS_AND_SETS
-        layout, blockers = await dedup.move(store.client, store.keys, to, ttl)
-    except dedup.DedupLayoutError as exc:
-        print(f"reliabilityd: {exc}", file=sys.stderr)
-        return 1
-    if blockers:
-        print(
-            "reliabilityd: not moved: these instances run a version that keeps per-trial "
-            f"records only and would count again what the sets record: {', '.join(blockers)}",
-            file=sys.stderr,
-        )
-        return 1
-    show(layout)
-    if to == dedup.KEYS_AND_SETS:
-        print(
-            f"an earlier version may start once every writer has re-read the layout "
-            f"({dedup.REFRESH:.0f} s) and the longest dedup TTL has passed: until then "
-            "it cannot see what the sets alone recorded"
-        )
-    return 0
 
 
 def _add_emit_import(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -377,7 +309,7 @@ def _import(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("status", "cases", "tasks", "reset", "forget", "dedup-layout"):
+    if args.command in ("status", "cases", "tasks", "reset", "forget"):
         return _query(args)
     if args.command == "demo":
         from reliabilityd import demo

@@ -32,7 +32,7 @@ from typing import NamedTuple, TypeVar
 import msgspec
 import redis.exceptions
 
-from reliabilityd import dedup, mqtt, rulestate, sinks, snapshot, streams, web
+from reliabilityd import mqtt, rulestate, sinks, snapshot, streams, web
 from reliabilityd.alerts import Rule
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import Config
@@ -507,8 +507,6 @@ class Daemon:
                         "committed_events": self.committed_events,
                         "paused_since": since,
                         "redis_error": self.health.reason if since is not None else None,
-                        # Keeps to the stored dedup layout: see dedup.py.
-                        dedup.HEARTBEAT_FIELD: 1,
                     },
                 )
             except REDIS_ERRORS as exc:

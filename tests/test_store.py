@@ -139,7 +139,7 @@ async def test_dedup_records_expire(store: Store) -> None:
     await store.apply({"s": [trial]}, windows={}, dedup_ttl=1)
     (again,) = await store.apply({"s": [trial]}, windows={}, dedup_ttl=1)
     assert (again.counted, again.duplicates) == (0, 1)
-    assert (await store.dedup_layout(1)).width == 1
+    assert await store.dedup_width(1) == 1
     started = time.monotonic()
 
     async def gone() -> bool:
