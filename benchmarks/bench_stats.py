@@ -8,8 +8,8 @@ time:
 * live-like suites (n uniform in [5, 100] per task, so the (n, c) cells grow
   with the task count) from 1e3 to 1e6 tasks, and tidy ones (20 trials each):
   the point estimates alone, the CI as ``estimate_metrics`` computes it (and
-  the method it chose), the Multinomial draw over all cells of earlier
-  releases, the same draw over merged values, a Poisson bootstrap over merged
+  the method it chose), one Multinomial draw over all (n, c) cells shared
+  by both metrics, the same draw over merged values, a Poisson bootstrap over merged
   values, a task-index resampler in numpy and a pure-Python reference
   (per-task values computed once, ``random.choices`` over tasks);
 * the daemon's load: 1,000 suites of 1,000 live-like tasks each, one CI
@@ -66,7 +66,7 @@ def tidy(rng: np.random.Generator, tasks: int) -> IntArray:
 
 
 def exact_draw_cells(hist: Histogram) -> None:
-    """Earlier releases: one Multinomial over all (n, c) cells, both metrics."""
+    """One Multinomial over all (n, c) cells, shared by both metrics."""
     draw = resampled_cell_counts(hist.count, N_BOOT, np.random.default_rng(0))
     for metric in METRICS:
         percentile_interval(replicate_means(draw, metric_cells(metric, hist.n, hist.c, K)), 0.95)

@@ -5,7 +5,7 @@ The statistics core is importable on its own::
     from reliabilityd import pass_hat_k
     from reliabilityd import estimate
     pass_hat_k(5, 3, 2)                      # 0.3, never the plug-in 0.36
-    estimate([(5, 3), (5, 5)], k=2).ci_95    # cluster-bootstrap CI over tasks
+    estimate([(5, 3), (5, 5)], k=2).ci       # cluster-bootstrap CI over tasks
 
 ``Emitter`` publishes trial events from agents (imported on first use, so
 the statistics core stays free of MQTT)::

@@ -272,8 +272,8 @@ def _exact_estimates(counts: IntArray, window: int, k: int, *, n_boot: int, seed
             h = Histogram(np.full(window + 1, window), np.arange(window + 1), hist)
             est = estimate_metrics(h, k, ("pass^k",), n_boot=n_boot, seed=seed)["pass^k"]
             assert est.value is not None
-            assert est.ci_95 is not None
-            cache[key] = (est.value, est.ci_95[0], est.ci_95[1])
+            assert est.ci is not None
+            cache[key] = (est.value, est.ci[0], est.ci[1])
         out[i] = cache[key]
     return Window(value=out[:, 0], ci_low=out[:, 1], ci_high=out[:, 2])
 

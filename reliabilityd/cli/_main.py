@@ -4,39 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
-from datetime import UTC
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from reliabilityd.store._store import Store
-
-
-def _seed_example() -> int:
-    """Print the seed document's worked example from the library."""
-    from reliabilityd import estimate, lottery_cases, pass_at_k, pass_hat_k
-    from reliabilityd.stats.estimators import METRICS
-
-    passes = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
-    tasks = [(5, c) for c in passes]
-    print(f"pass@2 of one task with 3/5 passes = {pass_at_k(5, 3, 2):.2f}")
-    print(
-        f"pass^2 of one task with 3/5 passes = {pass_hat_k(5, 3, 2):.2f}"
-        "  (the plug-in would say 0.36)"
-    )
-    for metric in METRICS:
-        est = estimate(tasks, 5, metric)
-        assert est.value is not None
-        assert est.ci_95 is not None
-        label = metric.replace("k", "5")
-        print(f"{label} = {est.value:.0%} [{est.ci_95[0]:.0%}, {est.ci_95[1]:.0%}]")
-    print(estimate(tasks, 10).unknown_reason)
-    counts = {f"deploy service {i}": (5, c) for i, c in enumerate(passes)}
-    for row in lottery_cases(counts, 5, limit=3):
-        print(f"lottery case: {row.task!r} ({row.c}/{row.n} runs)")
-    return 0
 
 
 def _embedded_options(parser: argparse.ArgumentParser, *, data_dir_help: str) -> None:
@@ -56,7 +25,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Live pass@k / pass^k reliability numbers for agent trials.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("example", help="print the seed document's worked example")
     demo = sub.add_parser(
         "demo",
         help="a live fleet of agents, the daemon and an alert that fires and resolves, "
@@ -122,23 +90,6 @@ def _add_query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     fg.add_argument("suite")
     fg.add_argument("task")
     fg.add_argument("--yes", action="store_true", help="do not ask")
-    dl = where(
-        sub.add_parser(
-            "dedup-layout",
-            help="show or move which dedup records the writers keep (see docs: rolling upgrades)",
-        )
-    )
-    move = dl.add_mutually_exclusive_group()
-    move.add_argument(
-        "--sets",
-        action="store_true",
-        help="keep only the bucket sets (refused while an earlier version runs)",
-    )
-    move.add_argument(
-        "--keys-and-sets",
-        action="store_true",
-        help="keep per-trial keys too, so that an earlier version can run again",
-    )
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -184,8 +135,6 @@ def _query(args: argparse.Namespace) -> int:
                 return await status.cases(client, args.suite, k, args.top)
             if args.command == "tasks":
                 return await status.tasks(client, args.suite)
-            if args.command == "dedup-layout":
-                return await _dedup_layout(client.store, args, cfg.dedup_ttl)
             if args.command == "reset":
                 deleted = await client.reset(args.suite)
                 print(f"reset {args.suite!r}: {deleted} keys deleted")
@@ -203,49 +152,6 @@ def _query(args: argparse.Namespace) -> int:
     except redis.exceptions.RedisError as exc:
         print(f"reliabilityd: Redis at {url} answered: {exc}", file=sys.stderr)
         return 1
-
-
-async def _dedup_layout(store: Store, args: argparse.Namespace, ttl: int) -> int:
-    from datetime import datetime
-
-    from reliabilityd.store import dedup
-
-    def show(layout: dedup.DedupLayout) -> None:
-        print(f"dedup layout: {layout.layout}, buckets of {layout.width} s")
-        if layout.code(time.time()) == "x":
-            until = datetime.fromtimestamp(layout.keys_until, UTC)
-            print(
-                f"per-trial records of earlier writes are honoured until {until:%Y-%m-%d %H:%M} UTC"
-            )
-
-    try:
-        if not (args.sets or args.keys_and_sets):
-            layout = await dedup.stored(store.client, store.keys)
-            if layout is None:
-                print("no dedup layout stored yet: the first writer stores one")
-            else:
-                show(layout)
-            return 0
-        to: dedup.Layout = dedup.SETS if args.sets else dedup.KEYS_AND_SETS
-        layout, blockers = await dedup.move(store.client, store.keys, to, ttl)
-    except dedup.DedupLayoutError as exc:
-        print(f"reliabilityd: {exc}", file=sys.stderr)
-        return 1
-    if blockers:
-        print(
-            "reliabilityd: not moved: these instances run a version that keeps per-trial "
-            f"records only and would count again what the sets record: {', '.join(blockers)}",
-            file=sys.stderr,
-        )
-        return 1
-    show(layout)
-    if to == dedup.KEYS_AND_SETS:
-        print(
-            f"an earlier version may start once every writer has re-read the layout "
-            f"({dedup.REFRESH:.0f} s) and the longest dedup TTL has passed: until then "
-            "it cannot see what the sets alone recorded"
-        )
-    return 0
 
 
 def _add_emit_import(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -377,10 +283,8 @@ def _import(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("status", "cases", "tasks", "reset", "forget", "dedup-layout"):
+    if args.command in ("status", "cases", "tasks", "reset", "forget"):
         return _query(args)
-    if args.command == "example":
-        return _seed_example()
     if args.command == "demo":
         from reliabilityd.embedded import demo
 

@@ -33,7 +33,7 @@ def format_estimate(est: Estimate | None) -> str:
         short = est.left_out
         total = est.tasks + est.left_out
         return f"UNKNOWN ({short} of {total} tasks short)" if total else "UNKNOWN (no tasks)"
-    ci = "" if est.ci_95 is None else f" [{_pct(est.ci_95[0])}, {_pct(est.ci_95[1])}]"
+    ci = "" if est.ci is None else f" [{_pct(est.ci[0])}, {_pct(est.ci[1])}]"
     left = f" ({est.left_out} left out)" if est.left_out else ""
     return f"{_pct(est.value)}%{ci}{left}"
 

@@ -22,7 +22,6 @@ import contextlib
 import fnmatch
 import logging
 import os
-import secrets
 import signal
 import time
 from collections import defaultdict
@@ -51,7 +50,6 @@ from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.sources import mqtt, streams
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.lottery import ranked_cell_groups
-from reliabilityd.store import dedup
 from reliabilityd.store._store import Applied, Store, StreamCursor, connect
 
 T = TypeVar("T")
@@ -227,14 +225,10 @@ class Daemon:
         """Dead-letter, then apply; with ``retry`` until Redis takes it, else once."""
         run = self._retry if retry else self._once
         if rejected:
-            # One token for every attempt: a retry after a lost reply writes nothing twice.
             await run(
                 "deadletter",
                 partial(
-                    self.store.deadletter,
-                    rejected,
-                    maxlen=self.config.store.deadletter_maxlen,
-                    token=secrets.token_hex(8),
+                    self.store.deadletter, rejected, maxlen=self.config.store.deadletter_maxlen
                 ),
             )
             first, source = rejected[0]
@@ -517,8 +511,6 @@ class Daemon:
                         "committed_events": self.committed_events,
                         "paused_since": since,
                         "redis_error": self.health.reason if since is not None else None,
-                        # Keeps to the stored dedup layout: see dedup.py.
-                        dedup.HEARTBEAT_FIELD: 1,
                     },
                 )
             except REDIS_ERRORS as exc:

@@ -87,9 +87,9 @@ def est_text(est: Estimate | None) -> str:
         return "-"
     if est.value is None:
         return "UNKNOWN"
-    if est.ci_95 is None:
+    if est.ci is None:
         return pct(est.value)
-    low, high = est.ci_95
+    low, high = est.ci
     return f"{pct(est.value)} [{low * 100:.0f}, {high * 100:.0f}]"
 
 

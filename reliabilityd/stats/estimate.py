@@ -19,13 +19,10 @@ import numpy.typing as npt
 from reliabilityd.stats.bootstrap import (
     check_confidence,
     check_n_boot,
-    percentile_interval,
-    replicate_means,
-    resampled_cell_counts,
 )
 from reliabilityd.stats.estimators import ESTIMATOR_NAME, METRICS, Metric, metric_cells
 from reliabilityd.stats.histogram import Histogram
-from reliabilityd.stats.intervals import Interval, check_interval, exact_draw_is_small
+from reliabilityd.stats.intervals import Interval, check_interval
 from reliabilityd.stats.intervals import interval as compute_interval
 
 Tasks: TypeAlias = Histogram | Sequence[tuple[int, int]] | npt.NDArray[np.int64]
@@ -37,27 +34,25 @@ class Estimate(msgspec.Struct, frozen=True, omit_defaults=True):
     """One suite-level estimate; ``value is None`` means UNKNOWN.
 
     Serialises (``msgspec.json.encode``) to the wire shape used in snapshots,
-    alerts and the CLI: ``k``, ``value``, ``ci_95`` (``[low, high]`` or null),
+    alerts and the CLI: ``k``, ``value``, ``ci`` (``[low, high]`` or null),
     ``estimator``, ``runs`` (the shortest n among the tasks used), ``tasks``
     (tasks used), ``left_out`` (tasks with fewer than k trials) and
     ``unknown_reason`` when UNKNOWN.
 
-    ``ci_95`` keeps its name for the seed's readers but holds the interval at
-    whatever ``confidence`` was asked for. Whenever there is a CI, the
-    document also carries ``ci`` (the same pair), ``confidence``,
+    ``ci`` is the interval at whatever ``confidence`` was asked for.
+    Whenever there is a CI, the document also carries ``confidence``,
     ``interval`` (its name, one of ``reliabilityd.INTERVALS``) and ``method``
     (how it was computed: ``exact-draw``, ``saddlepoint`` or ``wilson``).
     """
 
     k: int
     value: float | None
-    ci_95: tuple[float, float] | None
+    ci: tuple[float, float] | None
     estimator: str
     runs: int
     tasks: int
     left_out: int
     unknown_reason: str | None = None
-    ci: tuple[float, float] | None = None
     confidence: float | None = None
     interval: str | None = None
     method: str | None = None
@@ -68,11 +63,11 @@ class Estimate(msgspec.Struct, frozen=True, omit_defaults=True):
 
     @property
     def ci_low(self) -> float | None:
-        return None if self.ci_95 is None else self.ci_95[0]
+        return None if self.ci is None else self.ci[0]
 
     @property
     def ci_high(self) -> float | None:
-        return None if self.ci_95 is None else self.ci_95[1]
+        return None if self.ci is None else self.ci[1]
 
     @property
     def unknown(self) -> bool:
@@ -142,8 +137,7 @@ def estimate_metrics(
     """Several metrics at one k, each with the named interval.
 
     With ``with_ci=False`` only the point estimates are computed (the live
-    path after every commit); ``ci_95`` is then None. The percentile
-    interval over few cells shares one bootstrap draw between the metrics.
+    path after every commit); ``ci`` is then None.
     """
     _check_args(k, min_coverage, confidence, n_boot, interval)
     for metric in metrics:
@@ -160,7 +154,7 @@ def estimate_metrics(
             metric: Estimate(
                 k=k,
                 value=None,
-                ci_95=None,
+                ci=None,
                 estimator=ESTIMATOR_NAME[metric],
                 runs=runs,
                 tasks=used.tasks,
@@ -172,7 +166,6 @@ def estimate_metrics(
 
     m = used.tasks
     runs = int(used.n.min())
-    shared = None
     out: dict[Metric, Estimate] = {}
     for metric in metrics:
         per_cell = metric_cells(metric, used.n, used.c, k)
@@ -181,37 +174,24 @@ def estimate_metrics(
         value = min(1.0, max(0.0, value))
         ci: Interval | None = None
         if with_ci:
-            if (
-                interval == "percentile"
-                and not bool((per_cell == per_cell[0]).all())
-                and exact_draw_is_small(n_boot, len(used))
-            ):
-                # Few cells: one Multinomial draw over the (n, c) cells, shared
-                # by both metrics (the draw of earlier releases, same numbers).
-                if shared is None:
-                    shared = resampled_cell_counts(used.count, n_boot, np.random.default_rng(seed))
-                lo, hi = percentile_interval(replicate_means(shared, per_cell), confidence)
-                ci = Interval(lo, hi, "exact-draw")
-            else:
-                ci = compute_interval(
-                    interval,
-                    per_cell,
-                    used.count,
-                    confidence=confidence,
-                    n_boot=n_boot,
-                    rng=np.random.default_rng(seed),
-                )
+            ci = compute_interval(
+                interval,
+                per_cell,
+                used.count,
+                confidence=confidence,
+                n_boot=n_boot,
+                rng=np.random.default_rng(seed),
+            )
             value = min(max(value, ci.low), ci.high)
         pair = None if ci is None else (ci.low, ci.high)
         out[metric] = Estimate(
             k=k,
             value=value,
-            ci_95=pair,
+            ci=pair,
             estimator=ESTIMATOR_NAME[metric],
             runs=runs,
             tasks=m,
             left_out=left_out,
-            ci=pair,
             confidence=None if ci is None else confidence,
             interval=None if ci is None else interval,
             method=None if ci is None else ci.method,

@@ -21,11 +21,8 @@ histogram of per-task values alone.
 Methods:
 
 * ``exact-draw``: B resamples drawn at random. Used when the draw is small,
-  ``n_boot x atoms <= EXACT_DRAW_LIMIT``. For the percentile interval the
-  atoms are the (n, c) cells first (the draw of earlier releases, shared by
-  both metrics, so the same data and seed give the same CI as before), then
-  the distinct per-task values of one metric (cells with equal values
-  merged).
+  ``n_boot x atoms <= EXACT_DRAW_LIMIT``; the atoms are the distinct
+  per-task values of one metric (cells with equal values merged).
 * ``saddlepoint``: otherwise, the B -> infinity limit of the same draw from
   a saddlepoint approximation, O(atoms) and independent of B
   (``reliabilityd.saddlepoint``).

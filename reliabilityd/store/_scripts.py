@@ -22,32 +22,25 @@ def _lua(body: str) -> str:
 # APPLY's arguments in shape, before anything is written (see APPLY).
 _APPLY_CHECK = _lua(r"""
 do
-  local n, nb, wb, life = (#ARGV - 7) / 3, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-  if n ~= math.floor(n) or not nb or not wb or wb < 1 or wb > nb or #KEYS < 4 + nb
+  local n, nb, wb, life = (#ARGV - 5) / 3, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+  if n ~= math.floor(n) or not nb or not wb or wb < 1 or wb > nb or #KEYS ~= 4 + nb
     or not life or life < 1 or life > 4000000000 then
     return redis.error_reply('ERR reliabilityd apply: arguments out of shape')
-  end
-  if ARGV[4] ~= 's' and #KEYS ~= 4 + nb + n then
-    return redis.error_reply('ERR reliabilityd apply: one per-trial key per event expected')
   end
 end
 """)
 
 
 # Apply one suite's batch atomically. KEYS: meta, tasks, hist, lottery, then
-# the dedup bucket keys to look in (oldest first), then (layouts `k` and `x`)
-# each event's per-trial record. ARGV: dedup ttl, window, now, layout, number
+# the dedup bucket keys to look in (oldest first). ARGV: window, now, number
 # of bucket keys, the position among them of the bucket to write, that
 # bucket's lifetime in seconds, then each event's digest (16 bytes), then
 # (task, outcome code) per event. Returns {counted, errors, skips,
 # duplicates, version, passes}.
 #
-# Dedup records (store.DedupLayout): a trial's digest goes into the set of
-# its bucket of the clock; a digest in any bucket looked in is a duplicate.
-# One SMISMEMBER per existing bucket and one SADD per chunk, where a
-# per-trial record costs a SET per event. The layouts: `s` keeps sets only;
-# `x` also honours per-trial records that an earlier version left; `k` also
-# writes them, for replicas of an earlier version still running.
+# Dedup records (dedup.py): a trial's digest goes into the set of its bucket
+# of the clock; a digest in any bucket looked in is a duplicate. One
+# SMISMEMBER per existing bucket and one SADD per chunk.
 #
 # Every redis.call has a fixed cost, so nothing else is written per event;
 # the counted events are grouped by task and each distinct task is read
@@ -57,9 +50,9 @@ end
 # slices, as Lua's unpack stops at about 8,000 values.
 APPLY = _APPLY_CHECK + _lua(r"""
 local meta, tasks, hist, lot = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local ttl, window, now = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local layout, nb, wb, life = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local total = (#ARGV - 7) / 3
+local window, now = tonumber(ARGV[1]), ARGV[2]
+local nb, wb, life = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local total = (#ARGV - 5) / 3
 -- Arguments are checked (_APPLY_CHECK, in front) and every read done before
 -- the first write: Redis lets a script that has written go on, so a call
 -- that fails fails whole.
@@ -68,17 +61,11 @@ for b = 1, nb do
   local key = KEYS[4 + b]
   if redis.call('EXISTS', key) == 1 then
     for i = 1, total, 1000 do
-      local got = redis.call('SMISMEMBER', key, unpack(ARGV, 7 + i, 7 + math.min(i + 999, total)))
+      local got = redis.call('SMISMEMBER', key, unpack(ARGV, 5 + i, 5 + math.min(i + 999, total)))
       for j = 1, #got do
         if got[j] == 1 then known[i + j - 1] = true end
       end
     end
-  end
-end
-local record = 4 + nb
-if layout == 'x' then
-  for i = 1, total do
-    if not known[i] and redis.call('EXISTS', KEYS[record + i]) == 1 then known[i] = true end
   end
 end
 local counted, errors, skips, dups, passes = 0, 0, 0, 0, 0
@@ -87,12 +74,8 @@ local counted, errors, skips, dups, passes = 0, 0, 0, 0, 0
 local names, outs, hits = {}, {}, {}
 local fresh, here = {}, {}
 for i = 1, total do
-  local d, o = ARGV[7 + i], ARGV[7 + total + 2 * i]
-  local dup = known[i] or here[d]
-  if layout == 'k' and not redis.call('SET', KEYS[record + i], '1', 'NX', 'EX', ttl) then
-    dup = true
-  end
-  if dup then
+  local d, o = ARGV[5 + i], ARGV[5 + total + 2 * i]
+  if known[i] or here[d] then
     dups = dups + 1
   else
     here[d] = true
@@ -102,7 +85,7 @@ for i = 1, total do
     elseif o == 's' then
       skips = skips + 1
     else
-      local task = ARGV[6 + total + 2 * i]
+      local task = ARGV[4 + total + 2 * i]
       local t = outs[task]
       if t == nil then
         t = {}
@@ -281,29 +264,6 @@ end
 return 1
 """
 
-# Dead letters, written once per token. KEYS: the dead-letter stream, the
-# token's marker (same slot). ARGV: maxlen, marker lifetime (s), then
-# payload, truncated, reason, source, time per letter. A retry whose first
-# attempt was applied but whose reply was lost finds the marker and writes
-# nothing. Returns how many letters were written.
-DEADLETTER = _lua(r"""
-if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[2]) then return 0 end
-local n = (#ARGV - 2) / 5
-for i = 0, n - 1 do
-  local b = 2 + 5 * i
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'payload', ARGV[b + 1],
-    'truncated', ARGV[b + 2], 'reason', ARGV[b + 3], 'source', ARGV[b + 4], 'time', ARGV[b + 5])
-end
-return n
-""")
-
-# HINCRBY once per token. KEYS: the hash, the token's marker (same slot).
-# ARGV: field, increment, marker lifetime (s).
-HINCRBY_ONCE = _lua(r"""
-if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[3]) then return 0 end
-return redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
-""")
-
 # Drop the head of an outbox only if it is still the entry just delivered.
 OUTBOX_POP = r"""
 if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then
@@ -414,27 +374,20 @@ local ledger = table.remove(KEYS)
 """)
     + _APPLY_CHECK
     + _lua(r"""
-local total = (#ARGV - 7) / 3
-local records = #KEYS > 4 + tonumber(ARGV[5])
-local first = 4 + tonumber(ARGV[5])
+local total = (#ARGV - 5) / 3
 local hex = string.rep('%02x', 16)
-local ds, ps, ks = {}, {}, {}
+local ds, ps = {}, {}
 for i = 1, total do
-  local d = ARGV[7 + i]
+  local d = ARGV[5 + i]
   if redis.call('HSETNX', ledger, string.format(hex, string.byte(d, 1, 16)), '1') == 1 then
     ds[#ds + 1] = d
-    ps[#ps + 1] = ARGV[6 + total + 2 * i]
-    ps[#ps + 1] = ARGV[7 + total + 2 * i]
-    if records then ks[#ks + 1] = KEYS[first + i] end
+    ps[#ps + 1] = ARGV[4 + total + 2 * i]
+    ps[#ps + 1] = ARGV[5 + total + 2 * i]
   end
 end
-for i = 1, #ds do ARGV[7 + i] = ds[i] end
-for i = 1, #ps do ARGV[7 + #ds + i] = ps[i] end
-for i = #ARGV, 8 + 3 * #ds, -1 do ARGV[i] = nil end
-if records then
-  for i = 1, #ks do KEYS[first + i] = ks[i] end
-  for i = #KEYS, first + #ks + 1, -1 do KEYS[i] = nil end
-end
+for i = 1, #ds do ARGV[5 + i] = ds[i] end
+for i = 1, #ps do ARGV[5 + #ds + i] = ps[i] end
+for i = #ARGV, 6 + 3 * #ds, -1 do ARGV[i] = nil end
 """)
 )
 IMPORT_APPLY = _IMPORT_GUARD + APPLY

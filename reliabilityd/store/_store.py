@@ -10,9 +10,7 @@ and Histograms, never raw bytes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import secrets
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -34,17 +32,14 @@ from reliabilityd.store._scripts import (
     APPLY,
     CLAIM,
     CURSOR_MAX,
-    DEADLETTER,
     EXPIRE_IDLE,
     FORGET,
-    HINCRBY_ONCE,
     IMPORT_APPLY,
     READ,
     READ_WINDOWS,
     WRITE_SNAPSHOT,
 )
 from reliabilityd.store._streams import StreamStore
-from reliabilityd.store.dedup import DedupLayout
 from reliabilityd.store.keys import digests, glob_escape
 
 __all__ = ["Redis", "Store", "connect"]
@@ -53,10 +48,6 @@ _OUTCOME_CODE = {"pass": "p", "fail": "f", "error": "e", "skip": "s"}
 _CELL_PAD = 10
 # Events per EVAL: bounds how long one script call holds Redis.
 CHUNK = 2000
-# Seconds a write-once marker outlives a reply that never came (see DEADLETTER).
-ONCE_SECONDS = 3600
-# A marker left behind expires by itself.
-_CLEANUP_ERRORS = (RedisError, OSError)
 # KEYS of FORGET and EXPIRE_IDLE, in order.
 _FORGET_KEYS = ("meta", "tasks", "hist", "lottery", "touched")
 
@@ -191,8 +182,8 @@ async def pipelined(
 class Store(StreamStore):
     """reliabilityd's view of Redis."""
 
-    # The dedup layout last read, the lookback, and when (monotonic clock).
-    _dedup: tuple[DedupLayout, int, float] | None = None
+    # The dedup bucket width last read, the lookback, and when (monotonic clock).
+    _dedup: tuple[int, int, float] | None = None
 
     # --- keys (kept for tools and tests; names come from Keys) -------------
 
@@ -216,50 +207,44 @@ class Store(StreamStore):
 
     # --- ingest -----------------------------------------------------------
 
-    async def dedup_layout(self, dedup_ttl: int) -> DedupLayout:
-        """The deployment's dedup layout, re-read every ``dedup.REFRESH`` seconds."""
+    async def dedup_width(self, dedup_ttl: int) -> int:
+        """The deployment's dedup bucket width, re-read every ``dedup.REFRESH`` seconds."""
         return (await self._dedup_view(dedup_ttl))[0]
 
-    async def _dedup_view(self, dedup_ttl: int) -> tuple[DedupLayout, int]:
-        """(layout, lookback): the layout and the longest dedup TTL any writer uses now.
+    async def _dedup_view(self, dedup_ttl: int) -> tuple[int, int]:
+        """(width, lookback): the bucket width and the longest dedup TTL any writer uses now.
 
         Re-read every ``dedup.REFRESH`` seconds, entering this writer's TTL each
-        time. A layout that cannot be read keeps the last one read; with none,
-        DedupLayoutError (a Redis error: ingest pauses with the reason).
+        time. A width that cannot be read keeps the last one read; with none,
+        the Redis error (ingest pauses with the reason).
         """
         cached = self._dedup
         clock = time.monotonic()
         if cached is not None and clock - cached[2] <= dedup.REFRESH:
             return cached[0], cached[1]
         try:
-            layout = await dedup.load(self.client, self.keys, dedup_ttl)
-        except dedup.DedupLayoutError as exc:
+            width = await dedup.load_width(self.client, self.keys, dedup_ttl)
+        except ValueError as exc:
             if cached is None:
-                raise
-            emit(logging.WARNING, "dedup_layout_unreadable", error=str(exc), keeping=cached[0])
-            layout = cached[0]
+                raise RedisError(str(exc)) from exc
+            emit(logging.WARNING, "dedup_width_unreadable", error=str(exc), keeping=cached[0])
+            width = cached[0]
         lookback = await dedup.register_ttl(self.client, self.keys, dedup_ttl)
-        spans = len(dedup.plan(layout.width, dedup_ttl, 0.0, lookback=lookback).buckets)
+        spans = len(dedup.plan(width, dedup_ttl, 0.0, lookback=lookback).buckets)
         if spans > dedup.MANY_BUCKETS and (cached is None or cached[1] != lookback):
             emit(
                 logging.WARNING,
                 "dedup_many_buckets",
                 bucket_keys_per_call=spans,
-                bucket_seconds=layout.width,
+                bucket_seconds=width,
                 longest_dedup_ttl=lookback,
                 hint="the width was fixed by the deployment's first writer, at a quarter of "
                 "its dedup TTL; a much longer TTL costs Redis a lookup per bucket per call",
             )
-        if cached is None or cached[0] != layout:
-            emit(
-                logging.INFO,
-                "dedup_layout",
-                layout=layout.layout,
-                bucket_seconds=layout.width,
-                per_trial_keys_honoured_until=layout.keys_until or None,
-            )
-        self._dedup = (layout, lookback, clock)
-        return layout, lookback
+        if cached is None or cached[0] != width:
+            emit(logging.INFO, "dedup_buckets", bucket_seconds=width)
+        self._dedup = (width, lookback, clock)
+        return width, lookback
 
     def _apply_call(
         self,
@@ -269,20 +254,15 @@ class Store(StreamStore):
         window: int,
         stamp: str,
         *,
-        layout: DedupLayout,
+        width: int,
         lookback: int = 0,
     ) -> tuple[list[str], list[str | int | bytes]]:
         """KEYS and ARGV of one APPLY call: see scripts.APPLY."""
-        now = float(stamp)
         keys = [self.key(suite, name) for name in ("meta", "tasks", "hist", "lottery")]
-        p = dedup.plan(layout.width, dedup_ttl, now, lookback=lookback)
-        keys += [self.keys.dedup_bucket(suite, layout.width, b) for b in p.buckets]
-        digested = digests([(e.task, e.trial) for e in chunk])
-        code = layout.code(now)
-        if code != "s":
-            keys += self.keys.seen_of(suite, digested)
-        args: list[str | int | bytes] = [dedup_ttl, window, stamp, code]
-        args += (len(p.buckets), p.write - p.first + 1, p.life, *digested)
+        p = dedup.plan(width, dedup_ttl, float(stamp), lookback=lookback)
+        keys += [self.keys.dedup_bucket(suite, width, b) for b in p.buckets]
+        args: list[str | int | bytes] = [window, stamp, len(p.buckets), p.write - p.first + 1]
+        args += (p.life, *digests([(e.task, e.trial) for e in chunk]))
         outcome = _OUTCOME_CODE
         for event in chunk:
             args += (event.task, outcome[event.outcome])
@@ -290,14 +270,14 @@ class Store(StreamStore):
 
     async def is_recorded(self, suite: str, task: str, trial: str, *, dedup_ttl: int) -> bool:
         """Whether a (task, trial) has a live dedup record a writer with ``dedup_ttl`` would see."""
-        layout, lookback = await self._dedup_view(dedup_ttl)
+        width, lookback = await self._dedup_view(dedup_ttl)
         (digest,) = digests([(task, trial)])
-        p = dedup.plan(layout.width, dedup_ttl, time.time(), lookback=lookback)
+        p = dedup.plan(width, dedup_ttl, time.time(), lookback=lookback)
         for bucket in p.buckets:
-            key = self.keys.dedup_bucket(suite, layout.width, bucket)
+            key = self.keys.dedup_bucket(suite, width, bucket)
             if await self.client.execute_command("SISMEMBER", key, digest):
                 return True
-        return bool(await self.client.exists(self.keys.seen_of(suite, [digest])[0]))
+        return False
 
     async def apply(
         self,
@@ -324,7 +304,7 @@ class Store(StreamStore):
         if not batches and cursor is None:
             return []
         stamp = repr(time.time() if now is None else now)
-        layout, lookback = await self._dedup_view(dedup_ttl)
+        width, lookback = await self._dedup_view(dedup_ttl)
         commands: list[tuple[str | int | bytes, ...]] = []
         # The idle index first (each task's last event, for idle expiry): a
         # task touched before its trial is applied cannot be expired between
@@ -343,7 +323,7 @@ class Store(StreamStore):
                     dedup_ttl,
                     windows.get(suite, 0),
                     stamp,
-                    layout=layout,
+                    width=width,
                     lookback=lookback,
                 )
                 # EVAL, not EVALSHA: redis-py refuses pipelined EVALSHA on a
@@ -371,45 +351,34 @@ class Store(StreamStore):
         return [Applied(suite, *acc) for suite, acc in totals.items()]
 
     async def deadletter(
-        self,
-        rejected: Iterable[tuple[Rejected, str]],
-        *,
-        maxlen: int,
-        keep_bytes: int = 2048,
-        token: str | None = None,
+        self, rejected: Iterable[tuple[Rejected, str]], *, maxlen: int, keep_bytes: int = 2048
     ) -> int:
         """Append (rejected input, source) pairs to the capped dead-letter stream, one trip.
 
-        Calls with the same ``token`` write the letters and count them once:
-        a retry after a reply lost to a Redis crash adds nothing. The token's
-        markers are dropped once the reply is in (they expire anyway).
+        At least once: a retry after a reply lost to a Redis crash may write
+        (and count) a batch's letters again, which a diagnostic log can bear.
         """
         items = list(rejected)
         if not items:
             return 0
-        commands, markers = self.deadletter_commands(
-            items, maxlen=maxlen, keep_bytes=keep_bytes, token=token or secrets.token_hex(8)
-        )
-        await pipelined(self.client, commands)
-        with contextlib.suppress(*_CLEANUP_ERRORS):
-            await pipelined(self.client, [("DEL", m) for m in markers])
-        return len(items)
-
-    def deadletter_commands(
-        self, items: Sequence[tuple[Rejected, str]], *, maxlen: int, keep_bytes: int, token: str
-    ) -> tuple[list[tuple[str | int | bytes, ...]], tuple[str, str]]:
-        """The round trip of ``deadletter`` and the token's two markers."""
+        pipe = self.client.pipeline(transaction=False)
         now = repr(time.time())
-        args: list[str | int | bytes] = [maxlen, ONCE_SECONDS]
         for item, source in items:
-            raw = item.raw[:keep_bytes]
-            args += (raw, int(len(item.raw) > keep_bytes), item.reason, source, now)
-        stream, stats = self.deadletter_key, self.stats_key
-        markers = (self.keys.once(stream, token), self.keys.once(stats, token))
-        return [
-            ("EVAL", DEADLETTER, 2, stream, markers[0], *args),
-            ("EVAL", HINCRBY_ONCE, 2, stats, markers[1], "deadletters", len(items), ONCE_SECONDS),
-        ], markers
+            pipe.xadd(
+                self.deadletter_key,
+                {
+                    "payload": item.raw[:keep_bytes],
+                    "truncated": int(len(item.raw) > keep_bytes),
+                    "reason": item.reason,
+                    "source": source,
+                    "time": now,
+                },
+                maxlen=maxlen,
+                approximate=True,
+            )
+        pipe.hincrby(self.stats_key, "deadletters", len(items))
+        await pipe.execute()
+        return len(items)
 
     async def deadletters(self, count: int = 100) -> list[DeadLetter]:
         """The oldest ``count`` dead letters still in the capped stream."""
@@ -694,16 +663,16 @@ class Store(StreamStore):
         # Up to 20 chunks per round trip bounds the client's memory on big files.
         step = 20 * CHUNK
         for group in range(0, len(events), step):
-            # Each round trip with its own clock and layout: a long import
+            # Each round trip with its own clock and lookback: a long import
             # writes its later chunks where live writers look then.
             stamp = repr(time.time() if now is None else now)
-            layout, lookback = await self._dedup_view(dedup_ttl)
+            width, lookback = await self._dedup_view(dedup_ttl)
             pipe = self.client.pipeline(transaction=False)
             sizes: list[int] = []
             for start in range(group, min(group + step, len(events)), CHUNK):
                 chunk = events[start : start + CHUNK]
                 keys, args = self._apply_call(
-                    suite, chunk, dedup_ttl, window, stamp, layout=layout, lookback=lookback
+                    suite, chunk, dedup_ttl, window, stamp, width=width, lookback=lookback
                 )
                 pipe.eval(IMPORT_APPLY, len(keys) + 1, *keys, ledger, *args)
                 sizes.append(len(chunk))

@@ -8,8 +8,6 @@ Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
     <p>:{<suite>}:lottery     zset  "%010d:%010d:<task>" (score 0) for tasks with 0 < c < n
     <p>:{<suite>}:dedup:<w>:<b>  set with TTL: digests of the (task, trial)s applied in
                               bucket b of the clock (b = floor(unix seconds / width w))
-    <p>:{<suite>}:seen:<hex>  string with TTL: one (task, trial) already applied (the
-                              per-trial record of the `keys+sets` layout and earlier versions)
     <p>:{<suite>}:snapshot    hash  flat numbers for redis-cli, plus `json`
     <p>:{<suite>}:touched     zset  task -> time of its last event (suites with an idle expiry)
     <p>:{<suite>}:imported    hash  import ledger: digest of every imported (task, trial) -> 1
@@ -27,9 +25,9 @@ claim script can move a suite between them atomically::
 
 Outside any tag, written by separate idempotent commands: ``<p>:suites``,
 ``<p>:deadletter``, ``<p>:outbox-deadletter``, ``<p>:stats``,
-``<p>:heartbeat:<instance>``, ``<p>:stream-cursor:<stream>:<group>`` and
-``<p>:dedup-layout`` (which dedup records the writers keep) and ``<p>:dedup-ttls``
-(the writers' dedup TTLs): see dedup.py.
+``<p>:heartbeat:<instance>``, ``<p>:stream-cursor:<stream>:<group>``,
+``<p>:dedup-width`` (the bucket width, fixed by the first writer) and
+``<p>:dedup-ttls`` (the writers' dedup TTLs): see dedup.py.
 """
 
 from __future__ import annotations
@@ -73,22 +71,13 @@ class Keys:
     def suite(self, suite: str, name: str) -> str:
         return f"{self.prefix}:{{{suite}}}:{name}"
 
-    def seen(self, suite: str, task: str, trial: str) -> str:
-        """The per-trial dedup record of one (task, trial) of a suite."""
-        return self.seen_of(suite, digests([(task, trial)]))[0]
-
-    def seen_of(self, suite: str, digested: Iterable[bytes]) -> list[str]:
-        """The per-trial dedup records of trials by their digests."""
-        prefix = self.suite(suite, "seen:")
-        return [prefix + d.hex() for d in digested]
-
     def dedup_bucket(self, suite: str, width: int, bucket: int) -> str:
         """The set of the digests applied in one bucket (``width`` seconds) of the clock."""
         return self.suite(suite, f"dedup:{width}:{bucket}")
 
     @property
-    def dedup_layout(self) -> str:
-        return f"{self.prefix}:dedup-layout"
+    def dedup_width(self) -> str:
+        return f"{self.prefix}:dedup-width"
 
     @property
     def dedup_ttls(self) -> str:
@@ -129,10 +118,6 @@ class Keys:
     @property
     def deadletter(self) -> str:
         return f"{self.prefix}:deadletter"
-
-    def once(self, key: str, token: str) -> str:
-        """The marker of a write done once per token, in the slot of ``key`` (see DEADLETTER)."""
-        return f"{{{key}}}:once:{token}"
 
     @property
     def outbox_deadletter(self) -> str:

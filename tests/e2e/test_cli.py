@@ -10,17 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reliabilityd.cli._main import main
 from tests.support.embedded import check_demo_output, processes_in
-
-
-def test_example_prints_the_seed_numbers(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["example"]) == 0
-    out = capsys.readouterr().out
-    assert "pass@5 = 100% [84%, 100%]" in out
-    assert "pass^5 = 10% [0%, 25%]" in out
-    assert "UNKNOWN" in out
-    assert "'deploy service 0' (4/5 runs)" in out
 
 
 def test_demo_fires_resolves_and_leaves_no_process(tmp_path: Path) -> None:

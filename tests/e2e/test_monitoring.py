@@ -80,14 +80,14 @@ async def test_prometheus_scrapes_the_daemon_and_an_example_rule_fires(
         assert raw is not None
         snap = msgspec.json.decode(raw)
         (est,) = [e for e in snap["pass_hat_k"] if e["k"] == 5]
-        assert est["ci_95"][0] < 0.75
+        assert est["ci"][0] < 0.75
 
         prom = start_prometheus([f"127.0.0.1:{cfg.http.port}"], (rules,))
         query = quote(f'reliabilityd_pass_hat_k_ci_lower_ratio{{suite="{SUITE}",k="5"}}')
 
         async def scraped() -> bool:
             result = (await api(f"{prom.url}/api/v1/query?query={query}"))["data"]["result"]
-            return bool(result) and float(result[0]["value"][1]) == est["ci_95"][0]
+            return bool(result) and float(result[0]["value"][1]) == est["ci"][0]
 
         await wait_until(scraped, within=60, interval=0.5)
 
@@ -103,7 +103,7 @@ async def test_prometheus_scrapes_the_daemon_and_an_example_rule_fires(
         assert alert["labels"]["alertname"] == "ReliabilitydPassHatKLowerBoundLow"
         assert alert["labels"]["suite"] == SUITE
         assert alert["labels"]["k"] == "5"
-        assert float(alert["value"]) == est["ci_95"][0]
+        assert float(alert["value"]) == est["ci"][0]
 
 
 async def test_alertmanager_receives_firing_and_resolved_and_the_link_answers(

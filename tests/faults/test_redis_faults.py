@@ -31,7 +31,6 @@ from reliabilityd.config import (
 )
 from reliabilityd.daemon import _daemon as daemon_module
 from reliabilityd.events import TrialEvent
-from reliabilityd.store import dedup
 from reliabilityd.store._store import Store
 from tests.support.alerting import collect
 from tests.support.alertmanager import Receiver
@@ -304,38 +303,3 @@ async def _trials(store: Store, n: int) -> bool:
 
 async def _count(items: Sequence[object], n: int) -> bool:
     return len(items) >= n
-
-
-async def test_an_unreadable_dedup_layout_pauses_ingest_until_it_is_repaired(
-    *,
-    private_redis: RedisServer,
-    mosquitto: Mosquitto,
-    prefix: str,
-    rng: np.random.Generator,
-    caplog: pytest.LogCaptureFixture,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """A layout this version cannot read (a later version's, a damaged value) is never guessed."""
-    caplog.set_level(logging.INFO, logger="reliabilityd")
-    cfg = fault_config(private_redis, mosquitto, prefix)
-    events, truth, messages = scenario(rng, count=1000)
-    async with admin_of(private_redis) as admin:
-        await admin.set(f"{prefix}:dedup-layout", b'{"layout": "sets-v2", "width": 15}')
-        async with running_task(cfg) as (daemon, run_task), store_for(cfg) as store:
-            await publish(mosquitto.port, f"{prefix}/trials/x", messages)
-            await wait_until(_logged(caplog, "event=redis_unavailable", "DedupLayoutError"), 30)
-            reports: list[tuple[int, str]] = []
-
-            async def unhealthy() -> bool:
-                reports.append(await check(cfg, capsys))
-                return reports[-1][0] == 1
-
-            await wait_until(unhealthy, 10)  # by the next heartbeat
-            assert "dedup-layout --keys-and-sets" in reports[-1][1]
-            assert daemon.committed_events == 0
-            assert not run_task.done(), "the daemon stopped"
-            # The repair named in the reason; ingest resumes and counts exactly.
-            layout, _ = await dedup.move(admin, store.keys, dedup.KEYS_AND_SETS, cfg.dedup_ttl)
-            assert layout.layout == "keys+sets"
-            await assert_exact(store, truth, events)
-            assert not run_task.done(), "the daemon stopped"

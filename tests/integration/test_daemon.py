@@ -92,7 +92,7 @@ async def test_ten_thousand_events_counted_exactly(
                 assert snap["pass^3"] == ""
             else:
                 assert float(snap["pass^3"]) == hat3["value"]
-                assert float(snap["pass^3:ci_low"]) == hat3["ci_95"][0]
+                assert float(snap["pass^3:ci_low"]) == hat3["ci"][0]
             assert int(snap["trials"]) == truth.trials(suite)
 
 

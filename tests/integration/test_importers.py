@@ -281,7 +281,7 @@ async def test_seed_report_gives_the_seed_numbers(store: Store) -> None:
     est = estimate(state.hist, 5, "pass^k")
     assert report.counted == 100
     assert est.value == pytest.approx(0.1)
-    assert est.ci_95 == pytest.approx((0.0, 0.25))
+    assert est.ci == pytest.approx((0.0, 0.25))
 
 
 # --- idempotence -----------------------------------------------------------
@@ -424,7 +424,7 @@ async def test_a_report_written_by_multivon_eval_itself(store: Store, tmp_path: 
         assert estimate(hist, k, "pass^k").value == pytest.approx(own_hat[k - 1], abs=1e-12)
         assert estimate(hist, k, "pass@k").value == pytest.approx(own_at[k - 1], abs=1e-12)
     summary = json.loads(path.read_text())["summary"]["pass_hat_k"]
-    assert estimate(hist, 5, "pass^k").ci_95 == pytest.approx(tuple(summary["ci_95"]))
+    assert estimate(hist, 5, "pass^k").ci == pytest.approx(tuple(summary["ci_95"]))
 
 
 async def test_tau_bench_published_run_reproduces_its_published_numbers(store: Store) -> None:

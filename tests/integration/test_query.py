@@ -83,7 +83,7 @@ def test_client_reads_snapshot_and_computes_any_k(redis_server: RedisServer, pre
         hat5 = snap.estimate("pass^k", 5)
         assert hat5 is not None
         assert hat5.value == pytest.approx(0.10)
-        assert hat5.ci_95 == pytest.approx((0.0, 0.25))
+        assert hat5.ci == pytest.approx((0.0, 0.25))
         # Any k, not only the configured ones, computed from the stored histogram.
         tasks = [(5, c) for c in SEED_PASSES]
         for k in (2, 3, 4):

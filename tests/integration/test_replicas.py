@@ -1,8 +1,8 @@
-"""Replicas and upgrades: one page per breach, whatever ticks when, whatever wrote the state.
+"""Replicas: one page per breach, whatever ticks when.
 
 Against real redis-server and mosquitto: two replicas on one shared
-subscription with different CI intervals, a snapshot and an alert state
-written by another version, an outbox entry that cannot be delivered.
+subscription with different CI intervals, an outbox entry that cannot be
+delivered.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from tests.support.alerting import (
     SUITE,
     Phase,
     alert_config,
-    alert_is,
     alert_state,
     collect,
     history,
@@ -74,42 +73,6 @@ async def test_two_replicas_ticking_differently_page_once_and_resolve_once(
             assert len(am.alerts) == 2
             assert [n["state"] for n in am.webhook] == ["firing", "resolved"]
             assert await alert_state(store) == "resolved"
-
-
-async def test_a_snapshot_and_an_alert_state_from_another_version_are_recomputed(
-    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
-) -> None:
-    """A rolling upgrade: what the other version wrote does not decode here; judging goes on."""
-    with Receiver() as am:
-        cfg = alert_config(redis_server, mosquitto, prefix, am)
-        async with store_for(cfg) as store:
-            events = Phase.events(range(20), flaky=True)
-            await store.apply({SUITE: events}, windows={SUITE: 10}, dedup_ttl=7200)
-            version = (await store.read_state(SUITE)).counters.version
-            # Schema 0 named its fields differently; its version equals the data's,
-            # so no version comparison would ever recompute it.
-            old = {"schema": 0, "suite": SUITE, "estimates": {"pass^5": [0.1, 0.0, 0.3]}}
-            await store.write_snapshot(
-                SUITE, version, {"json": msgspec.json.encode(old).decode()}, {}
-            )
-            await store.client.hset(
-                store.alert_key(SUITE, "deploy-reliability"),
-                mapping={"seq": 4, "doc": b'{"state": "paging", "since": "yesterday"}'},
-            )
-            await store.client.delete(store.keys.changed)
-        async with running(cfg), store_for(cfg) as store:
-            await wait_until(partial(alert_is, store, "firing"), 20)
-            doc = msgspec.json.decode((await store.snapshot(SUITE))["json"])
-            assert doc["schema"] == snapshot.SCHEMA
-            assert doc["version"] == version
-            await wait_until(partial(_history_len, store, cfg, 1), 10)
-            (note,) = await history(store, cfg)
-            assert note["state"] == "firing"
-            assert note["id"] == f"{SUITE}/deploy-reliability/5"  # seq 4 overwritten by CAS
-
-
-async def _history_len(store: Store, cfg: Config, n: int) -> bool:
-    return len(await history(store, cfg)) >= n
 
 
 async def test_an_undecodable_outbox_entry_is_set_aside_and_delivery_goes_on(

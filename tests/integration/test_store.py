@@ -12,7 +12,7 @@ from reliabilityd.alerting.rules import AlertState
 from reliabilityd.events import Rejected, TrialEvent
 from reliabilityd.stats.lottery import lottery_cases, ranked_cell_groups
 from reliabilityd.store._alerts import Cas
-from reliabilityd.store._store import Store, pipelined
+from reliabilityd.store._store import Store
 from tests.support.helpers import make_events, truth_of, wait_until
 
 
@@ -130,7 +130,7 @@ async def test_dedup_records_expire(store: Store) -> None:
     await store.apply({"s": [trial]}, windows={}, dedup_ttl=1)
     (again,) = await store.apply({"s": [trial]}, windows={}, dedup_ttl=1)
     assert (again.counted, again.duplicates) == (0, 1)
-    assert (await store.dedup_layout(1)).width == 1
+    assert await store.dedup_width(1) == 1
     started = time.monotonic()
 
     async def gone() -> bool:
@@ -158,22 +158,6 @@ async def test_deadletter_stream_is_capped_and_counted(store: Store) -> None:
     assert await store.deadletter_count() == 301
     assert kept[-1].reason == "r299"
     assert kept[-1].source == "test"
-
-
-async def test_a_deadletter_retry_after_a_lost_reply_writes_nothing_twice(store: Store) -> None:
-    items = [(Rejected(b"bad %d" % i, f"reason {i}"), "test") for i in range(5)]
-    # The first attempt reached Redis, and its reply was lost (Redis killed).
-    commands, _ = store.deadletter_commands(items, maxlen=100, keep_bytes=2048, token="t1")
-    await pipelined(store.client, commands)
-    # The daemon retries the same call with the same token.
-    await store.deadletter(items, maxlen=100, token="t1")
-    assert await store.deadletter_count() == 5
-    assert len(await store.deadletters()) == 5
-    # Its markers are gone once a reply came; another batch is written as usual.
-    markers = [store.keys.once(k, "t1") for k in (store.deadletter_key, store.stats_key)]
-    assert await store.client.exists(*markers) == 0
-    await store.deadletter(items[:2], maxlen=100, token="t2")
-    assert await store.deadletter_count() == 7
 
 
 async def test_a_batch_larger_than_one_chunk(store: Store) -> None:

@@ -49,11 +49,11 @@ def test_study_intervals_are_the_library_intervals(name: str, rng: np.random.Gen
     lo, hi = intervals_for_block(values, 20_000, 0.95, rng, (name,))[name]
     for i, c in enumerate(passes):
         est = estimate([(10, int(x)) for x in c], 3, "pass^k", n_boot=20_000, seed=i, interval=name)
-        assert est.ci_95 is not None
+        assert est.ci is not None
         sd = float(values[i].std()) / np.sqrt(30)
         # MC sd of a 2.5% bound with B = 20,000 is ~0.02 sds for each of the two.
-        assert abs(est.ci_95[0] - lo[i]) < 0.15 * sd + 1e-9
-        assert abs(est.ci_95[1] - hi[i]) < 0.15 * sd + 1e-9
+        assert abs(est.ci[0] - lo[i]) < 0.15 * sd + 1e-9
+        assert abs(est.ci[1] - hi[i]) < 0.15 * sd + 1e-9
 
 
 def test_a_small_grid_shows_the_failure_and_the_fix() -> None:

@@ -49,12 +49,12 @@ def test_fast_path_matches_task_resampling_on_live_like_suites(rng: np.random.Ge
         both = estimate_metrics(Histogram.from_pairs(pairs), 5)
         for metric, est in both.items():
             assert est.method == "saddlepoint"
-            assert est.ci_95 is not None
+            assert est.ci is not None
             values = metric_cells(metric, pairs[:, 0], pairs[:, 1], 5)
             lo, hi, sd = brute_force(values, 2000, rng)
             z_scores += [
-                (est.ci_95[0] - lo) / (Z_SPREAD * sd),
-                (est.ci_95[1] - hi) / (Z_SPREAD * sd),
+                (est.ci[0] - lo) / (Z_SPREAD * sd),
+                (est.ci[1] - hi) / (Z_SPREAD * sd),
             ]
     z = np.array(z_scores)
     # Each bound within 4.5 MC standard deviations; no systematic offset.
@@ -85,8 +85,8 @@ def test_exact_draw_where_small_saddlepoint_past_the_limit() -> None:
     at_limit = EXACT_DRAW_LIMIT // atoms_count
     assert estimate(tasks, 1, n_boot=at_limit).method == "exact-draw"
     assert estimate(tasks, 1, n_boot=at_limit + 1).method == "saddlepoint"
-    a = estimate(tasks, 1, n_boot=at_limit, seed=3).ci_95
-    b = estimate(tasks, 1, n_boot=at_limit + 1, seed=3).ci_95
+    a = estimate(tasks, 1, n_boot=at_limit, seed=3).ci
+    b = estimate(tasks, 1, n_boot=at_limit + 1, seed=3).ci
     assert a is not None
     assert b is not None
     assert np.allclose(a, b, atol=0.01)
@@ -97,24 +97,24 @@ def test_merged_values_keep_the_draw_exact_at_the_ceiling() -> None:
     tasks = [(100, 100)] * 998 + [(10, 3)] * 2
     est = estimate(tasks, 1, "pass^k", n_boot=2000)
     assert est.method == "exact-draw"
-    assert est.ci_95 is not None
-    lo, hi = est.ci_95
+    assert est.ci is not None
+    lo, hi = est.ci
     assert 0.0 <= lo < est.value <= hi <= 1.0  # type: ignore[operator]
     assert hi == 1.0  # resamples holding neither weak task exist (P ~ e^-2)
     # Many cells, few values: the lifetime counters differ, the values do not.
     lifetime = [(n, n) for n in range(5, 1003)] + [(10, 3), (20, 6)]
     est = estimate(lifetime, 1, "pass^k", n_boot=2000)
     assert est.method == "exact-draw"
-    assert est.ci_95 is not None
-    assert 0.0 <= est.ci_95[0] <= est.ci_95[1] <= 1.0
+    assert est.ci is not None
+    assert 0.0 <= est.ci[0] <= est.ci[1] <= 1.0
 
 
 def test_gaffke_degenerate_suite_still_admits_doubt() -> None:
     est = estimate([(10, 10)] * 20, 1, interval="gaffke")
-    assert est.ci_95 is not None
+    assert est.ci is not None
     # All 20 tasks perfect: the lower bound is 0.025 ** (1 / 20) = 0.8316.
-    assert est.ci_95[0] == pytest.approx(0.025 ** (1 / 20), abs=0.01)
-    assert est.ci_95[1] == 1.0
+    assert est.ci[0] == pytest.approx(0.025 ** (1 / 20), abs=0.01)
+    assert est.ci[1] == 1.0
     assert (est.interval, est.method) == ("gaffke", "exact-draw")
 
 
@@ -158,7 +158,7 @@ def test_gaffke_saddlepoint_matches_its_draw(rng: np.random.Generator) -> None:
     assert abs(hi - np.quantile(draws_hi, 0.975)) < 0.08 * sd
     est = estimate(hist, 5, interval="gaffke")
     assert est.method == "saddlepoint"
-    assert est.ci_95 == pytest.approx((lo, hi))
+    assert est.ci == pytest.approx((lo, hi))
 
 
 def test_confidence_is_recorded_and_changes_the_interval() -> None:
@@ -170,7 +170,6 @@ def test_confidence_is_recorded_and_changes_the_interval() -> None:
     assert wide.ci is not None
     assert narrow.ci is not None
     assert wide.ci[0] < narrow.ci[0] < narrow.ci[1] < wide.ci[1]
-    assert wide.ci_95 == wide.ci  # the old name holds the configured level
 
 
 def test_point_estimates_carry_no_interval_fields() -> None:

@@ -79,8 +79,8 @@ def test_identical_tasks_get_the_daemons_wilson_interval() -> None:
     counts = np.full((1, 30), 20, dtype=np.int64)
     fast = window_estimates(counts, 20, 5)
     est = estimate_metrics(Histogram.from_pairs([(20, 20)] * 30), 5, ("pass^k",))["pass^k"]
-    assert est.ci_95 is not None
-    assert (float(fast.ci_low[0]), float(fast.ci_high[0])) == pytest.approx(est.ci_95)
+    assert est.ci is not None
+    assert (float(fast.ci_low[0]), float(fast.ci_high[0])) == pytest.approx(est.ci)
 
 
 def test_a_seeded_run_replays_exactly() -> None:
