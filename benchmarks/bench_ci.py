@@ -29,7 +29,7 @@ from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.embedded.processes import RedisServer, free_port
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.histogram import Histogram
-from reliabilityd.store._store import Store, connect
+from reliabilityd.store import Store, connect
 
 SUITES = 1000
 TASKS = 1000
@@ -69,7 +69,7 @@ async def drain(daemons: list[Daemon]) -> tuple[float, list[int]]:
         while True:
             done = await daemon.ci_tick()
             shares[i] += len(done)
-            if not done and not await daemon.store.changed():
+            if not done and not await daemon.store.snapshots.changed():
                 return
 
     started = time.perf_counter()

@@ -29,7 +29,7 @@ from reliabilityd.client.emitter import Emitter
 from reliabilityd.embedded.processes import Mosquitto, RedisServer, free_port
 from reliabilityd.events import TrialEvent
 from reliabilityd.importers._import import import_file, read
-from reliabilityd.store._store import Store, connect
+from reliabilityd.store import Store, connect
 
 TASKS = 20_000
 TRIALS = 5
@@ -54,7 +54,7 @@ async def _import_round(store: Store, path: Path, r: int) -> tuple[float, float]
     parsed = read(path)
     events = [TrialEvent(f"base{r}", t.task, f"x/{t.trial}", t.outcome) for t in parsed.trials]
     started = time.perf_counter()
-    await store.apply({f"base{r}": events}, windows={}, dedup_ttl=7200)
+    await store.ingest.apply({f"base{r}": events}, windows={}, dedup_ttl=7200)
     return ours, len(events) / (time.perf_counter() - started)
 
 
@@ -97,7 +97,7 @@ async def _main() -> None:
                 imp, base = max(imp, ours), max(base, baseline)
                 emit = max(emit, await asyncio.to_thread(_emit_round, broker.url, "bench/emit"))
                 bare = max(bare, await _bare_round(broker.port, "bench/bare"))
-            ledger = int(await client.memory_usage(store.imported_key("imp0"), samples=0) or 0)
+            ledger = int(await client.memory_usage(store.keys.imported("imp0"), samples=0) or 0)
             events = TASKS * TRIALS
             print(f"best of {ROUNDS} alternating rounds")
             print(

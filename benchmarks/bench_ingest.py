@@ -43,8 +43,8 @@ from reliabilityd.config import Config, IngestConfig, MqttConfig, RedisConfig, S
 from reliabilityd.daemon._daemon import Daemon, Decoded
 from reliabilityd.embedded.processes import Mosquitto, RedisServer, free_port
 from reliabilityd.events import TrialEvent
-from reliabilityd.store._store import Store, StreamCursor
-from reliabilityd.store._store import connect as redis_connect
+from reliabilityd.store import Store, StreamCursor
+from reliabilityd.store import connect as redis_connect
 
 SINGLE_MESSAGES = 40_000
 BATCH_MESSAGES = 2_000
@@ -235,7 +235,7 @@ async def _daemon_rate(
 
     async def done() -> bool:
         nonlocal counted
-        counted = (await store.read_state("bench")).counters.trials
+        counted = (await store.reads.read_state("bench")).counters.trials
         return counted >= events
 
     redis_cpu = await _redis_cpu(redis_url)
@@ -370,7 +370,7 @@ async def _redis_bound(
     redis_cpu = await _redis_cpu(redis_url)
     started = time.perf_counter()
     for batch in batches:
-        await store.apply(batch, windows={"bench": 0}, dedup_ttl=7200)
+        await store.ingest.apply(batch, windows={"bench": 0}, dedup_ttl=7200)
     took = time.perf_counter() - started
     redis_cpu = await _redis_cpu(redis_url) - redis_cpu
     await store.client.aclose()
@@ -389,7 +389,7 @@ async def _memory(redis_url: str) -> None:
             for i in range(start, start + per_batch)
             for j in range(5)
         ]
-        await store.apply({"mem": batch}, windows={}, dedup_ttl=7200)
+        await store.ingest.apply({"mem": batch}, windows={}, dedup_ttl=7200)
     after = int((await client.info("memory"))["used_memory"])
     usage = {
         name: int(await client.memory_usage(store.key("mem", name), samples=0) or 0)

@@ -25,8 +25,8 @@ from reliabilityd.alerting.rules import AlertState, Observation, Rule, step
 from reliabilityd.config import Config
 from reliabilityd.logs import RateLimited, emit
 from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store import Store
 from reliabilityd.store._alerts import Undecodable
-from reliabilityd.store._store import Store
 
 _snapshot_decoder = msgspec.json.Decoder(Snapshot)
 
@@ -48,7 +48,7 @@ class Evaluator:
         One that does not decode was written by another version: it is logged
         and its suite marked for a recompute by this version.
         """
-        docs = await self.store.snapshot_docs(suites)
+        docs = await self.store.snapshots.snapshot_docs(suites)
         out: dict[str, Snapshot] = {}
         unreadable: list[str] = []
         for suite, doc in zip(suites, docs, strict=True):
@@ -62,7 +62,7 @@ class Evaluator:
                     logging.WARNING, "snapshot_undecodable", suite=suite, error=exc
                 )
         if unreadable:
-            await self.store.mark_changed(unreadable)
+            await self.store.snapshots.mark_changed(unreadable)
         return out
 
     async def newest_snapshot(self, suite: str) -> Snapshot | None:
@@ -78,7 +78,7 @@ class Evaluator:
         if not pairs:
             return
         snaps = await self.newest_snapshots(sorted({s for s, _ in pairs}))
-        states = await self.store.alert_states_checked([(s, r.name) for s, r in pairs])
+        states = await self.store.alerts.alert_states_checked([(s, r.name) for s, r in pairs])
         sinks = list(self.outbox.sinks)
         for (suite, rule), stored in zip(pairs, states, strict=True):
             snap = snaps.get(suite)
@@ -86,7 +86,9 @@ class Evaluator:
                 await self._step(suite, rule, snap, self._readable(suite, rule, stored), now)
         # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
         triples = [(s, r.name, sink) for s, r in pairs for sink in sinks]
-        for triple, length in zip(triples, await self.store.outbox_lengths(triples), strict=True):
+        for triple, length in zip(
+            triples, await self.store.alerts.outbox_lengths(triples), strict=True
+        ):
             if length:
                 self.outbox.kick(*triple)
 
@@ -140,7 +142,7 @@ class Evaluator:
             note = None
             if t.notify is not None:
                 note = note_for(state=new, repeat=t.notify == "repeat")
-            cas = await self.store.alert_cas(
+            cas = await self.store.alerts.alert_cas(
                 suite,
                 rule.name,
                 expected_seq=current.seq,

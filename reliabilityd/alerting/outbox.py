@@ -27,7 +27,7 @@ from reliabilityd.alerting.sinks import Sink, SinkError
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import Config
 from reliabilityd.logs import RateLimited, emit, kv, log
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 
 LEASE_TTL = 30.0
 BACKOFF_MAX = 20.0
@@ -73,12 +73,12 @@ class Outbox:
 
     async def _drain(self, suite: str, rule: str, sink: str) -> None:
         lease = self.store.keys.outbox_lease(suite, rule, sink)
-        if not await self.store.lease(lease, self.instance, LEASE_TTL):
+        if not await self.store.alerts.lease(lease, self.instance, LEASE_TTL):
             return  # another daemon delivers this outbox
         pace = Backoff(0.5, BACKOFF_MAX)
         try:
             while not self._closing.is_set():
-                head = await self.store.outbox_head(suite, rule, sink)
+                head = await self.store.alerts.outbox_head(suite, rule, sink)
                 if head is None:
                     return
                 try:
@@ -86,7 +86,7 @@ class Outbox:
                 except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                     reason = f"undecodable outbox entry: {exc}"
                     emit(logging.WARNING, "outbox_entry_set_aside", sink=sink, reason=reason)
-                    await self.store.outbox_set_aside(
+                    await self.store.alerts.outbox_set_aside(
                         suite, rule, sink, head, reason, maxlen=OUTBOX_DEADLETTER_MAXLEN
                     )
                     continue
@@ -106,24 +106,24 @@ class Outbox:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._closing.wait(), delay)
                 else:
-                    await self.store.outbox_pop(suite, rule, sink, head)
+                    await self.store.alerts.outbox_pop(suite, rule, sink, head)
                     if sink == "alertmanager" and note.state == "firing":
                         # Just sent: the periodic re-send starts one interval from now.
                         am = self.config.sinks.alertmanager
-                        await self.store.set_with_ttl(
+                        await self.store.alerts.set_with_ttl(
                             self.store.keys.am_resend(suite, rule),
                             self.instance,
                             am.resend_interval,
                         )
                     pace.reset()
-                if not await self.store.lease_keep(lease, self.instance, LEASE_TTL):
+                if not await self.store.alerts.lease_keep(lease, self.instance, LEASE_TTL):
                     return  # lease lost (we stalled past it): the new holder goes on
         finally:
             # Also when cancelled (a stopping daemon): the next daemon then drains
             # at once instead of waiting out the lease. Best effort: an unreleased
             # lease expires by itself.
             with contextlib.suppress(redis.exceptions.RedisError, OSError):
-                await self.store.lease_release(lease, self.instance)
+                await self.store.alerts.lease_release(lease, self.instance)
 
     def resend_firing(self, suite: str, rule: str, build: Callable[[], Notification]) -> None:
         """Re-send a firing alert to Alertmanager (its clients must, or it resolves).
@@ -146,11 +146,11 @@ class Outbox:
     async def _resend(self, n: Notification) -> None:
         am = self.config.sinks.alertmanager
         try:
-            if await self.store.outbox_head(n.suite, n.rule, "alertmanager") is not None:
+            if await self.store.alerts.outbox_head(n.suite, n.rule, "alertmanager") is not None:
                 return  # a notification is still on its way; it counts as the send
             # One re-send per interval across all replicas.
             key = self.store.keys.am_resend(n.suite, n.rule)
-            if not await self.store.lease(key, self.instance, am.resend_interval):
+            if not await self.store.alerts.lease(key, self.instance, am.resend_interval):
                 return
             await self.sinks["alertmanager"].send(n)
         except (SinkError, redis.exceptions.RedisError) as exc:

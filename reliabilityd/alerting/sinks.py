@@ -21,7 +21,7 @@ from reliabilityd.alerting.publisher import Publisher
 from reliabilityd.broker import MqttError
 from reliabilityd.config import Config
 from reliabilityd.errors import ReliabilitydError
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 
 Note = Notification | BlindNotice
 
@@ -101,7 +101,9 @@ class RedisSink:
         self.maxlen = maxlen
 
     async def send(self, note: Note) -> None:
-        await self.store.append_alert_history(self.key, msgspec.json.encode(note), self.maxlen)
+        await self.store.alerts.append_alert_history(
+            self.key, msgspec.json.encode(note), self.maxlen
+        )
 
 
 class AlertmanagerSink:

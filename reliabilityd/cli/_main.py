@@ -237,7 +237,7 @@ def _import(args: argparse.Namespace) -> int:
     from reliabilityd.config import Config
     from reliabilityd.errors import ConfigError
     from reliabilityd.importers._import import ImportFileError, describe, import_file
-    from reliabilityd.store._store import Store, connect
+    from reliabilityd.store import Store, connect
 
     cfg = _load_config(args.config)
     if isinstance(cfg, ConfigError):

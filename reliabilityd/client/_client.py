@@ -26,7 +26,7 @@ from reliabilityd.stats.estimate import Estimate, EstimateOptions, estimate
 from reliabilityd.stats.estimators import Metric
 from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store._store import Counters, Store, connect
+from reliabilityd.store import Counters, Store, connect
 
 
 class SuiteSummary(msgspec.Struct, frozen=True):
@@ -62,7 +62,7 @@ class AsyncClient:
 
     async def suites(self) -> list[str]:
         """Every suite that has received an event, sorted by name."""
-        return await self.store.suites()
+        return await self.store.reads.suites()
 
     async def snapshot(self, suite: str) -> Snapshot | None:
         """The daemon's last full snapshot of the suite (values with CIs), None before any.
@@ -70,7 +70,7 @@ class AsyncClient:
         A snapshot written by a daemon of another schema version is None too:
         ``estimate`` computes from the histogram whatever wrote it.
         """
-        raw = await self.store.snapshot_json(suite)
+        raw = await self.store.snapshots.snapshot_json(suite)
         if raw is None:
             return None
         try:
@@ -79,7 +79,7 @@ class AsyncClient:
             return None
 
     async def summary(self, suite: str) -> SuiteSummary:
-        state = await self.store.read_state(suite)
+        state = await self.store.reads.read_state(suite)
         return SuiteSummary(suite, state.hist.tasks, state.counters, await self.snapshot(suite))
 
     async def estimate(
@@ -89,31 +89,31 @@ class AsyncClient:
 
         ``options`` are ``estimate()``'s: confidence, n_boot, seed, min_coverage, interval.
         """
-        state = await self.store.read_state(suite)
+        state = await self.store.reads.read_state(suite)
         return estimate(state.hist, k, metric, **options)
 
     async def tasks(self, suite: str) -> dict[str, tuple[int, int]]:
         """Every task's (n trials, c passes). Reads the whole suite: a tool, not a hot path."""
-        return await self.store.task_counts(suite)
+        return await self.store.reads.task_counts(suite)
 
     async def cases(self, suite: str, k: int, top: int = 10) -> list[LotteryCase]:
         """The top lottery cases at k, read from the lottery index (never every task)."""
-        state = await self.store.read_state(suite)
+        state = await self.store.reads.read_state(suite)
         groups = ranked_cell_groups(state.hist.at_least(k), k, top)
-        return await self.store.lottery_rows(suite, groups, top)
+        return await self.store.reads.lottery_rows(suite, groups, top)
 
     async def alert_states(self, suite: str, rules: Sequence[str]) -> dict[str, AlertState]:
         """The stored state of each named rule on the suite (inactive when never judged)."""
-        states = await self.store.alert_states([(suite, rule) for rule in rules])
+        states = await self.store.alerts.alert_states([(suite, rule) for rule in rules])
         return dict(zip(rules, states, strict=True))
 
     async def reset(self, suite: str) -> int:
         """Delete everything stored for the suite (counts, dedup records, snapshot, alerts)."""
-        return await self.store.reset_suite(suite)
+        return await self.store.admin.reset_suite(suite)
 
     async def forget(self, suite: str, task: str) -> bool:
         """Take one task out of the suite's counts; False when the suite has no such task."""
-        return await self.store.forget_task(suite, task)
+        return await self.store.admin.forget_task(suite, task)
 
 
 class Client:

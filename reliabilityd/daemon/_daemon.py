@@ -50,7 +50,7 @@ from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.sources import mqtt, streams
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.lottery import ranked_cell_groups
-from reliabilityd.store._store import Applied, Store, StreamCursor, connect
+from reliabilityd.store import Applied, Store, StreamCursor, connect
 
 T = TypeVar("T")
 LIVE_INTERVAL = 0.2
@@ -228,7 +228,9 @@ class Daemon:
             await run(
                 "deadletter",
                 partial(
-                    self.store.deadletter, rejected, maxlen=self.config.store.deadletter_maxlen
+                    self.store.ingest.deadletter,
+                    rejected,
+                    maxlen=self.config.store.deadletter_maxlen,
                 ),
             )
             first, source = rejected[0]
@@ -248,7 +250,7 @@ class Daemon:
         applied = await run(
             "apply",
             partial(
-                self.store.apply,
+                self.store.ingest.apply,
                 by_suite,
                 windows=windows,
                 dedup_ttl=self.config.dedup_ttl,
@@ -269,7 +271,7 @@ class Daemon:
 
     async def refresh_live(self, suite: str) -> None:
         """Point estimates and counters of the suite's current version, no CI."""
-        state = await self.store.read_state(suite)
+        state = await self.store.reads.read_state(suite)
         c = state.counters
         estimates = snapshot.point_estimates(state.hist, self.settings(suite))
         values: dict[str, str | int] = {
@@ -277,7 +279,7 @@ class Daemon:
             "live_updated_at": snapshot.rfc3339(time.time()),
             **snapshot.value_fields(estimates),
         }
-        await self.store.write_snapshot(suite, c.version, {}, values)
+        await self.store.snapshots.write_snapshot(suite, c.version, {}, values)
 
     def _due_forecasts(
         self, rules: Sequence[Rule], previous: snapshot.Snapshot | None, now: float
@@ -300,7 +302,7 @@ class Daemon:
         detector = settings.window > 0 and watched
         if watched and not detector:
             self._no_window_log.emit(logging.WARNING, "detector_without_window", suite=suite)
-        state = await self.store.read_state(suite, windows=detector)
+        state = await self.store.reads.read_state(suite, windows=detector)
         previous = await self.evaluator.newest_snapshot(suite) if rules else None
         now = time.time()
         c = state.counters
@@ -334,7 +336,7 @@ class Daemon:
         lottery_k = max(self.config.stats.k)
         limit = self.config.stats.lottery_limit
         groups = ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k, limit)
-        rows = await self.store.lottery_rows(suite, groups, limit)
+        rows = await self.store.reads.lottery_rows(suite, groups, limit)
         snap = snapshot.build(
             suite=suite,
             hist=state.hist,
@@ -353,7 +355,7 @@ class Daemon:
             rules=rule_views,
         )
         ci, values = snapshot.redis_fields(snap)
-        wrote_ci, _ = await self.store.write_snapshot(suite, c.version, ci, values)
+        wrote_ci, _ = await self.store.snapshots.write_snapshot(suite, c.version, ci, values)
         if not wrote_ci:
             return None
         if self.publisher is not None:
@@ -370,13 +372,13 @@ class Daemon:
         in one tick, and the evaluator still runs every interval.
         """
         if time.monotonic() >= self._next_reconcile:
-            await self.store.mark_stale(await self.store.suites())
+            await self.store.snapshots.mark_stale(await self.store.reads.suites())
             self._next_reconcile = time.monotonic() + RECONCILE_EVERY
         if self._unfinished:
             # Claims a Redis error interrupted: hand them back now rather than
             # when they expire.
-            await self.store.mark_changed(sorted(self._unfinished))
-            await self.store.release_claims(sorted(self._unfinished))
+            await self.store.snapshots.mark_changed(sorted(self._unfinished))
+            await self.store.snapshots.release_claims(sorted(self._unfinished))
             self._unfinished.clear()
         self._forecast_budget = FORECASTS_PER_TICK
         deadline = time.monotonic() + TICK_SHARE * self.config.stats.ci_interval
@@ -388,7 +390,7 @@ class Daemon:
                 await self._recompute(suite)
 
         while True:
-            claimed = await self.store.claim_changed(CLAIM_BATCH, CLAIM_LIFETIME)
+            claimed = await self.store.snapshots.claim_changed(CLAIM_BATCH, CLAIM_LIFETIME)
             # A few suites at once: one's Redis round trips overlap another's
             # math (numpy releases the GIL in the worker threads).
             results = await asyncio.gather(
@@ -398,10 +400,12 @@ class Daemon:
             if failed:
                 # Only Redis errors reach here (_recompute logs the rest).
                 self._unfinished.update(s for s, _ in failed)
-                await self.store.release_claims([s for s in claimed if s not in self._unfinished])
+                await self.store.snapshots.release_claims(
+                    [s for s in claimed if s not in self._unfinished]
+                )
                 raise failed[0][1]
             # One write for the batch's claims (each write waits for the AOF fsync).
-            await self.store.release_claims(claimed)
+            await self.store.snapshots.release_claims(claimed)
             done.extend(claimed)
             if len(claimed) < CLAIM_BATCH or time.monotonic() >= deadline:
                 return done
@@ -413,7 +417,7 @@ class Daemon:
         for suite in suites:
             idle = self.config.idle_expiry(suite)
             if idle > 0:
-                left = await self.store.expire_idle(suite, now - idle)
+                left = await self.store.admin.expire_idle(suite, now - idle)
                 if left:
                     emit(logging.INFO, "tasks_expired", suite=suite, tasks=left, idle_s=idle)
                 gone += left
@@ -428,7 +432,7 @@ class Daemon:
             # One suite's failure must not stop the others or ingest:
             # marked again, it is retried on the next tick.
             log.exception("%s", kv("snapshot_failed", suite=suite))
-            await self.store.mark_changed([suite])
+            await self.store.snapshots.mark_changed([suite])
 
     # --- web.Backend: what the HTTP port and /metrics read -----------------
 
@@ -454,7 +458,7 @@ class Daemon:
         await self.metrics.refresh(self.store, self.rules, list(self.sinks))
 
     async def snapshot_json(self, suite: str) -> bytes | None:
-        return await self.store.snapshot_json(suite)
+        return await self.store.snapshots.snapshot_json(suite)
 
     async def readiness(self) -> dict[str, str]:
         broker = self.config.mqtt.url if self.config.mqtt.enabled else None
@@ -486,9 +490,9 @@ class Daemon:
             try:
                 if time.monotonic() >= self._next_idle_sweep:
                     self._next_idle_sweep = time.monotonic() + IDLE_SWEEP_EVERY
-                    await self.expire_idle(await self.store.suites())
+                    await self.expire_idle(await self.store.reads.suites())
                 await self.ci_tick()
-                await self.evaluator.evaluate(await self.store.suites())
+                await self.evaluator.evaluate(await self.store.reads.suites())
             except REDIS_ERRORS as exc:
                 self._redis_logs["ci"].emit(logging.WARNING, "ci_tick_failed", error=describe(exc))
             with contextlib.suppress(TimeoutError):
@@ -501,7 +505,7 @@ class Daemon:
         while not stop.is_set():
             since = self.health.since
             try:
-                await self.store.heartbeat(
+                await self.store.admin.heartbeat(
                     self.instance,
                     ttl,
                     {
@@ -644,8 +648,8 @@ async def _check(config: Config, store: Store) -> int:
     instance = config.instance
     # A small write first: under OOM, READONLY or BUSY the daemon's ingest is
     # paused and it cannot even write its heartbeat; this names the reason.
-    await store.probe_write(instance)
-    info = await store.heartbeat_info(instance)
+    await store.admin.probe_write(instance)
+    info = await store.admin.heartbeat_info(instance)
     age = None if info is None else max(0.0, time.time() - float(info.get("at", 0.0)))
     if info is None or age is None or age > config.daemon.heartbeat_ttl:
         print(f"unhealthy: no fresh heartbeat for instance {instance!r}")

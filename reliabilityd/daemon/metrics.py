@@ -32,7 +32,7 @@ from reliabilityd.alerting.notify import parse_time
 from reliabilityd.alerting.rules import AlertState, Rule
 from reliabilityd.alerting.sinks import Note, Sink
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store._store import Applied, Store
+from reliabilityd.store import Applied, Store
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ALERT_STATES = ("inactive", "pending", "firing", "resolved")
@@ -142,8 +142,8 @@ class SuiteCollector(Collector):
 
 async def read_view(store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -> SuiteView:
     """The newest snapshot of every suite, every alert state and outbox depth."""
-    suites = await store.suites()
-    raws = await store.snapshot_docs(suites)
+    suites = await store.reads.suites()
+    raws = await store.snapshots.snapshot_docs(suites)
     snapshots = []
     for raw in raws:
         if raw is None:
@@ -153,9 +153,9 @@ async def read_view(store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -
         except msgspec.DecodeError:
             continue  # written by another schema version, or damaged: one suite, not the scrape
     pairs = [(s, r.name) for s in suites for r in rules if fnmatch.fnmatchcase(s, r.suite)]
-    states = await store.alert_states(pairs)
+    states = await store.alerts.alert_states(pairs)
     triples = [(s, r, sink) for s, r in pairs for sink in sinks]
-    depths = await store.outbox_lengths(triples)
+    depths = await store.alerts.outbox_lengths(triples)
     outbox = dict.fromkeys(sinks, 0)
     for (_, _, sink), depth in zip(triples, depths, strict=True):
         outbox[sink] += depth

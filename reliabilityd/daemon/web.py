@@ -35,7 +35,7 @@ from reliabilityd.config import HttpConfig, parse_mqtt_url
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ReliabilitydError
 from reliabilityd.events import Rejected, TrialEvent, decode
-from reliabilityd.store._store import Applied, Redis
+from reliabilityd.store import Applied, Redis
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
 SOURCE = "http"

@@ -35,7 +35,7 @@ from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.embedded import fleet, liveview
 from reliabilityd.embedded._servers import EmbeddedServers, Mode
 from reliabilityd.errors import ReliabilitydError
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 
 DEFAULT_DURATION = 90.0
 REGRESS_AT = 10.0
@@ -107,8 +107,8 @@ class Schedule:
 
 async def _counted(store: Store) -> int:
     total = 0
-    for suite in await store.suites():
-        total += (await store.read_state(suite)).counters.trials
+    for suite in await store.reads.suites():
+        total += (await store.reads.read_state(suite)).counters.trials
     return total
 
 

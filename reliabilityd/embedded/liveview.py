@@ -17,7 +17,7 @@ import msgspec
 from reliabilityd.alerting.rules import AlertState, Rule
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -56,8 +56,8 @@ class Note(msgspec.Struct, frozen=True):
 async def read(store: Store, rules: Sequence[Rule]) -> list[SuiteView]:
     """Every suite's snapshot document and the state of each rule watching it."""
     views = []
-    for suite in await store.suites():
-        raw = await store.snapshot_json(suite)
+    for suite in await store.reads.suites():
+        raw = await store.snapshots.snapshot_json(suite)
         snap = None
         if raw is not None:
             try:
@@ -65,7 +65,7 @@ async def read(store: Store, rules: Sequence[Rule]) -> list[SuiteView]:
             except msgspec.ValidationError:
                 snap = None
         watching = [r for r in rules if fnmatch.fnmatchcase(suite, r.suite)]
-        states = await store.alert_states([(suite, r.name) for r in watching])
+        states = await store.alerts.alert_states([(suite, r.name) for r in watching])
         views.append(
             SuiteView(suite, snap, [(r.name, s) for r, s in zip(watching, states, strict=True)])
         )
@@ -74,7 +74,7 @@ async def read(store: Store, rules: Sequence[Rule]) -> list[SuiteView]:
 
 async def new_notes(store: Store, key: str, seen: int) -> list[Note]:
     """Alert notifications appended to the history stream after the first ``seen``."""
-    raw = await store.alert_history(key)
+    raw = await store.alerts.alert_history(key)
     return [msgspec.json.decode(r, type=Note) for r in raw[seen:]]
 
 

@@ -26,7 +26,7 @@ from reliabilityd.importers.results import (
     task_name,
     trial_events,
 )
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 
 __all__ = [
     "FORMATS",
@@ -88,7 +88,7 @@ async def import_file(
         problem = validate(event)
         if problem:  # the mapping above should make this impossible
             raise ImportFileError(f"{path}: task {event.task!r}: {problem}")
-    applied = await store.apply_import(
+    applied = await store.imports.apply_import(
         name,
         events,
         window=window(name) if callable(window) else window,
@@ -114,7 +114,7 @@ async def import_file(
         "counted": applied.counted,
         "at": time.time(),
     }
-    earlier = await store.record_import(name, run_id, msgspec.json.encode(note))
+    earlier = await store.imports.record_import(name, run_id, msgspec.json.encode(note))
     if earlier is not None:
         report.earlier = msgspec.json.decode(earlier)
     return report

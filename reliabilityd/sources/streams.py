@@ -26,7 +26,7 @@ import redis.exceptions
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import StreamConfig
 from reliabilityd.logs import RateLimited, emit
-from reliabilityd.store._store import Store, StreamCursor
+from reliabilityd.store import Store, StreamCursor
 
 BLOCK_MS = 500
 
@@ -75,14 +75,14 @@ async def consume(
     while not stop.is_set():
         try:
             if not group_ready:
-                start = await store.ensure_group(config.key, config.group)
+                start = await store.streams.ensure_group(config.key, config.group)
                 if start is not None:
                     emit(logging.INFO, "stream_group_created", key=config.key, after=start)
                 group_ready = True
             entries: Sequence[Any] = []
             if time.monotonic() >= next_claim:
                 next_claim = time.monotonic() + config.claim_idle / 2
-                entries = await store.stream_claim(
+                entries = await store.streams.stream_claim(
                     config.key,
                     config.group,
                     consumer,
@@ -90,7 +90,7 @@ async def consume(
                     count=max_batch,
                 )
             if not entries:
-                entries = await store.stream_read(
+                entries = await store.streams.stream_read(
                     config.key,
                     config.group,
                     consumer,
@@ -109,7 +109,7 @@ async def consume(
             # batches); a cancellation (the shutdown grace ran out) cancels
             # it: the entries stay pending and are claimed again.
             await commit(payloads, cursor)
-            await store.stream_ack(config.key, config.group, ids)
+            await store.streams.stream_ack(config.key, config.group, ids)
             pace.reset()
         except redis.exceptions.ResponseError as exc:
             # NOGROUP: the group is gone; UNBLOCKED: the key was deleted while we waited.

@@ -1,27 +1,30 @@
 """Redis: the only package that names a key or sends a command.
 
-``Store`` is the facade every other layer talks to; ``keys`` is the key
-schema, ``dedup`` the bucket sets that make counting idempotent, and the Lua
-scripts live beside the module that runs them.
+``Store`` is the facade every other layer talks to, composed of parts by
+concern (ingest, reads, snapshots, alerts, streams, imports, admin); ``keys``
+is the key schema, ``dedup`` the bucket sets that make counting idempotent,
+and the Lua scripts live in ``lua/`` beside the module that loads them.
 """
 
 from __future__ import annotations
 
-from reliabilityd.store._store import (
+from reliabilityd.store._base import (
     Applied,
     Counters,
     DeadLetter,
+    ImportApplied,
     Redis,
-    Store,
     StreamCursor,
     SuiteState,
     connect,
 )
+from reliabilityd.store._store import Store
 
 __all__ = [
     "Applied",
     "Counters",
     "DeadLetter",
+    "ImportApplied",
     "Redis",
     "Store",
     "StreamCursor",

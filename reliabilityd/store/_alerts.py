@@ -1,7 +1,7 @@
-"""Redis I/O for alerting: rule states by compare-and-set, outboxes, leases, history.
+"""Alerting's records: rule states by compare-and-set, outboxes, leases, history.
 
-The base of ``Store``: the evaluator and the outbox drainer call these, and
-never name a key themselves. A stored state that does not decode (another
+The evaluator and the outbox drainer call these, and never name a key
+themselves. A stored state that does not decode (another
 version wrote it) comes back as ``Undecodable`` with its sequence number, so
 the caller can log it and overwrite it by compare-and-set instead of stopping.
 """
@@ -13,14 +13,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
 
 from reliabilityd.alerting.rules import AlertState
+from reliabilityd.store._base import Redis
 from reliabilityd.store._scripts import ALERT_CAS, LEASE, OUTBOX_POP
 from reliabilityd.store.keys import Keys
-
-Redis = aioredis.Redis | RedisCluster
 
 
 class Undecodable(msgspec.Struct, frozen=True):
@@ -41,13 +38,12 @@ class Cas(msgspec.Struct, frozen=True):
 _state_decoder = msgspec.json.Decoder(AlertState)
 
 
-class AlertStore:
+class Alerts:
     """Alert states, outboxes and leases."""
 
-    def __init__(self, client: Redis, prefix: str = "rel") -> None:
+    def __init__(self, client: Redis, keys: Keys) -> None:
         self.client = client
-        self.prefix = prefix
-        self.keys = Keys(prefix)
+        self.keys = keys
 
     def alert_key(self, suite: str, rule: str) -> str:
         return self.keys.alert(suite, rule)

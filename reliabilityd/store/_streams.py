@@ -1,7 +1,7 @@
 """Redis I/O of the Redis Stream source: its consumer group, reads, claims, acknowledgements.
 
-A base of ``Store`` (the stream commands live in the store layer with every
-other Redis command). The group is created at the last committed entry id
+The stream commands live in the store with every other Redis command. The
+group is created at the last committed entry id
 that ``Store.apply`` keeps, so a deleted group never replays what was
 already counted.
 """
@@ -13,15 +13,20 @@ from typing import Any
 
 import redis.exceptions
 
-from reliabilityd.store._alerts import AlertStore
+from reliabilityd.store._base import Redis
+from reliabilityd.store.keys import Keys
 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class StreamStore(AlertStore):
+class Streams:
     """Stream consumer-group commands."""
+
+    def __init__(self, client: Redis, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
 
     async def stream_cursor(self, stream: str, group: str) -> str | None:
         """The last committed entry id of a stream for a group, None before any."""

@@ -25,7 +25,7 @@ from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.embedded import _servers as embedded
 from reliabilityd.embedded.processes import ServerError
 from reliabilityd.events import TrialEvent
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 from tests.support.embedded import (
     Endpoints,
     broken_system_servers,
@@ -65,7 +65,7 @@ async def counts(url: str, trials: int, duplicates: int, within: float = 30) -> 
     try:
         deadline = time.monotonic() + within
         while True:
-            c = (await store.read_state(SUITE)).counters
+            c = (await store.reads.read_state(SUITE)).counters
             if (c.trials, c.duplicates) == (trials, duplicates) or time.monotonic() > deadline:
                 return c.trials, c.duplicates
             await asyncio.sleep(0.1)

@@ -73,10 +73,10 @@ async def test_prometheus_scrapes_the_daemon_and_an_example_rule_fires(
         assert (await post(base, flaky_batch(20, "a", flaky=True)))[0] == 200
 
         async def snapshot_ready() -> bool:
-            return await store.snapshot_json(SUITE) is not None
+            return await store.snapshots.snapshot_json(SUITE) is not None
 
         await wait_until(snapshot_ready)
-        raw = await store.snapshot_json(SUITE)
+        raw = await store.snapshots.snapshot_json(SUITE)
         assert raw is not None
         snap = msgspec.json.decode(raw)
         (est,) = [e for e in snap["pass_hat_k"] if e["k"] == 5]
@@ -152,9 +152,11 @@ async def test_alertmanager_receives_firing_and_resolved_and_the_link_answers(
             return not await api(am_alerts)
 
         await wait_until(resolved, within=30, interval=0.2)
-        (state,) = await store.alert_states([(SUITE, "deploy-reliability")])
+        (state,) = await store.alerts.alert_states([(SUITE, "deploy-reliability")])
         assert state.state == "resolved"
-        assert await store.outbox_lengths([(SUITE, "deploy-reliability", "alertmanager")]) == [0]
+        assert await store.alerts.outbox_lengths(
+            [(SUITE, "deploy-reliability", "alertmanager")]
+        ) == [0]
         assert state.ended_at is not None
         assert state.ended_at <= time.time()
 

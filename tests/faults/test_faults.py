@@ -22,7 +22,7 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from reliabilityd.config import IngestConfig, MqttConfig, RedisConfig
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 from tests.support.daemon import make_config, running, store_for
 from tests.support.faults import (
     SUITES,
@@ -206,7 +206,8 @@ async def test_two_daemons_on_a_shared_subscription_equal_one(
                 for store in (pair, solo):
                     await wait_until(partial(current, store, suite), 30)
                 docs = [
-                    msgspec.json.decode((await s.snapshot(suite))["json"]) for s in (pair, solo)
+                    msgspec.json.decode((await s.snapshots.snapshot(suite))["json"])
+                    for s in (pair, solo)
                 ]
                 for doc in docs:
                     del doc["updated_at"], doc["version"], doc["duplicates"], doc["last_trial_at"]
@@ -227,8 +228,8 @@ async def test_two_daemons_on_a_shared_subscription_equal_one(
 
 
 async def current(store: Store, suite: str) -> bool:
-    state = await store.read_state(suite)
-    return (await store.snapshot(suite)).get("version") == str(state.counters.version)
+    state = await store.reads.read_state(suite)
+    return (await store.snapshots.snapshot(suite)).get("version") == str(state.counters.version)
 
 
 async def test_redis_cluster_gives_the_same_snapshot_as_one_node(
@@ -267,12 +268,15 @@ async def test_redis_cluster_gives_the_same_snapshot_as_one_node(
             for store in (one, many):
                 await wait_until(partial(is_complete, store, suite, truth), 60)
                 await wait_until(partial(current, store, suite), 30)
-            docs = [msgspec.json.decode((await s.snapshot(suite))["json"]) for s in (one, many)]
+            docs = [
+                msgspec.json.decode((await s.snapshots.snapshot(suite))["json"])
+                for s in (one, many)
+            ]
             for doc in docs:
                 del doc["updated_at"], doc["last_trial_at"]
             assert docs[0] == docs[1]
-            assert await many.task_counts(suite) == truth.counts(suite)
-        assert sorted(await many.suites()) == ["alpha", "beta", "delta", "gamma"]
+            assert await many.reads.task_counts(suite) == truth.counts(suite)
+        assert sorted(await many.reads.suites()) == ["alpha", "beta", "delta", "gamma"]
         # The suites really are spread over the nodes.
         assert isinstance(many.client, RedisCluster)
         nodes = [many.client.get_node_from_key(many.key(s, "meta")) for s in SUITES4]
@@ -280,7 +284,7 @@ async def test_redis_cluster_gives_the_same_snapshot_as_one_node(
 
 
 async def is_complete(store: Store, suite: str, truth: Truth) -> bool:
-    c = (await store.read_state(suite)).counters
+    c = (await store.reads.read_state(suite)).counters
     return c.trials == truth.trials(suite) and c.errors == truth.errors.get(suite, 0)
 
 

@@ -158,8 +158,8 @@ async def test_fuzzed_messages_through_the_daemon_with_a_redis_outage(
             await outage[0]
             await assert_exact(store, truth, events)
             # At least once: a batch whose reply the outage lost is dead-lettered again.
-            assert await store.deadletter_count() >= want_letters
-            letters = await store.deadletters(count=2 * want_letters)
+            assert await store.reads.deadletter_count() >= want_letters
+            letters = await store.reads.deadletters(count=2 * want_letters)
             assert len(letters) >= want_letters
             assert all(d.reason for d in letters)
             assert daemon.proc is not None

@@ -31,7 +31,7 @@ from reliabilityd.config import (
 )
 from reliabilityd.daemon import _daemon as daemon_module
 from reliabilityd.events import TrialEvent
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 from tests.support.alerting import collect
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import make_config, running, running_task, store_for
@@ -298,7 +298,7 @@ def _events(first: int, last: int) -> list[TrialEvent]:
 
 
 async def _trials(store: Store, n: int) -> bool:
-    return (await store.read_state("s")).counters.trials == n
+    return (await store.reads.read_state("s")).counters.trials == n
 
 
 async def _count(items: Sequence[object], n: int) -> bool:

@@ -15,7 +15,7 @@ from reliabilityd.config import (
 )
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.histogram import Histogram
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 from tests.support.alerting import (
     SUITE,
     Phase,
@@ -188,7 +188,7 @@ async def test_two_daemons_notify_once(
             assert len(am.alerts) == 1
             assert len(am.webhook) == 1
             assert [m["state"] for m in mqtt_msgs] == ["firing"]
-            assert (await store.read_state(SUITE)).counters.trials == 200
+            assert (await store.reads.read_state(SUITE)).counters.trials == 200
 
 
 async def test_alertmanager_down_is_retried_while_ingest_goes_on(
@@ -207,7 +207,7 @@ async def test_alertmanager_down_is_retried_while_ingest_goes_on(
             # Ingest goes on while Alertmanager is down.
             more = Phase.events(range(20, 30), flaky=False)
             await send(mosquitto, prefix, more, store)
-            assert (await store.read_state(SUITE)).counters.trials == 300
+            assert (await store.reads.read_state(SUITE)).counters.trials == 300
             am.failing = False
             await wait_until(lambda: _count(am.alerts, 1), 30)
             assert am.alerts[0]["labels"]["alertname"] == "deploy-reliability"

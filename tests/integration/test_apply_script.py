@@ -22,8 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reliabilityd.events import TrialEvent
-from reliabilityd.store import _store as store_module
-from reliabilityd.store._store import Store, connect
+from reliabilityd.store import Store, connect
+from reliabilityd.store import _ingest as store_module
 from tests.support.servers import RedisServer
 
 SUITE = "s"
@@ -106,7 +106,7 @@ async def apply_and_check(
     store: Store, model: Model, batch: Sequence[TrialEvent], window: int, chunk: int
 ) -> None:
     with mock.patch.object(store_module, "CHUNK", chunk):
-        applied = await store.apply(
+        applied = await store.ingest.apply(
             {SUITE: batch}, windows={SUITE: window}, dedup_ttl=3600, now=NOW
         )
     want = [0, 0, 0, 0, 0]

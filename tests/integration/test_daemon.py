@@ -20,7 +20,7 @@ from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import TrialEvent
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.lottery import lottery_cases
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 from tests.support.daemon import make_config, running, running_task, store_for, with_stream
 from tests.support.helpers import (
     Truth,
@@ -36,7 +36,7 @@ from tests.support.servers import Mosquitto, RedisServer
 
 async def all_counted(store: Store, truth: Truth, suites: tuple[str, ...]) -> bool:
     for suite in suites:
-        c = (await store.read_state(suite)).counters
+        c = (await store.reads.read_state(suite)).counters
         if (c.trials, c.errors, c.skips) != (
             truth.trials(suite),
             truth.errors.get(suite, 0),
@@ -47,8 +47,8 @@ async def all_counted(store: Store, truth: Truth, suites: tuple[str, ...]) -> bo
 
 
 async def snapshot_current(store: Store, suite: str) -> bool:
-    state = await store.read_state(suite)
-    snap = await store.snapshot(suite)
+    state = await store.reads.read_state(suite)
+    snap = await store.snapshots.snapshot(suite)
     return snap.get("version") == str(state.counters.version)
 
 
@@ -71,8 +71,8 @@ async def test_ten_thousand_events_counted_exactly(
         await wait_until(lambda: all_counted(store, truth, ("alpha", "beta")), 60)
         for suite in ("alpha", "beta"):
             await wait_until(partial(snapshot_current, store, suite), 30)
-            assert await store.task_counts(suite) == truth.counts(suite)
-            snap = await store.snapshot(suite)
+            assert await store.reads.task_counts(suite) == truth.counts(suite)
+            snap = await store.snapshots.snapshot(suite)
             doc = msgspec.json.decode(snap["json"])
             assert doc["schema"] == 1
             assert doc["suite"] == suite
@@ -104,7 +104,7 @@ async def test_retained_snapshot_on_mqtt(
     async with running(cfg), store_for(cfg) as store:
         await publish(mosquitto.port, f"{prefix}/trials/a", payloads(events, 12))
         await wait_until(lambda: snapshot_current(store, "deploy-bot"), 30)
-        stored = msgspec.json.decode((await store.snapshot("deploy-bot"))["json"])
+        stored = msgspec.json.decode((await store.snapshots.snapshot("deploy-bot"))["json"])
     # After the daemon is gone, a new subscriber still gets the retained state.
     async with aiomqtt.Client("127.0.0.1", mosquitto.port) as client:
         await client.subscribe(f"{prefix}/snapshot/deploy-bot", qos=1)
@@ -127,12 +127,12 @@ async def test_live_point_estimate_follows_each_commit_before_the_ci(
         await publish(mosquitto.port, f"{prefix}/trials/a", payloads(events, 8))
 
         async def live() -> bool:
-            snap = await store.snapshot("s")
+            snap = await store.snapshots.snapshot("s")
             return snap.get("pass^1") == repr(6 / 8)
 
         await wait_until(live, 10)
         lag = time.monotonic() - started
-        snap = await store.snapshot("s")
+        snap = await store.snapshots.snapshot("s")
         assert "json" not in snap  # no CI has run: the value came from the live path
         assert snap["trials"] == "8"
         print(f"live value visible {lag * 1000:.0f} ms after publishing")
@@ -155,7 +155,7 @@ async def test_bad_payloads_are_dead_lettered_and_the_daemon_goes_on(
         later = TrialEvent("s", "t", "3", "fail")
         await publish(mosquitto.port, f"{prefix}/trials/a", payloads([later], 1), client_id="p2")
         await wait_until(lambda: _eq(store, {"t": (2, 1)}), 30)
-        letters = await store.deadletters()
+        letters = await store.reads.deadletters()
         reasons = [d.reason for d in letters]
         sources = {d.source for d in letters}
         assert len(letters) == 5
@@ -166,11 +166,11 @@ async def test_bad_payloads_are_dead_lettered_and_the_daemon_goes_on(
         assert any(r.startswith("element 1: suite contains") for r in reasons)
         assert any("Invalid enum value 'great'" in r for r in reasons)
         assert any(r == "empty payload" for r in reasons)
-        assert await store.deadletter_count() == 5
+        assert await store.reads.deadletter_count() == 5
 
 
 async def _eq(store: Store, want: dict[str, tuple[int, int]]) -> bool:
-    return await store.task_counts("s") == want
+    return await store.reads.task_counts("s") == want
 
 
 async def test_redis_stream_source_with_claims(
@@ -198,9 +198,9 @@ async def test_redis_stream_source_with_claims(
         for chunk in payloads(events[500:], 10):
             await raw.xadd(key, {"payload": chunk})
         await wait_until(lambda: all_counted(store, truth, ("s",)), 60)
-        assert await store.task_counts("s") == truth.counts("s")
+        assert await store.reads.task_counts("s") == truth.counts("s")
         await wait_until(lambda: _pending_zero(raw, key), 20)
-        assert await store.deadletter_count() == 2
+        assert await store.reads.deadletter_count() == 2
     await raw.aclose()
 
 
@@ -234,7 +234,7 @@ async def test_check_reports_heartbeat(
 
 
 async def _beat(store: Store, instance: str) -> bool:
-    return await store.heartbeat_age(instance) is not None
+    return await store.admin.heartbeat_age(instance) is not None
 
 
 async def store_cleanup_heartbeat(cfg: object) -> None:
@@ -242,7 +242,7 @@ async def store_cleanup_heartbeat(cfg: object) -> None:
 
     assert isinstance(cfg, Config)
     async with store_for(cfg) as store:
-        await store.client.delete(store.heartbeat_key(cfg.instance))
+        await store.client.delete(store.keys.heartbeat(cfg.instance))
 
 
 async def test_mqtt_3_1_1_with_a_persistent_session(
@@ -259,7 +259,7 @@ async def test_mqtt_3_1_1_with_a_persistent_session(
     async with running(cfg), store_for(cfg) as store:
         await wait_until(lambda: all_counted(store, truth, ("alpha", "beta")), 60)
         for suite in ("alpha", "beta"):
-            assert await store.task_counts(suite) == truth.counts(suite)
+            assert await store.reads.task_counts(suite) == truth.counts(suite)
 
 
 async def test_broker_with_password_from_the_url(
@@ -340,12 +340,12 @@ async def test_deleting_the_consumer_group_replays_nothing(
             await raw.xadd(key, {"payload": chunk})
         await wait_until(lambda: _trials(store, 28), 20)
         await asyncio.sleep(1.0)  # nothing more arrives
-        assert await store.task_counts("s") == {f"t{t}": (7, 5) for t in range(4)}
+        assert await store.reads.task_counts("s") == {f"t{t}": (7, 5) for t in range(4)}
     await raw.aclose()
 
 
 async def _trials(store: Store, n: int) -> bool:
-    return (await store.read_state("s")).counters.trials >= n
+    return (await store.reads.read_state("s")).counters.trials >= n
 
 
 async def test_a_loop_that_keeps_failing_is_restarted_and_ingest_goes_on(

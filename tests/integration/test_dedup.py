@@ -14,9 +14,8 @@ import pytest
 from redis.exceptions import RedisError, ResponseError
 
 from reliabilityd.events import TrialEvent
-from reliabilityd.store import dedup
+from reliabilityd.store import Store, connect, dedup
 from reliabilityd.store._scripts import APPLY
-from reliabilityd.store._store import Store, connect
 from reliabilityd.store.keys import digests
 from tests.support.helpers import wait_until
 from tests.support.servers import RedisServer
@@ -32,7 +31,7 @@ def trials(names: range, outcome: str = "pass") -> list[TrialEvent]:
 async def new_apply(
     store: Store, events: list[TrialEvent], ttl: int = TTL, now: float | None = None
 ) -> tuple[int, int]:
-    (applied,) = await store.apply({SUITE: events}, windows={}, dedup_ttl=ttl, now=now)
+    (applied,) = await store.ingest.apply({SUITE: events}, windows={}, dedup_ttl=ttl, now=now)
     return applied.counted, applied.duplicates
 
 
@@ -44,7 +43,7 @@ async def test_a_chunk_records_its_trials_in_one_bucket_set(store: Store) -> Non
     events = trials(range(20))
     assert await new_apply(store, events) == (20, 0)
     assert await new_apply(store, events) == (0, 20)
-    assert await store.dedup_width(TTL) == TTL // 4
+    assert await store.ingest.dedup_width(TTL) == TTL // 4
     (bucket,) = await buckets(store)
     assert await store.client.scard(bucket) == 20
     # The bucket expires by itself: the dedup TTL after its end, no sooner.
@@ -74,12 +73,12 @@ async def test_a_record_in_an_earlier_bucket_is_still_a_duplicate(store: Store) 
 async def test_writers_with_other_ttls_and_clocks_see_each_others_records(store: Store) -> None:
     now = time.time()
     assert await new_apply(store, trials(range(10)), TTL, now=now) == (10, 0)
-    width = await store.dedup_width(TTL)
+    width = await store.ingest.dedup_width(TTL)
     # A longer TTL, a shorter one, clocks apart by most of a bucket: the same
     # digests in the same numbered buckets.
     assert await new_apply(store, trials(range(12)), 7200, now=now + 0.45 * width) == (2, 10)
     assert await new_apply(store, trials(range(14)), 5, now=now - 0.45 * width) == (2, 12)
-    assert (await store.read_state(SUITE)).counters.trials == 14
+    assert (await store.reads.read_state(SUITE)).counters.trials == 14
     # The longest TTL keeps the bucket: a shorter one written later never shortens it.
     lives = [int(await store.client.ttl(k)) for k in await buckets(store)]
     assert max(lives) > 7000
@@ -108,18 +107,22 @@ async def test_an_unreadable_width_pauses_writes_and_is_never_guessed(
     assert await new_apply(store, trials(range(3))) == (3, 0)
     await store.client.set(store.keys.dedup_width, value)
     # A writer that read a good width keeps it...
-    store._dedup = None if store._dedup is None else (store._dedup[0], store._dedup[1], 0.0)
+    store.ingest._dedup = (
+        None
+        if store.ingest._dedup is None
+        else (store.ingest._dedup[0], store.ingest._dedup[1], 0.0)
+    )
     assert await new_apply(store, trials(range(5))) == (2, 3)
     # ...one that never did refuses to write (ingest pauses with this reason).
     other = Store(connect(redis_server.url), prefix)
     try:
         with pytest.raises(RedisError, match="dedup-width"):
             await new_apply(other, trials(range(8)))
-        assert (await store.read_state(SUITE)).counters.trials == 5
+        assert (await store.reads.read_state(SUITE)).counters.trials == 5
         # Without the width, the next writer takes the one its buckets carry.
         await store.client.delete(store.keys.dedup_width)
         assert await new_apply(other, trials(range(8))) == (3, 5)
-        assert await other.dedup_width(TTL) == TTL // 4
+        assert await other.ingest.dedup_width(TTL) == TTL // 4
     finally:
         await other.client.aclose()
 
@@ -134,7 +137,7 @@ async def test_a_lost_width_comes_back_as_the_one_its_buckets_carry(
         await first.client.delete(first.keys.dedup_width)
         # A writer with another TTL would pick another width; the buckets name theirs.
         assert await new_apply(later, trials(range(6)), 7200) == (1, 5)
-        assert await later.dedup_width(7200) == TTL // 4
+        assert await later.ingest.dedup_width(7200) == TTL // 4
     finally:
         await first.client.aclose()
         await later.client.aclose()
@@ -142,7 +145,7 @@ async def test_a_lost_width_comes_back_as_the_one_its_buckets_carry(
 
 async def test_arguments_out_of_shape_fail_before_anything_is_written(store: Store) -> None:
     events = trials(range(3))
-    keys, args = store._apply_call(SUITE, events, TTL, 0, repr(time.time()), width=15)
+    keys, args = store.ingest.apply_call(SUITE, events, TTL, 0, repr(time.time()), width=15)
     bad = list(args)
     bad[4] = 10**12  # a bucket life Redis would refuse once the records were in
     with pytest.raises(ResponseError, match="arguments out of shape"):
@@ -160,11 +163,13 @@ def hexes(events: list[TrialEvent]) -> list[str]:
 async def test_the_import_ledger_names_trials_by_the_hex_of_their_digests(store: Store) -> None:
     events = trials(range(4))
     await store.client.hset(
-        store.imported_key(SUITE), mapping=dict.fromkeys(hexes(events)[:2], "1")
+        store.keys.imported(SUITE), mapping=dict.fromkeys(hexes(events)[:2], "1")
     )
-    result = await store.apply_import(SUITE, events + trials(range(4, 6)), window=0, dedup_ttl=TTL)
+    result = await store.imports.apply_import(
+        SUITE, events + trials(range(4, 6)), window=0, dedup_ttl=TTL
+    )
     assert (result.counted, result.already) == (4, 2)
-    assert set(await store.client.hkeys(store.imported_key(SUITE))) == {
+    assert set(await store.client.hkeys(store.keys.imported(SUITE))) == {
         h.encode() for h in hexes(trials(range(6)))
     }
     # A live redelivery of an imported trial is a duplicate too.
@@ -176,10 +181,10 @@ async def test_a_long_ttl_gets_wide_buckets_and_a_much_longer_one_is_logged(
 ) -> None:
     day = 2 * 86400  # a one-day session's dedup TTL
     assert await new_apply(store, trials(range(3)), day) == (3, 0)
-    width = await store.dedup_width(day)
+    width = await store.ingest.dedup_width(day)
     assert width == day // 4
     assert len(dedup.plan(width, day, time.time()).buckets) <= 7
     assert "dedup_many_buckets" not in caplog.text
-    store._dedup = None
+    store.ingest._dedup = None
     assert await new_apply(store, trials(range(4)), 20 * day) == (1, 3)
     assert "dedup_many_buckets" in caplog.text

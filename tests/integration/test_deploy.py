@@ -196,7 +196,7 @@ async def test_every_queried_metric_is_exported_by_a_live_daemon(
         assert (await post(base, [*batch, batch[0]]))[0] == 200
 
         async def alert_judged() -> bool:
-            (state,) = await store.alert_states([("web", "r")])
+            (state,) = await store.alerts.alert_states([("web", "r")])
             return state.seq > 0
 
         await wait_until(alert_judged)

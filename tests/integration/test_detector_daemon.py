@@ -15,7 +15,7 @@ from reliabilityd.client._client import AsyncClient
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.events import TrialEvent
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 from tests.support.daemon import running
 from tests.support.helpers import wait_until
 from tests.support.servers import RedisServer
@@ -51,7 +51,7 @@ def round_of(suite: str, r: int, failing: int) -> list[TrialEvent]:
 
 
 async def snapshot_of(store: Store, suite: str) -> Snapshot | None:
-    raw = await store.snapshot_json(suite)
+    raw = await store.snapshots.snapshot_json(suite)
     return None if raw is None else msgspec.json.decode(raw, type=Snapshot)
 
 
@@ -66,7 +66,7 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
         store = daemon.store
 
         async def commit(events: list[TrialEvent]) -> None:
-            await store.apply({suite: events}, windows={suite: 20}, dedup_ttl=cfg.dedup_ttl)
+            await store.ingest.apply({suite: events}, windows={suite: 20}, dedup_ttl=cfg.dedup_ttl)
 
         async def version_judged(v: int) -> bool:
             snap = await snapshot_of(store, suite)
@@ -81,7 +81,7 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
         view = snap.rule(RULE.name)
         assert view is not None
         assert view.evidence == 0.0  # nothing moved: no evidence of a drop
-        states = await store.alert_states([(suite, RULE.name)])
+        states = await store.alerts.alert_states([(suite, RULE.name)])
         assert states[0].state == "inactive"
 
         # More healthy rounds a moment later: the suite has a pace, and the
@@ -91,11 +91,11 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
             await commit(round_of(suite, r, failing=0))
 
         async def forecast_stored() -> bool:
-            state = (await store.alert_states([(suite, RULE.name)]))[0]
+            state = (await store.alerts.alert_states([(suite, RULE.name)]))[0]
             return state.expected_pages_per_day is not None
 
         await wait_until(forecast_stored, 30)
-        state = (await store.alert_states([(suite, RULE.name)]))[0]
+        state = (await store.alerts.alert_states([(suite, RULE.name)]))[0]
         assert state.state == "inactive"
         # Every task passed all it ran: at that truth the rule never pages.
         assert state.expected_pages_per_day == 0.0
@@ -117,7 +117,7 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
             await commit(round_of(suite, r, failing=TASKS // 5))
 
         async def firing() -> bool:
-            return (await store.alert_states([(suite, RULE.name)]))[0].state == "firing"
+            return (await store.alerts.alert_states([(suite, RULE.name)]))[0].state == "firing"
 
         await wait_until(firing, 20)
         snap = await snapshot_of(store, suite)
@@ -132,17 +132,17 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
             await commit(round_of(suite, r, failing=0))
 
         async def resolved() -> bool:
-            return (await store.alert_states([(suite, RULE.name)]))[0].state == "resolved"
+            return (await store.alerts.alert_states([(suite, RULE.name)]))[0].state == "resolved"
 
         await wait_until(resolved, 30)
 
         # The state changes with its notification queued; the outbox drainer
         # delivers it to the history stream a moment later.
         async def delivered() -> bool:
-            return len(await store.alert_history(cfg.alerts_key)) >= 2
+            return len(await store.alerts.alert_history(cfg.alerts_key)) >= 2
 
         await wait_until(delivered, 10)
-        history = await store.alert_history(cfg.alerts_key)
+        history = await store.alerts.alert_history(cfg.alerts_key)
         notes = [msgspec.json.decode(h) for h in history]
         assert [(n["state"], n["rule"]) for n in notes] == [
             ("firing", RULE.name),
@@ -165,15 +165,15 @@ async def test_a_rule_judges_with_its_own_interval(redis_server: RedisServer, pr
     ]
     async with running(cfg) as daemon:
         store = daemon.store
-        await store.apply({suite: events}, windows={}, dedup_ttl=cfg.dedup_ttl)
+        await store.ingest.apply({suite: events}, windows={}, dedup_ttl=cfg.dedup_ttl)
 
         async def strict_fired() -> bool:
-            states = await store.alert_states([(suite, "strict")])
+            states = await store.alerts.alert_states([(suite, "strict")])
             return states[0].state == "firing"
 
         await wait_until(strict_fired, 20)
         await asyncio.sleep(3 * cfg.stats.ci_interval)  # the lenient rule was judged too
-        states = await store.alert_states([(suite, "strict"), (suite, "lenient")])
+        states = await store.alerts.alert_states([(suite, "strict"), (suite, "lenient")])
         assert [s.state for s in states] == ["firing", "inactive"]
         snap = await snapshot_of(store, suite)
         assert snap is not None
@@ -181,7 +181,7 @@ async def test_a_rule_judges_with_its_own_interval(redis_server: RedisServer, pr
         assert view is not None
         assert view.estimate is not None
         assert view.estimate.interval == "gaffke"
-        hist = (await store.read_state(suite)).hist
+        hist = (await store.reads.read_state(suite)).hist
         assert view.estimate == estimate(
             hist, 5, "pass^k", n_boot=cfg.stats.n_boot, interval="gaffke"
         )

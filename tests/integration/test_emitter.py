@@ -16,7 +16,7 @@ import pytest
 from reliabilityd.cli._main import main
 from reliabilityd.client.emitter import Emitter, EmitterError, EmitterFull
 from reliabilityd.embedded._servers import IotcoreBroker
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 from tests.support.daemon import make_config, running
 from tests.support.helpers import wait_until
 from tests.support.servers import Mosquitto, RedisServer, free_port
@@ -24,7 +24,7 @@ from tests.support.servers import Mosquitto, RedisServer, free_port
 
 async def counted(store: Store, suite: str, trials: int, duplicates: int = 0) -> None:
     async def done() -> bool:
-        c = (await store.read_state(suite)).counters
+        c = (await store.reads.read_state(suite)).counters
         return c.trials + c.errors + c.skips >= trials and c.duplicates >= duplicates
 
     await wait_until(done, within=60)
@@ -91,9 +91,9 @@ async def test_sync_emits_arrive_once_with_generated_and_given_trial_ids(
     assert len(set(ids[:500])) == 500  # generated ids are unique
     assert ids[500:] == ["given-1", "given-1"]
     await counted(daemon_store, "sync", 502, duplicates=1)
-    c = (await daemon_store.read_state("sync")).counters
+    c = (await daemon_store.reads.read_state("sync")).counters
     assert (c.trials, c.errors, c.duplicates) == (501, 1, 1)
-    counts = await daemon_store.task_counts("sync")
+    counts = await daemon_store.reads.task_counts("sync")
     passes = sum(1 for i in range(0, 500, 25) if i % 4)
     assert counts["task 0"] == (21, passes + 1)  # 20 generated + given-1, first write wins
 
@@ -108,7 +108,7 @@ async def test_async_context_manager_and_aemit(
         assert em.pending == 0
         assert em.acknowledged == 200
     await counted(daemon_store, "async", 200)
-    assert (await daemon_store.read_state("async")).counters.trials == 200
+    assert (await daemon_store.reads.read_state("async")).counters.trials == 200
 
 
 async def test_events_travel_in_arrays_of_at_most_batch_size(
@@ -195,7 +195,7 @@ async def test_broker_restart_mid_stream_loses_nothing_accepted(
         await asyncio.to_thread(private_mosquitto.start)
         assert await producer == total
         await counted(daemon.store, "restart", total)
-        counts = await daemon.store.task_counts("restart")
+        counts = await daemon.store.reads.task_counts("restart")
     assert sum(n for n, _ in counts.values()) == total
     assert counts["task 0"] == (100, 0)
     assert counts["task 1"] == (100, 100)
@@ -209,7 +209,7 @@ async def test_emit_command_prints_the_trial_id(
     assert await asyncio.to_thread(main, argv) == 0
     assert capsys.readouterr().out.strip() == "run-42"
     await counted(daemon_store, "cli", 1)
-    assert await daemon_store.task_counts("cli") == {"deploy service 0": (1, 1)}
+    assert await daemon_store.reads.task_counts("cli") == {"deploy service 0": (1, 1)}
     bad = ["emit", "a/b", "t", "pass", "--mqtt", mosquitto.url]
     assert await asyncio.to_thread(main, bad) == 1
     assert "suite contains" in capsys.readouterr().err
@@ -263,7 +263,7 @@ async def test_emit_command_takes_broker_and_topic_from_the_config(
     argv = ["emit", "cfg", "task", "fail", "-c", str(config)]
     assert await asyncio.to_thread(main, argv) == 0
     await counted(daemon_store, "cfg", 1)
-    assert await daemon_store.task_counts("cfg") == {"task": (1, 0)}
+    assert await daemon_store.reads.task_counts("cfg") == {"task": (1, 0)}
 
 
 def test_credentials_come_from_the_url(password_broker: Mosquitto) -> None:

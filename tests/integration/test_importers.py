@@ -26,7 +26,8 @@ from reliabilityd.importers._import import (
     suite_name,
     task_name,
 )
-from reliabilityd.store._store import CHUNK, Store
+from reliabilityd.store import Store
+from reliabilityd.store._ingest import CHUNK
 from tests.support import result_files as rf
 from tests.support.daemon import make_config, running
 from tests.support.helpers import wait_until
@@ -57,7 +58,7 @@ def random_matrix(
 
 async def pass_hat(store: Store, suite: str, k: int) -> float | None:
     """The suite's pass^k point value (no CI: a CI would clamp the value into itself)."""
-    state = await store.read_state(suite)
+    state = await store.reads.read_state(suite)
     return estimate_metrics(state.hist, k, ("pass^k",), with_ci=False)["pass^k"].value
 
 
@@ -149,7 +150,7 @@ async def test_tau2_bench_pass_hat_k_matches_tau2_bench(
     infra = sum(row.count("infra") for row in matrix.values())
     assert report.errors == infra
     assert report.counted == 120 - infra
-    state = await store.read_state(report.suite)
+    state = await store.reads.read_state(report.suite)
     assert state.counters.errors == infra
     for k in range(1, 5):
         expected = rf.tau2_pass_hat_k(doc, k)
@@ -215,7 +216,7 @@ async def test_inspect_log_matches_inspects_own_reducers(
     assert (report.format, report.suite) == ("inspect", "inspect_evals_gsm8k@openai_gpt-4o")
     assert report.run == log.eval.eval_id
     assert report.counted == 60
-    state = await store.read_state(report.suite)
+    state = await store.reads.read_state(report.suite)
     by_sample: dict[Any, list[Any]] = {}
     for s in log.samples:
         by_sample.setdefault(s.id, []).append(s.scores["match"])
@@ -249,7 +250,7 @@ async def test_inspect_errored_and_unscored_samples_are_not_trials(
     report = await import_file(store, path)
     assert (report.counted, report.errors, report.skips) == (2, 1, 1)
     assert any("status is 'error'" in n for n in report.notes)
-    assert await store.task_counts(report.suite) == {"1": (2, 1)}
+    assert await store.reads.task_counts(report.suite) == {"1": (2, 1)}
 
 
 # --- multivon-eval ---------------------------------------------------------
@@ -277,7 +278,7 @@ async def test_multivon_report_matches_multivon_and_leaves_out_errors(
 async def test_seed_report_gives_the_seed_numbers(store: Store) -> None:
     """The checked-in report of the seed's 20 x 5 example: pass^5 = 0.10 as multivon-eval says."""
     report = await import_file(store, DATA / "multivon_deploy_bot.json", suite="seed")
-    state = await store.read_state("seed")
+    state = await store.reads.read_state("seed")
     est = estimate(state.hist, 5, "pass^k")
     assert report.counted == 100
     assert est.value == pytest.approx(0.1)
@@ -292,7 +293,7 @@ async def test_a_second_import_counts_nothing_even_after_dedup_expired(
 ) -> None:
     path = write(tmp_path / "r.json", rf.tau_bench_doc(random_matrix(rng, 10, 3)))
     first = await import_file(store, path, suite="s")
-    before = await store.read_state("s")
+    before = await store.reads.read_state("s")
     # Every dedup record expires (simulated by deleting them).
     buckets = [k async for k in store.client.scan_iter(match=store.key("s", "dedup:*"))]
     assert sum([int(await store.client.scard(k)) for k in buckets]) == 30
@@ -301,7 +302,7 @@ async def test_a_second_import_counts_nothing_even_after_dedup_expired(
     assert (second.counted, second.already) == (0, 30)
     assert second.earlier is not None
     assert second.earlier["counted"] == first.counted == 30
-    after = await store.read_state("s")
+    after = await store.reads.read_state("s")
     assert after.hist == before.hist
     assert after.counters.trials == 30
 
@@ -311,8 +312,8 @@ async def test_two_runs_of_the_same_tasks_both_count(store: Store, tmp_path: Pat
     path = write(tmp_path / "r.json", doc)
     await import_file(store, path, suite="s", run="monday")
     await import_file(store, path, suite="s", run="tuesday")
-    assert await store.task_counts("s") == {"0": (4, 2), "1": (4, 4)}
-    assert sorted(await store.import_records("s")) == ["monday", "tuesday"]
+    assert await store.reads.task_counts("s") == {"0": (4, 2), "1": (4, 4)}
+    assert sorted(await store.imports.import_records("s")) == ["monday", "tuesday"]
 
 
 async def test_an_import_cut_short_counts_the_rest_exactly_once(
@@ -323,10 +324,10 @@ async def test_an_import_cut_short_counts_the_rest_exactly_once(
     parsed = read(path)
     events = [TrialEvent("s", t.task, f"{parsed.run}/{t.trial}", t.outcome) for t in parsed.trials]
     # A crash after the first chunk: only it reached Redis.
-    await store.apply_import("s", events[:CHUNK], window=0, dedup_ttl=60)
+    await store.imports.apply_import("s", events[:CHUNK], window=0, dedup_ttl=60)
     report = await import_file(store, path, suite="s")
     assert (report.counted, report.already) == (3000 - CHUNK, CHUNK)
-    counts = await store.task_counts("s")
+    counts = await store.reads.task_counts("s")
     assert counts == {t: (6, row.count("pass")) for t, row in matrix.items()}
 
 
@@ -366,10 +367,10 @@ async def test_a_running_daemon_publishes_the_imported_suite(
         await import_file(daemon.store, DATA / "tau_bench_results.json", suite="live")
 
         async def snapshotted() -> bool:
-            return await daemon.store.snapshot_json("live") is not None
+            return await daemon.store.snapshots.snapshot_json("live") is not None
 
         await wait_until(snapshotted)
-        snap = json.loads(await daemon.store.snapshot_json("live") or b"{}")
+        snap = json.loads(await daemon.store.snapshots.snapshot_json("live") or b"{}")
     phk = {e["k"]: e["value"] for e in snap["pass_hat_k"]}
     assert phk[3] == pytest.approx(rf.tau_bench_pass_hat_k(doc, 3))
     assert snap["trials"] == len(doc)
@@ -388,7 +389,7 @@ async def test_tau2_bench_dir_format_reads_the_simulation_files(
         write(run_dir / "simulations" / f"{sim['id']}.json", sim)
     report = await import_file(store, run_dir)
     assert (report.format, report.counted, report.errors) == ("tau2-bench", 5, 1)
-    assert await store.task_counts(report.suite) == {"a": (3, 2), "b": (2, 2)}
+    assert await store.reads.task_counts(report.suite) == {"a": (3, 2), "b": (2, 2)}
 
 
 async def test_a_file_without_trials_is_refused(store: Store, tmp_path: Path) -> None:
@@ -396,7 +397,7 @@ async def test_a_file_without_trials_is_refused(store: Store, tmp_path: Path) ->
     doc["simulations"] = []
     with pytest.raises(ImportFileError, match="no trials"):
         await import_file(store, write(tmp_path / "results.json", doc))
-    assert await store.suites() == []
+    assert await store.reads.suites() == []
 
 
 @given(st.text(max_size=400), st.text(max_size=400))
@@ -419,7 +420,7 @@ async def test_a_report_written_by_multivon_eval_itself(store: Store, tmp_path: 
     path.write_bytes(gzip.decompress((DATA / "multivon_0.20_seed_report.json.gz").read_bytes()))
     report = await import_file(store, path)
     assert (report.suite, report.counted, report.errors) == ("deploy-bot", 100, 5)
-    hist = (await store.read_state("deploy-bot")).hist
+    hist = (await store.reads.read_state("deploy-bot")).hist
     for k in range(1, 6):
         assert estimate(hist, k, "pass^k").value == pytest.approx(own_hat[k - 1], abs=1e-12)
         assert estimate(hist, k, "pass@k").value == pytest.approx(own_at[k - 1], abs=1e-12)
@@ -434,7 +435,7 @@ async def test_tau_bench_published_run_reproduces_its_published_numbers(store: S
     path = DATA / "tau_bench_gpt-4o-airline_rewards.json"
     report = await import_file(store, path, suite="tau-airline")
     assert (report.format, report.counted, report.notes) == ("tau-bench", 200, [])
-    hist = (await store.read_state("tau-airline")).hist
+    hist = (await store.reads.read_state("tau-airline")).hist
     published = [0.420, 0.273, 0.220, 0.200]
     doc = json.loads(path.read_text())
     for k in range(1, 5):

@@ -12,7 +12,7 @@ from reliabilityd import Client, estimate, lottery_cases
 from reliabilityd.cli._main import main
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.events import TrialEvent
-from reliabilityd.store._store import Store, connect
+from reliabilityd.store import Store, connect
 from tests.support.daemon import running
 from tests.support.helpers import wait_until
 from tests.support.servers import RedisServer
@@ -43,7 +43,7 @@ def apply(cfg: Config, events: list[TrialEvent]) -> None:
             by_suite: dict[str, list[TrialEvent]] = {}
             for e in events:
                 by_suite.setdefault(e.suite, []).append(e)
-            await Store(client, cfg.redis.prefix).apply(
+            await Store(client, cfg.redis.prefix).ingest.apply(
                 by_suite, windows={}, dedup_ttl=cfg.dedup_ttl
             )
         finally:
@@ -59,7 +59,7 @@ def snapshot_by_daemon(cfg: Config, suite: str) -> None:
         async with running(cfg) as daemon:
 
             async def has_snapshot() -> bool:
-                return await daemon.store.snapshot_json(suite) is not None
+                return await daemon.store.snapshots.snapshot_json(suite) is not None
 
             await wait_until(has_snapshot, 20)
 
@@ -270,17 +270,17 @@ async def test_idle_tasks_leave_a_lifetime_suite(
             await daemon._commit_decoded({"retiring-bot": live}, [], retry=True)
 
         async def retired() -> bool:
-            return set(await store.task_counts("retiring-bot")) == {"live task"}
+            return set(await store.reads.task_counts("retiring-bot")) == {"live task"}
 
         await wait_until(retired, 10)
-        assert await store.task_counts("retiring-bot") == {"live task": (8, 7)}
+        assert await store.reads.task_counts("retiring-bot") == {"live task": (8, 7)}
         # A suite without idle expiry keeps every task.
-        assert set(await store.task_counts("lifetime-bot")) == {"old task", "live task"}
-        state = await store.read_state("retiring-bot")
+        assert set(await store.reads.task_counts("lifetime-bot")) == {"old task", "live task"}
+        state = await store.reads.read_state("retiring-bot")
         assert state.hist.cells() == [(8, 7, 1)]
 
         async def snapshot_follows() -> bool:
-            raw = await store.snapshot_json("retiring-bot")
+            raw = await store.snapshots.snapshot_json("retiring-bot")
             return raw is not None and msgspec.json.decode(raw)["tasks"] == 1
 
         await wait_until(snapshot_follows, 10)

@@ -16,7 +16,7 @@ import msgspec
 from reliabilityd.config import Config, DaemonConfig
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.histogram import Histogram
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 from tests.support.alerting import (
     SUITE,
     Phase,
@@ -82,13 +82,13 @@ async def test_an_undecodable_outbox_entry_is_set_aside_and_delivery_goes_on(
         cfg = alert_config(redis_server, mosquitto, prefix, am)
         async with running(cfg), store_for(cfg) as store:
             await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
-            outbox = store.outbox_key(SUITE, "deploy-reliability", "webhook")
+            outbox = store.keys.outbox(SUITE, "deploy-reliability", "webhook")
             # Left by an older version during a rolling upgrade.
             await store.client.rpush(outbox, b"\x93\x01\x02 msgpack of an older format")
             await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
             await wait_until(lambda: _count(am.webhook, 1), 20)
             assert am.webhook[0]["state"] == "firing"
-            (aside,) = await store.outbox_deadletters()
+            (aside,) = await store.alerts.outbox_deadletters()
             assert aside["sink"] == "webhook"
             assert "undecodable outbox entry" in aside["reason"]
             assert aside["entry"].endswith("older format")
@@ -106,19 +106,19 @@ async def test_a_change_mark_is_claimed_and_a_dead_claim_comes_back(
     with Receiver() as am:
         cfg = alert_config(redis_server, mosquitto, prefix, am)
         async with store_for(cfg) as store:
-            await store.apply(
+            await store.ingest.apply(
                 {SUITE: Phase.events(range(5), flaky=False)}, windows={}, dedup_ttl=60
             )
-            assert await store.changed() == [SUITE]
+            assert await store.snapshots.changed() == [SUITE]
             # A replica claims it and dies before writing the snapshot.
-            assert await store.claim_changed(10, lifetime=0.5) == [SUITE]
-            assert await store.claim_changed(10, lifetime=0.5) == []
-            assert await store.changed() == []
+            assert await store.snapshots.claim_changed(10, lifetime=0.5) == [SUITE]
+            assert await store.snapshots.claim_changed(10, lifetime=0.5) == []
+            assert await store.snapshots.changed() == []
             await asyncio.sleep(0.6)
             # The claim expired: the next claim gets the suite back.
-            assert await store.claim_changed(10, lifetime=30) == [SUITE]
-            await store.release_claims([SUITE])
-            await store.mark_changed([SUITE])
+            assert await store.snapshots.claim_changed(10, lifetime=30) == [SUITE]
+            await store.snapshots.release_claims([SUITE])
+            await store.snapshots.mark_changed([SUITE])
         a = msgspec.structs.replace(cfg, daemon=DaemonConfig(instance=f"{prefix}-a"))
         b = msgspec.structs.replace(
             cfg,
@@ -126,17 +126,17 @@ async def test_a_change_mark_is_claimed_and_a_dead_claim_comes_back(
             mqtt=msgspec.structs.replace(cfg.mqtt, client_id=f"{prefix}-b"),
         )
         async with running(a), running(b), store_for(cfg) as store:
-            state = await store.read_state(SUITE)
+            state = await store.reads.read_state(SUITE)
             await wait_until(partial(_snapshot_at, store, state.counters.version), 20)
 
             async def no_marks() -> bool:
-                return await store.changed() == []
+                return await store.snapshots.changed() == []
 
             # A replica's start-up version scan can read the versions before the
             # other writes the snapshot, and mark the suite once more; that
             # replica claims the mark in the same tick.
             await wait_until(no_marks, 10)
-            doc = msgspec.json.decode((await store.snapshot(SUITE))["json"])
+            doc = msgspec.json.decode((await store.snapshots.snapshot(SUITE))["json"])
             settings = snapshot.StatsSettings(ks=(5,), n_boot=500)
             want = snapshot.full_estimates(Histogram.from_pairs([(10, 10)] * 5), settings)
             hat = [e for e in want if e.metric == "pass^k"]
@@ -144,4 +144,4 @@ async def test_a_change_mark_is_claimed_and_a_dead_claim_comes_back(
 
 
 async def _snapshot_at(store: Store, version: int) -> bool:
-    return (await store.snapshot(SUITE)).get("version") == str(version)
+    return (await store.snapshots.snapshot(SUITE)).get("version") == str(version)

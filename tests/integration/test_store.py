@@ -11,8 +11,8 @@ import pytest
 from reliabilityd.alerting.rules import AlertState
 from reliabilityd.events import Rejected, TrialEvent
 from reliabilityd.stats.lottery import lottery_cases, ranked_cell_groups
+from reliabilityd.store import Store
 from reliabilityd.store._alerts import Cas
-from reliabilityd.store._store import Store
 from tests.support.helpers import make_events, truth_of, wait_until
 
 
@@ -28,7 +28,7 @@ async def apply_in_batches(
 ) -> None:
     for i in range(0, len(events), size):
         batch = by_suite(events[i : i + size])
-        await store.apply(batch, windows=dict.fromkeys(batch, window), dedup_ttl=3600)
+        await store.ingest.apply(batch, windows=dict.fromkeys(batch, window), dedup_ttl=3600)
 
 
 async def test_exact_counts_with_duplicates_errors_and_skips(
@@ -37,10 +37,10 @@ async def test_exact_counts_with_duplicates_errors_and_skips(
     events = make_events(rng, count=10_000)
     await apply_in_batches(store, events, 97)
     truth = truth_of(events)
-    assert await store.suites() == ["alpha", "beta"]
+    assert await store.reads.suites() == ["alpha", "beta"]
     for suite in ("alpha", "beta"):
-        assert await store.task_counts(suite) == truth.counts(suite)
-        state = await store.read_state(suite)
+        assert await store.reads.task_counts(suite) == truth.counts(suite)
+        state = await store.reads.read_state(suite)
         assert state.hist == truth.hist(suite)
         c = state.counters
         assert c.trials == truth.trials(suite)
@@ -56,9 +56,9 @@ async def test_replaying_everything_changes_nothing_but_duplicates(
 ) -> None:
     events = make_events(rng, count=2000)
     await apply_in_batches(store, events, 100)
-    before = await store.read_state("alpha")
+    before = await store.reads.read_state("alpha")
     await apply_in_batches(store, events, 333)
-    after = await store.read_state("alpha")
+    after = await store.reads.read_state("alpha")
     assert after.hist == before.hist
     assert after.counters.trials == before.counters.trials
     assert after.counters.duplicates == before.counters.duplicates + sum(
@@ -74,15 +74,15 @@ async def test_window_keeps_the_last_w_outcomes(
     await apply_in_batches(store, events, 50, window=window)
     truth = truth_of(events, window=window)
     for suite in ("alpha", "beta"):
-        assert await store.task_counts(suite) == truth.counts(suite)
-        assert (await store.read_state(suite)).hist == truth.hist(suite)
+        assert await store.reads.task_counts(suite) == truth.counts(suite)
+        assert (await store.reads.read_state(suite)).hist == truth.hist(suite)
 
 
 async def test_window_shows_a_regression_within_w_trials(store: Store) -> None:
     good = [TrialEvent("s", "t", f"g{i}", "pass") for i in range(100)]
     bad = [TrialEvent("s", "t", f"b{i}", "fail") for i in range(10)]
-    await store.apply({"s": good + bad}, windows={"s": 10}, dedup_ttl=60)
-    assert await store.task_counts("s") == {"t": (10, 0)}
+    await store.ingest.apply({"s": good + bad}, windows={"s": 10}, dedup_ttl=60)
+    assert await store.reads.task_counts("s") == {"t": (10, 0)}
 
 
 async def test_errors_and_skips_never_enter_the_pool(store: Store) -> None:
@@ -91,31 +91,40 @@ async def test_errors_and_skips_never_enter_the_pool(store: Store) -> None:
         TrialEvent("s", "judge-down", "2", "skip"),
         TrialEvent("s", "ok", "1", "pass"),
     ]
-    applied = await store.apply({"s": events}, windows={}, dedup_ttl=60)
+    applied = await store.ingest.apply({"s": events}, windows={}, dedup_ttl=60)
     assert (applied[0].counted, applied[0].errors, applied[0].skips) == (1, 1, 1)
-    assert await store.task_counts("s") == {"ok": (1, 1)}
-    assert (await store.read_state("s")).hist.tasks == 1
+    assert await store.reads.task_counts("s") == {"ok": (1, 1)}
+    assert (await store.reads.read_state("s")).hist.tasks == 1
 
 
 async def test_lottery_rows_match_the_exact_ranking(store: Store, rng: np.random.Generator) -> None:
     events = make_events(rng, count=4000, tasks=60, suites=("s",))
     await apply_in_batches(store, events, 200)
-    counts = await store.task_counts("s")
-    hist = (await store.read_state("s")).hist
+    counts = await store.reads.task_counts("s")
+    hist = (await store.reads.read_state("s")).hist
     for k in (1, 2, 5):
         want = lottery_cases(counts, k, limit=10)
         for limit in (None, 10):  # all groups, or only those the first 10 tasks need
             groups = ranked_cell_groups(hist.at_least(k), k, limit)
-            assert await store.lottery_rows("s", groups, 10) == want
+            assert await store.reads.lottery_rows("s", groups, 10) == want
 
 
 async def test_snapshot_never_overwrites_newer_with_older(store: Store) -> None:
-    assert await store.write_snapshot("s", 5, {"json": "v5"}, {"pass^1": "0.5"}) == (True, True)
-    assert await store.write_snapshot("s", 3, {"json": "v3"}, {"pass^1": "0.3"}) == (False, False)
-    assert await store.write_snapshot("s", 7, {}, {"pass^1": "0.7"}) == (False, True)
+    assert await store.snapshots.write_snapshot("s", 5, {"json": "v5"}, {"pass^1": "0.5"}) == (
+        True,
+        True,
+    )
+    assert await store.snapshots.write_snapshot("s", 3, {"json": "v3"}, {"pass^1": "0.3"}) == (
+        False,
+        False,
+    )
+    assert await store.snapshots.write_snapshot("s", 7, {}, {"pass^1": "0.7"}) == (False, True)
     # A CI computed for version 6 lands, but the live value of version 7 stays.
-    assert await store.write_snapshot("s", 6, {"json": "v6"}, {"pass^1": "0.6"}) == (True, False)
-    snap = await store.snapshot("s")
+    assert await store.snapshots.write_snapshot("s", 6, {"json": "v6"}, {"pass^1": "0.6"}) == (
+        True,
+        False,
+    )
+    snap = await store.snapshots.snapshot("s")
     assert (snap["json"], snap["version"], snap["pass^1"], snap["live_version"]) == (
         "v6",
         "6",
@@ -127,47 +136,47 @@ async def test_snapshot_never_overwrites_newer_with_older(store: Store) -> None:
 async def test_dedup_records_expire(store: Store) -> None:
     """After dedup_ttl (plus the rest of its bucket) a re-sent trial counts again."""
     trial = TrialEvent("s", "t", "1", "pass")
-    await store.apply({"s": [trial]}, windows={}, dedup_ttl=1)
-    (again,) = await store.apply({"s": [trial]}, windows={}, dedup_ttl=1)
+    await store.ingest.apply({"s": [trial]}, windows={}, dedup_ttl=1)
+    (again,) = await store.ingest.apply({"s": [trial]}, windows={}, dedup_ttl=1)
     assert (again.counted, again.duplicates) == (0, 1)
-    assert await store.dedup_width(1) == 1
+    assert await store.ingest.dedup_width(1) == 1
     started = time.monotonic()
 
     async def gone() -> bool:
-        return not await store.is_recorded("s", "t", "1", dedup_ttl=1)
+        return not await store.ingest.is_recorded("s", "t", "1", dedup_ttl=1)
 
     await wait_until(gone, 10)
     # A record lives its TTL and at most one bucket more (Redis expires within a second).
     assert time.monotonic() - started < 1 + 1 + 1.5
-    (late,) = await store.apply({"s": [trial]}, windows={}, dedup_ttl=1)
+    (late,) = await store.ingest.apply({"s": [trial]}, windows={}, dedup_ttl=1)
     assert (late.counted, late.duplicates) == (1, 0)
-    assert await store.task_counts("s") == {"t": (2, 2)}
+    assert await store.reads.task_counts("s") == {"t": (2, 2)}
 
 
 async def test_deadletter_stream_is_capped_and_counted(store: Store) -> None:
     items = [Rejected(b"x" * 5000, "too long")] + [Rejected(b"y", f"r{i}") for i in range(300)]
-    await store.deadletter([(items[0], "test")], maxlen=100)
-    (first,) = await store.deadletters()
+    await store.ingest.deadletter([(items[0], "test")], maxlen=100)
+    (first,) = await store.reads.deadletters()
     assert first.truncated
     assert len(first.payload) == 2048
     assert first.reason == "too long"
     items = items[1:]
-    await store.deadletter([(item, "test") for item in items], maxlen=100)
-    kept = await store.deadletters(count=1000)
+    await store.ingest.deadletter([(item, "test") for item in items], maxlen=100)
+    kept = await store.reads.deadletters(count=1000)
     assert 100 <= len(kept) < 301  # capped (approximately, as XADD MAXLEN ~ trims)
-    assert await store.deadletter_count() == 301
+    assert await store.reads.deadletter_count() == 301
     assert kept[-1].reason == "r299"
     assert kept[-1].source == "test"
 
 
 async def test_a_batch_larger_than_one_chunk(store: Store) -> None:
-    from reliabilityd.store import _store as store_module
+    from reliabilityd.store import _ingest as store_module
 
     n = store_module.CHUNK * 2 + 7
     events = [TrialEvent("s", f"t{i % 10}", str(i), "pass" if i % 3 else "fail") for i in range(n)]
-    (applied,) = await store.apply({"s": events + events[:5]}, windows={}, dedup_ttl=60)
+    (applied,) = await store.ingest.apply({"s": events + events[:5]}, windows={}, dedup_ttl=60)
     assert (applied.counted, applied.duplicates) == (n, 5)
-    counts = await store.task_counts("s")
+    counts = await store.reads.task_counts("s")
     assert sum(c[0] for c in counts.values()) == n
     assert sum(c[1] for c in counts.values()) == sum(1 for i in range(n) if i % 3)
 
@@ -175,23 +184,27 @@ async def test_a_batch_larger_than_one_chunk(store: Store) -> None:
 async def test_alert_cas_refuses_a_verdict_on_an_older_snapshot(store: Store) -> None:
     """The replica that judged by snapshot 3 cannot undo a decision taken on snapshot 7."""
     firing = AlertState(state="firing", started_at=1.0, reason="below", snapshot_version=7)
-    won = await store.alert_cas("s", "r", expected_seq=0, new=firing, notification=None, sinks=[])
+    won = await store.alerts.alert_cas(
+        "s", "r", expected_seq=0, new=firing, notification=None, sinks=[]
+    )
     assert won == Cas(won=True)
-    (stored,) = await store.alert_states([("s", "r")])
+    (stored,) = await store.alerts.alert_states([("s", "r")])
     assert (stored.state, stored.seq, stored.snapshot_version) == ("firing", 1, 7)
     resolved = AlertState(state="resolved", started_at=1.0, ended_at=2.0, snapshot_version=3)
-    refused = await store.alert_cas(
+    refused = await store.alerts.alert_cas(
         "s", "r", expected_seq=1, new=resolved, notification=b"note", sinks=["webhook"]
     )
     assert refused == Cas(won=False, stale_snapshot=True)
-    assert await store.outbox_lengths([("s", "r", "webhook")]) == [0]  # nothing queued
+    assert await store.alerts.outbox_lengths([("s", "r", "webhook")]) == [0]  # nothing queued
     newer = msgspec.structs.replace(resolved, snapshot_version=7)
-    queued = await store.alert_cas(
+    queued = await store.alerts.alert_cas(
         "s", "r", expected_seq=1, new=newer, notification=b"note", sinks=["webhook"]
     )
     assert queued == Cas(won=True)
-    assert await store.outbox_lengths([("s", "r", "webhook")]) == [1]
+    assert await store.alerts.outbox_lengths([("s", "r", "webhook")]) == [1]
     # A stale seq is refused as before, whatever the snapshot.
     later = msgspec.structs.replace(firing, snapshot_version=9)
-    stale = await store.alert_cas("s", "r", expected_seq=1, new=later, notification=None, sinks=[])
+    stale = await store.alerts.alert_cas(
+        "s", "r", expected_seq=1, new=later, notification=None, sinks=[]
+    )
     assert stale == Cas(won=False)

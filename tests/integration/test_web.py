@@ -33,12 +33,12 @@ async def test_post_answers_200_only_after_the_commit(
         assert [r["status"] for r in body["results"]] == ["accepted"] * 4
         assert body["suites"]["web"] == {"counted": 3, "duplicates": 0, "errors": 1, "skips": 0}
         # No waiting: the 200 means Redis has it.
-        assert await store.task_counts("web") == {"t1": (2, 1), "t2": (1, 1)}
+        assert await store.reads.task_counts("web") == {"t1": (2, 1), "t2": (1, 1)}
         # The same trials again: idempotent, counted as duplicates.
         status, body, _ = await post(base, batch)
         assert status == 200
         assert body["suites"]["web"]["duplicates"] == 4
-        assert await store.task_counts("web") == {"t1": (2, 1), "t2": (1, 1)}
+        assert await store.reads.task_counts("web") == {"t1": (2, 1), "t2": (1, 1)}
 
 
 async def test_rejected_elements_get_a_reason_each_and_the_good_ones_count(
@@ -61,8 +61,8 @@ async def test_rejected_elements_get_a_reason_each_and_the_good_ones_count(
         assert "suite contains one of" in results[1]["reason"]
         assert results[1]["reason"].startswith("element 1:")
         assert "outcome" in results[2]["reason"]
-        assert await store.task_counts("web") == {"t1": (2, 1)}
-        letters = await store.deadletters()
+        assert await store.reads.task_counts("web") == {"t1": (2, 1)}
+        letters = await store.reads.deadletters()
         assert [d.source for d in letters] == ["http", "http"]
 
 
@@ -83,8 +83,8 @@ async def test_a_body_that_does_not_decode_is_400_and_counts_nothing(
         (result,) = body["results"]
         assert result["status"] == "rejected"
         assert "outcome" in result["reason"]
-        assert await store.suites() == []
-        assert await store.deadletter_count() == 3
+        assert await store.reads.suites() == []
+        assert await store.reads.deadletter_count() == 3
 
 
 async def test_a_body_past_max_payload_is_413(redis_server: RedisServer, prefix: str) -> None:
@@ -94,7 +94,7 @@ async def test_a_body_past_max_payload_is_413(redis_server: RedisServer, prefix:
         status, body, _ = await post(base, big)
         assert status == 413
         assert "exceeds 1000" in body["error"]
-        assert await store.suites() == []
+        assert await store.reads.suites() == []
         status, _, _ = await post(base, big[:5])
         assert status == 200
 
@@ -107,7 +107,7 @@ async def test_a_token_is_required_when_set(redis_server: RedisServer, prefix: s
         assert headers["WWW-Authenticate"].startswith("Bearer")
         status, _, _ = await post(base, [event("t", "1")], token="wrong")
         assert status == 401
-        assert await store.suites() == []
+        assert await store.reads.suites() == []
         status, _, _ = await post(base, [event("t", "1")], token="s3cret")
         assert status == 200
         # Reads stay open: Prometheus and probes carry no token.
@@ -167,7 +167,7 @@ async def test_redis_down_is_503_with_retry_after_and_nothing_is_lost(
 
         await wait_until(ready, within=20, interval=0.2)
         async with store_for(cfg) as store:
-            assert await store.task_counts("web") == {"t": (2, 1)}
+            assert await store.reads.task_counts("web") == {"t": (2, 1)}
 
 
 async def test_readyz_names_an_unreachable_broker(
@@ -193,7 +193,7 @@ async def test_suite_url_answers_the_newest_snapshot(
         assert (await post(base, batch))[0] == 200
 
         async def snapshot_ready() -> bool:
-            return await store.snapshot_json("web") is not None
+            return await store.snapshots.snapshot_json("web") is not None
 
         await wait_until(snapshot_ready)
         status, raw = await get(base, "/suites/web?rule=whatever")
@@ -201,7 +201,7 @@ async def test_suite_url_answers_the_newest_snapshot(
         doc = msgspec.json.decode(raw)
         assert doc["suite"] == "web"
         assert doc["tasks"] == 4
-        assert raw == await store.snapshot_json("web")
+        assert raw == await store.snapshots.snapshot_json("web")
         status, _ = await get(base, "/suites/nope")
         assert status == 404
 
@@ -227,7 +227,7 @@ async def test_replicas_export_the_same_suite_gauges_and_their_own_counters(
         assert (await post(base_a, batch[:2]))[0] == 200
 
         async def snapshot_ready() -> bool:
-            return await store.snapshot_json("web") is not None
+            return await store.snapshots.snapshot_json("web") is not None
 
         await wait_until(snapshot_ready)
         seen_a, seen_b = await scrape(base_a), await scrape(base_b)

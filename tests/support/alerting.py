@@ -21,7 +21,7 @@ from reliabilityd.config import (
     WebhookSinkConfig,
 )
 from reliabilityd.events import TrialEvent
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import make_config
 from tests.support.helpers import payloads, publish, wait_until
@@ -110,7 +110,7 @@ async def collect(port: int, topic: str) -> AsyncIterator[list[dict[str, Any]]]:
 
 
 async def history(store: Store, cfg: Config) -> list[dict[str, Any]]:
-    return [msgspec.json.decode(n) for n in await store.alert_history(cfg.alerts_key)]
+    return [msgspec.json.decode(n) for n in await store.alerts.alert_history(cfg.alerts_key)]
 
 
 async def send(broker: Mosquitto, prefix: str, events: list[TrialEvent], store: Store) -> None:
@@ -119,7 +119,7 @@ async def send(broker: Mosquitto, prefix: str, events: list[TrialEvent], store: 
 
 
 async def alert_state(store: Store) -> str:
-    (state,) = await store.alert_states([(SUITE, "deploy-reliability")])
+    (state,) = await store.alerts.alert_states([(SUITE, "deploy-reliability")])
     return state.state
 
 
@@ -129,8 +129,8 @@ async def alert_is(store: Store, state: str) -> bool:
 
 
 async def settled(store: Store) -> bool:
-    state = await store.read_state(SUITE)
-    return (await store.snapshot(SUITE)).get("version") == str(state.counters.version)
+    state = await store.reads.read_state(SUITE)
+    return (await store.snapshots.snapshot(SUITE)).get("version") == str(state.counters.version)
 
 
 def phase_message(events: list[TrialEvent]) -> list[bytes]:

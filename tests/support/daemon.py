@@ -11,7 +11,7 @@ import msgspec
 
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig, StreamConfig
 from reliabilityd.daemon._daemon import Daemon
-from reliabilityd.store._store import Store, connect
+from reliabilityd.store import Store, connect
 
 
 def make_config(

@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 
 from reliabilityd.events import TrialEvent
-from reliabilityd.store._store import Store
+from reliabilityd.store import Store
 from tests.support.helpers import (
     Truth,
     make_events,
@@ -25,7 +25,7 @@ SUITES4 = ("alpha", "beta", "gamma", "delta")
 
 async def counted(store: Store, truth: Truth) -> bool:
     for suite in SUITES:
-        c = (await store.read_state(suite)).counters
+        c = (await store.reads.read_state(suite)).counters
         want = (truth.trials(suite), truth.errors.get(suite, 0), truth.skips.get(suite, 0))
         got = (c.trials, c.errors, c.skips)
         assert all(g <= w for g, w in zip(got, want, strict=True)), f"counted twice: {got} > {want}"
@@ -46,7 +46,7 @@ async def missing_events(store: Store, events: list[TrialEvent]) -> list[int]:
         if (e.suite, e.task, e.trial) in seen:
             continue
         seen.add((e.suite, e.task, e.trial))
-        if not await store.is_recorded(e.suite, e.task, e.trial, dedup_ttl=DEDUP_TTL):
+        if not await store.ingest.is_recorded(e.suite, e.task, e.trial, dedup_ttl=DEDUP_TTL):
             out.append(i)
     return out
 
@@ -63,8 +63,8 @@ async def assert_exact(store: Store, truth: Truth, events: list[TrialEvent]) -> 
     await asyncio.sleep(1.0)
     assert await counted(store, truth)
     for suite in SUITES:
-        assert await store.task_counts(suite) == truth.counts(suite)
-        state = await store.read_state(suite)
+        assert await store.reads.task_counts(suite) == truth.counts(suite)
+        state = await store.reads.read_state(suite)
         assert state.hist == truth.hist(suite)
         assert state.counters.duplicates >= truth.duplicates.get(suite, 0)
 

@@ -1,0 +1,95 @@
+"""Administration: instance heartbeats and write probes, forgetting tasks, resetting suites."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, cast
+
+import msgspec
+
+from reliabilityd.store._base import Redis
+from reliabilityd.store._scripts import EXPIRE_IDLE, FORGET
+from reliabilityd.store.keys import Keys, glob_escape
+
+# KEYS of FORGET and EXPIRE_IDLE, in order.
+_FORGET_KEYS = ("meta", "tasks", "hist", "lottery", "touched")
+
+
+class Admin:
+    """Liveness of instances and the lifecycle of suites and tasks."""
+
+    def __init__(self, client: Redis, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+
+    async def heartbeat(self, instance: str, ttl: float, info: Mapping[str, Any]) -> None:
+        await self.client.set(
+            self.keys.heartbeat(instance), msgspec.json.encode(info), px=int(ttl * 1000)
+        )
+
+    async def heartbeat_info(self, instance: str) -> dict[str, Any] | None:
+        """The instance's last heartbeat document, None when there is none (or unreadable)."""
+        raw = await self.client.get(self.keys.heartbeat(instance))
+        if raw is None:
+            return None
+        try:
+            info = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            return None
+        return cast(dict[str, Any], info) if isinstance(info, dict) else None
+
+    async def heartbeat_age(self, instance: str) -> float | None:
+        """Seconds since the instance's last heartbeat, None when there is none."""
+        info = await self.heartbeat_info(instance)
+        if info is None:
+            return None
+        return max(0.0, time.time() - float(info.get("at", 0.0)))
+
+    async def probe_write(self, instance: str) -> None:
+        """One small write with a TTL: raises the Redis error that would stop ingest."""
+        await self.client.set(self.keys.probe(instance), "1", px=5000)
+
+    async def forget_task(self, suite: str, task: str) -> bool:
+        """Remove one task from the suite's counts, histogram and lottery index, atomically."""
+        keys = [self.keys.suite(suite, name) for name in _FORGET_KEYS]
+        if not int(await self.client.eval(FORGET, len(keys), *keys, task)):
+            return False
+        await self.client.sadd(self.keys.changed, suite)  # the CI loop recomputes it
+        return True
+
+    async def expire_idle(self, suite: str, before: float, limit: int = 500) -> int:
+        """Take out (at most ``limit``) tasks without an event since ``before``; how many left.
+
+        Only tasks of suites applied with ``touch`` are in the idle index.
+        """
+        keys = [self.keys.suite(suite, name) for name in _FORGET_KEYS]
+        gone = int(await self.client.eval(EXPIRE_IDLE, len(keys), *keys, repr(before), limit))
+        if gone:
+            await self.client.sadd(self.keys.changed, suite)  # the CI loop recomputes it
+        return gone
+
+    async def reset_suite(self, suite: str, batch: int = 1000) -> int:
+        """Delete every key of the suite and drop it from the suite list; returns keys deleted.
+
+        The counts go first, in one command, so readers never see half a
+        suite; dedup records and alert state follow by SCAN (O(keys in the
+        database): an administrative command, not a hot path).
+        """
+        core = [
+            self.keys.suite(suite, name)
+            for name in ("meta", "tasks", "hist", "lottery", "snapshot")
+        ]
+        deleted = int(await self.client.delete(*core))
+        pattern = glob_escape(self.keys.suite(suite, "")) + "*"
+        pending: list[Any] = []
+        async for key in self.client.scan_iter(match=pattern, count=batch):
+            pending.append(key)
+            if len(pending) >= batch:
+                deleted += int(await self.client.unlink(*pending))
+                pending = []
+        if pending:
+            deleted += int(await self.client.unlink(*pending))
+        await self.client.srem(self.keys.suites, suite)
+        await self.client.srem(self.keys.changed, suite)
+        return deleted

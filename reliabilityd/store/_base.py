@@ -1,0 +1,108 @@
+"""What every part of the store shares: the client type, reply helpers, the records callers get.
+
+Callers of the store get these Structs, ints and Histograms, never raw Redis
+replies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+
+from reliabilityd.stats.histogram import Histogram
+
+Redis = aioredis.Redis | RedisCluster
+
+__all__ = [
+    "Applied",
+    "Counters",
+    "DeadLetter",
+    "ImportApplied",
+    "Redis",
+    "StreamCursor",
+    "SuiteState",
+    "connect",
+]
+
+
+class Counters(msgspec.Struct, frozen=True):
+    """A suite's lifetime counters at one version."""
+
+    trials: int = 0
+    errors: int = 0
+    skips: int = 0
+    duplicates: int = 0
+    version: int = 0
+    last_trial_at: float | None = None
+
+
+class DeadLetter(msgspec.Struct, frozen=True):
+    """One rejected input as stored in the dead-letter stream."""
+
+    id: str
+    payload: bytes
+    truncated: bool
+    reason: str
+    source: str
+    time: float
+
+
+class StreamCursor(msgspec.Struct, frozen=True):
+    """The last entry id of a stream batch, committed with the batch."""
+
+    stream: str
+    group: str
+    entry_id: str
+
+
+class SuiteState(msgspec.Struct, frozen=True):
+    """A suite's counters and histogram at one version, read atomically."""
+
+    suite: str
+    counters: Counters
+    hist: Histogram
+    # Each task's last outcomes, oldest first ("1" = pass), when asked for.
+    windows: list[str] | None = None
+
+
+class Applied(msgspec.Struct, frozen=True):
+    """What one suite's batch changed."""
+
+    suite: str
+    counted: int
+    errors: int
+    skips: int
+    duplicates: int
+    version: int
+    # Of the counted trials, how many passed.
+    passes: int = 0
+
+
+class ImportApplied(msgspec.Struct, frozen=True):
+    """What an import changed; ``already`` events were in the ledger before."""
+
+    counted: int
+    errors: int
+    skips: int
+    duplicates: int
+    version: int
+    already: int
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _pairs(flat: Sequence[bytes | str]) -> dict[str, str]:
+    it = iter(flat)
+    return {_text(k): _text(v) for k, v in zip(it, it, strict=True)}
+
+
+def connect(url: str, *, cluster: bool = False, timeout: float = 10.0) -> Redis:
+    """A client for a single node or a cluster, with timeouts on every call."""
+    if cluster:
+        return RedisCluster.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    return aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)

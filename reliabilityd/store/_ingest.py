@@ -1,0 +1,209 @@
+"""Ingest: a suite's batch applied in one Lua call per chunk, and dead letters.
+
+Dedup records live in bucket sets (``dedup``); the bucket width and the
+lookback are read from Redis and cached for ``dedup.REFRESH`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+from redis.exceptions import RedisError
+
+from reliabilityd.events import Rejected, TrialEvent
+from reliabilityd.logs import emit
+from reliabilityd.store import dedup
+from reliabilityd.store._base import Applied, Redis, StreamCursor
+from reliabilityd.store._scripts import APPLY, CURSOR_MAX
+from reliabilityd.store._wire import pipelined
+from reliabilityd.store.keys import Keys, digests
+
+_OUTCOME_CODE = {"pass": "p", "fail": "f", "error": "e", "skip": "s"}
+# Events per EVAL: bounds how long one script call holds Redis.
+CHUNK = 2000
+
+
+class Ingest:
+    """Events in, counted once; rejected input out to the dead-letter stream."""
+
+    def __init__(self, client: Redis, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+        # The dedup bucket width last read, the lookback, and when (monotonic clock).
+        self._dedup: tuple[int, int, float] | None = None
+
+    async def dedup_width(self, dedup_ttl: int) -> int:
+        """The deployment's dedup bucket width, re-read every ``dedup.REFRESH`` seconds."""
+        return (await self.dedup_view(dedup_ttl))[0]
+
+    async def dedup_view(self, dedup_ttl: int) -> tuple[int, int]:
+        """(width, lookback): the bucket width and the longest dedup TTL any writer uses now.
+
+        Re-read every ``dedup.REFRESH`` seconds, entering this writer's TTL each
+        time. A width that cannot be read keeps the last one read; with none,
+        the Redis error (ingest pauses with the reason).
+        """
+        cached = self._dedup
+        clock = time.monotonic()
+        if cached is not None and clock - cached[2] <= dedup.REFRESH:
+            return cached[0], cached[1]
+        try:
+            width = await dedup.load_width(self.client, self.keys, dedup_ttl)
+        except ValueError as exc:
+            if cached is None:
+                raise RedisError(str(exc)) from exc
+            emit(logging.WARNING, "dedup_width_unreadable", error=str(exc), keeping=cached[0])
+            width = cached[0]
+        lookback = await dedup.register_ttl(self.client, self.keys, dedup_ttl)
+        spans = len(dedup.plan(width, dedup_ttl, 0.0, lookback=lookback).buckets)
+        if spans > dedup.MANY_BUCKETS and (cached is None or cached[1] != lookback):
+            emit(
+                logging.WARNING,
+                "dedup_many_buckets",
+                bucket_keys_per_call=spans,
+                bucket_seconds=width,
+                longest_dedup_ttl=lookback,
+                hint="the width was fixed by the deployment's first writer, at a quarter of "
+                "its dedup TTL; a much longer TTL costs Redis a lookup per bucket per call",
+            )
+        if cached is None or cached[0] != width:
+            emit(logging.INFO, "dedup_buckets", bucket_seconds=width)
+        self._dedup = (width, lookback, clock)
+        return width, lookback
+
+    def apply_call(
+        self,
+        suite: str,
+        chunk: Sequence[TrialEvent],
+        dedup_ttl: int,
+        window: int,
+        stamp: str,
+        *,
+        width: int,
+        lookback: int = 0,
+    ) -> tuple[list[str], list[str | int | bytes]]:
+        """KEYS and ARGV of one APPLY call: see scripts.APPLY."""
+        keys = [self.keys.suite(suite, name) for name in ("meta", "tasks", "hist", "lottery")]
+        p = dedup.plan(width, dedup_ttl, float(stamp), lookback=lookback)
+        keys += [self.keys.dedup_bucket(suite, width, b) for b in p.buckets]
+        args: list[str | int | bytes] = [window, stamp, len(p.buckets), p.write - p.first + 1]
+        args += (p.life, *digests([(e.task, e.trial) for e in chunk]))
+        outcome = _OUTCOME_CODE
+        for event in chunk:
+            args += (event.task, outcome[event.outcome])
+        return keys, args
+
+    async def is_recorded(self, suite: str, task: str, trial: str, *, dedup_ttl: int) -> bool:
+        """Whether a (task, trial) has a live dedup record a writer with ``dedup_ttl`` would see."""
+        width, lookback = await self.dedup_view(dedup_ttl)
+        (digest,) = digests([(task, trial)])
+        p = dedup.plan(width, dedup_ttl, time.time(), lookback=lookback)
+        for bucket in p.buckets:
+            key = self.keys.dedup_bucket(suite, width, bucket)
+            if await self.client.execute_command("SISMEMBER", key, digest):
+                return True
+        return False
+
+    async def apply(
+        self,
+        batches: Mapping[str, Sequence[TrialEvent]],
+        *,
+        windows: Mapping[str, int],
+        dedup_ttl: int,
+        now: float | None = None,
+        cursor: StreamCursor | None = None,
+        touch: Collection[str] = (),
+        sent: asyncio.Event | None = None,
+    ) -> list[Applied]:
+        """Apply each suite's events (one round trip), atomically per chunk of a suite.
+
+        A suite's events go in chunks of at most ``CHUNK`` per EVAL, so one
+        huge batch never blocks Redis for long; each chunk is atomic, and
+        re-applying any of them is harmless (dedup). The same round trip
+        marks every suite of the batch changed (the CI loop takes the marks)
+        and, for a stream source, keeps the last committed entry id. The
+        marks cannot be written by the script itself on a cluster (another
+        hash slot); a failure after the script ran leaves the input
+        unacknowledged, and its redelivery marks the suite again.
+        """
+        if not batches and cursor is None:
+            return []
+        stamp = repr(time.time() if now is None else now)
+        width, lookback = await self.dedup_view(dedup_ttl)
+        commands: list[tuple[str | int | bytes, ...]] = []
+        # The idle index first (each task's last event, for idle expiry): a
+        # task touched before its trial is applied cannot be expired between
+        # the two and lose that trial. Idempotent on a retry.
+        touched = [suite for suite in batches if suite in touch]
+        for suite in touched:
+            tasks = dict.fromkeys(e.task for e in batches[suite])
+            scored = [x for task in tasks for x in (stamp, task)]
+            commands.append(("ZADD", self.keys.suite(suite, "touched"), *scored))
+        calls: list[str] = []
+        for suite, events in batches.items():
+            for start in range(0, len(events), CHUNK):
+                keys, args = self.apply_call(
+                    suite,
+                    events[start : start + CHUNK],
+                    dedup_ttl,
+                    windows.get(suite, 0),
+                    stamp,
+                    width=width,
+                    lookback=lookback,
+                )
+                # EVAL, not EVALSHA: redis-py refuses pipelined EVALSHA on a
+                # cluster, and Redis caches the compiled script by its hash anyway.
+                commands.append(("EVAL", APPLY, len(keys), *keys, *args))
+                calls.append(suite)
+        if batches:
+            commands.append(("SADD", self.keys.suites, *batches))
+            commands.append(("SADD", self.keys.changed, *batches))
+        if cursor is not None:
+            key = self.keys.stream_cursor(cursor.stream, cursor.group)
+            commands.append(("EVAL", CURSOR_MAX, 1, key, cursor.entry_id))
+        replies = await pipelined(self.client, commands, sent)
+        totals: dict[str, list[int]] = {}
+        scripts = replies[len(touched) : len(touched) + len(calls)]
+        for suite, reply in zip(calls, scripts, strict=True):
+            counted, errors, skips, dups, version, passes = (int(x) for x in reply)
+            acc = totals.setdefault(suite, [0, 0, 0, 0, 0, 0])
+            acc[0] += counted
+            acc[1] += errors
+            acc[2] += skips
+            acc[3] += dups
+            acc[4] = max(acc[4], version)
+            acc[5] += passes
+        return [Applied(suite, *acc) for suite, acc in totals.items()]
+
+    async def deadletter(
+        self, rejected: Iterable[tuple[Rejected, str]], *, maxlen: int, keep_bytes: int = 2048
+    ) -> int:
+        """Append (rejected input, source) pairs to the capped dead-letter stream, one trip.
+
+        At least once: a retry after a reply lost to a Redis crash may write
+        (and count) a batch's letters again, which a diagnostic log can bear.
+        """
+        items = list(rejected)
+        if not items:
+            return 0
+        pipe = self.client.pipeline(transaction=False)
+        now = repr(time.time())
+        for item, source in items:
+            pipe.xadd(
+                self.keys.deadletter,
+                {
+                    "payload": item.raw[:keep_bytes],
+                    "truncated": int(len(item.raw) > keep_bytes),
+                    "reason": item.reason,
+                    "source": source,
+                    "time": now,
+                },
+                maxlen=maxlen,
+                approximate=True,
+            )
+        pipe.hincrby(self.keys.stats, "deadletters", len(items))
+        await pipe.execute()
+        return len(items)

@@ -1,0 +1,127 @@
+"""Reads of what ingest committed: suites, counters and histograms, tasks, dead letters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+
+from reliabilityd.stats.histogram import Histogram
+from reliabilityd.stats.lottery import LotteryCase
+from reliabilityd.store._base import Counters, DeadLetter, Redis, SuiteState, _pairs, _text
+from reliabilityd.store._scripts import READ, READ_WINDOWS
+from reliabilityd.store.keys import Keys
+
+# Width of n and c in the lottery index's members (`nnnnnnnnnn:cccccccccc:task`).
+CELL_PAD = 10
+
+
+def _histogram(flat: Sequence[bytes | str]) -> Histogram:
+    """The hist hash's flat HGETALL reply (`n:c`, count, ...) parsed by numpy in bulk.
+
+    A live suite has hundreds of cells; parsing them one by one in Python
+    cost as much as the suite's whole CI.
+    """
+    if not flat:
+        return Histogram([], [], [])
+    # Every element has the client's reply type: bytes, or str when it decodes.
+    raw = cast(list[bytes], flat) if isinstance(flat[0], bytes) else [str(x).encode() for x in flat]
+    nc = np.array(b" ".join(raw[0::2]).replace(b":", b" ").split(), dtype=np.int64)
+    return Histogram(nc[0::2], nc[1::2], np.array(raw[1::2], dtype=np.int64))
+
+
+class Reads:
+    """Typed reads of a suite's committed state."""
+
+    def __init__(self, client: Redis, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+
+    async def suites(self) -> list[str]:
+        return sorted(_text(s) for s in await self.client.smembers(self.keys.suites))
+
+    async def read_state(self, suite: str, *, windows: bool = False) -> SuiteState:
+        """Counters and histogram of one suite (and each task's window), read atomically."""
+        keys = [self.keys.suite(suite, "meta"), self.keys.suite(suite, "hist")]
+        if windows:
+            reply = await self.client.eval(READ_WINDOWS, 3, *keys, self.keys.suite(suite, "tasks"))
+            meta_raw, hist_raw, values = reply
+            outcomes = [
+                _text(v).split(":", 2)[2] if _text(v).count(":") == 2 else "" for v in values
+            ]
+        else:
+            meta_raw, hist_raw = await self.client.eval(READ, 2, *keys)
+            outcomes = None
+        meta = _pairs(meta_raw)
+        last = meta.get("last_trial_at")
+        counters = Counters(
+            trials=int(meta.get("trials", 0)),
+            errors=int(meta.get("errors", 0)),
+            skips=int(meta.get("skips", 0)),
+            duplicates=int(meta.get("duplicates", 0)),
+            version=int(meta.get("version", 0)),
+            last_trial_at=float(last) if last else None,
+        )
+        return SuiteState(suite, counters, _histogram(hist_raw), outcomes)
+
+    async def task_counts(self, suite: str) -> dict[str, tuple[int, int]]:
+        """Every task's (n, c): O(tasks), for tests and tools, never on the tick path."""
+        raw = await self.client.hgetall(self.keys.suite(suite, "tasks"))
+        out: dict[str, tuple[int, int]] = {}
+        for task, value in raw.items():
+            n, c = _text(value).split(":")[:2]
+            out[_text(task)] = (int(n), int(c))
+        return out
+
+    async def lottery_rows(
+        self, suite: str, groups: Sequence[Sequence[tuple[int, int]]], limit: int
+    ) -> list[LotteryCase]:
+        """Top tasks of the ranked cell groups, by name within a group, in one round trip.
+
+        Each cell's tasks are a lexicographic range of the lottery zset, so
+        this reads at most ``limit`` names per cell, never the whole suite.
+        Pass the groups from ``ranked_cell_groups(hist, k, limit)``.
+        """
+        if not groups or limit <= 0:
+            return []
+        key = self.keys.suite(suite, "lottery")
+        pipe = self.client.pipeline(transaction=False)
+        for group in groups:
+            for n, c in group:
+                prefix = f"{n:0{CELL_PAD}d}:{c:0{CELL_PAD}d}:"
+                # ';' sorts right after ':', so "(prefix;" bounds the cell's range.
+                pipe.zrange(key, f"[{prefix}", f"({prefix[:-1]};", bylex=True, offset=0, num=limit)
+        replies = iter(await pipe.execute())
+        cut = 2 * CELL_PAD + 2
+        rows: list[LotteryCase] = []
+        for group in groups:
+            found = [
+                LotteryCase(task=_text(m)[cut:], n=n, c=c) for n, c in group for m in next(replies)
+            ]
+            found.sort(key=lambda row: row.task)
+            rows.extend(found)
+        return rows[:limit]
+
+    async def deadletters(self, count: int = 100) -> list[DeadLetter]:
+        """The oldest ``count`` dead letters still in the capped stream."""
+        entries: Any = await self.client.xrange(self.keys.deadletter, count=count)
+        out = []
+        for entry_id, fields in entries:
+            f = {_text(k): v for k, v in fields.items()}
+            out.append(
+                DeadLetter(
+                    id=_text(entry_id),
+                    payload=bytes(f.get("payload", b"")),
+                    truncated=_text(f.get("truncated", b"0")) == "1",
+                    reason=_text(f.get("reason", b"")),
+                    source=_text(f.get("source", b"")),
+                    time=float(_text(f.get("time", b"0"))),
+                )
+            )
+        return out
+
+    async def deadletter_count(self) -> int:
+        """Dead letters ever written (the stream itself is capped)."""
+        raw: Any = await self.client.hget(self.keys.stats, "deadletters")
+        return int(raw or 0)

@@ -1,0 +1,110 @@
+"""Snapshots and their schedule: the stored documents, and which suites need a new one.
+
+A commit marks its suites changed; a replica claims marks, writes the
+suites' snapshots, and releases its claims. A claim whose replica died
+expires back into the marks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from reliabilityd.store._base import Redis, _text
+from reliabilityd.store._scripts import CLAIM, WRITE_SNAPSHOT
+from reliabilityd.store.keys import Keys
+
+
+class Snapshots:
+    """Snapshot documents, version checks and change marks."""
+
+    def __init__(self, client: Redis, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+
+    async def snapshot(self, suite: str) -> dict[str, str]:
+        raw = await self.client.hgetall(self.keys.suite(suite, "snapshot"))
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    async def snapshot_json(self, suite: str) -> bytes | None:
+        """Only the snapshot document, without the flat fields."""
+        raw: Any = await self.client.hget(self.keys.suite(suite, "snapshot"), "json")
+        return None if raw is None else bytes(raw)
+
+    async def snapshot_docs(self, suites: Sequence[str]) -> list[bytes | None]:
+        """The newest stored snapshot document of each suite, in one round trip."""
+        if not suites:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for suite in suites:
+            pipe.hget(self.keys.suite(suite, "snapshot"), "json")
+        return [None if raw is None else bytes(raw) for raw in await pipe.execute()]
+
+    async def write_snapshot(
+        self,
+        suite: str,
+        version: int,
+        ci_fields: Mapping[str, str | int | float],
+        value_fields: Mapping[str, str | int | float],
+    ) -> tuple[bool, bool]:
+        """Write the CI part and the value part, each unless a newer one is stored.
+
+        Returns (ci part written, value part written).
+        """
+        args: list[Any] = [version, len(ci_fields)]
+        for field, value in ci_fields.items():
+            args += [field, value]
+        for field, value in value_fields.items():
+            args += [field, value]
+        wrote = int(
+            await self.client.eval(WRITE_SNAPSHOT, 1, self.keys.suite(suite, "snapshot"), *args)
+        )
+        return bool(wrote & 1), bool(wrote & 2)
+
+    async def versions(self, suites: Sequence[str]) -> list[tuple[int, int]]:
+        """(data version, snapshot version) per suite; -1 when there is no snapshot."""
+        if not suites:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for suite in suites:
+            pipe.hget(self.keys.suite(suite, "meta"), "version")
+            pipe.hget(self.keys.suite(suite, "snapshot"), "version")
+        raw = await pipe.execute()
+        return [
+            (int(raw[i] or 0), int(raw[i + 1]) if raw[i + 1] is not None else -1)
+            for i in range(0, len(raw), 2)
+        ]
+
+    async def mark_changed(self, suites: Sequence[str]) -> None:
+        """Mark suites for a new snapshot (the next claim picks them up)."""
+        if suites:
+            await self.client.sadd(self.keys.changed, *suites)
+
+    async def mark_stale(self, suites: Sequence[str]) -> list[str]:
+        """Mark the suites whose data version is ahead of their snapshot; returns them.
+
+        The marks are the fast path; this scan finds what they cannot (data
+        written by a version without marks, a mark lost with a crashed Redis).
+        """
+        stale = [
+            suite
+            for suite, (data, snap) in zip(suites, await self.versions(suites), strict=True)
+            if data > snap
+        ]
+        await self.mark_changed(stale)
+        return stale
+
+    async def claim_changed(self, count: int, lifetime: float) -> list[str]:
+        """Take up to ``count`` change marks for ``lifetime`` seconds (expired claims return)."""
+        got = await self.client.eval(
+            CLAIM, 2, self.keys.changed, self.keys.claims, int(lifetime * 1000), count
+        )
+        return sorted(_text(s) for s in got or [])
+
+    async def release_claims(self, suites: Sequence[str]) -> None:
+        """The suites' snapshots are written: drop this replica's claims on them."""
+        if suites:
+            await self.client.zrem(self.keys.claims, *suites)
+
+    async def changed(self) -> list[str]:
+        return sorted(_text(s) for s in await self.client.smembers(self.keys.changed))

@@ -1,0 +1,81 @@
+"""Ingest's round trip: many commands in one write, every reply read in order.
+
+redis-py's pipeline packs commands in Python, which costs about 2 us per
+event at one event per message; hiredis packs them in C. This uses the
+connection pool's public methods (``get_connection``, ``send_packed_command``,
+``read_response``, ``release``) through a typed view, since redis-py leaves
+some of them unannotated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Protocol, cast
+
+import hiredis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ResponseError
+
+from reliabilityd.store._base import Redis
+
+__all__ = ["pipelined"]
+
+
+class _Connection(Protocol):
+    async def send_packed_command(self, command: bytes) -> None: ...
+    async def read_response(self) -> Any: ...
+    async def disconnect(self) -> None: ...
+
+
+class _Pool(Protocol):
+    async def get_connection(self) -> _Connection: ...
+    async def release(self, connection: _Connection) -> None: ...
+
+
+_pack = cast("Any", hiredis).pack_command  # its stub types the argument as a 1-tuple
+
+
+async def pipelined(
+    client: Redis,
+    commands: Sequence[tuple[str | int | bytes, ...]],
+    sent: asyncio.Event | None = None,
+) -> list[Any]:
+    """Send the commands in one write, read every reply in order: ingest's round trip.
+
+    hiredis packs the commands in C (redis-py's pipeline packs them in
+    Python, which cost 2 us per event at one event per message). Every reply
+    is read before an error reply is raised, so the connection stays in step;
+    any other failure, cancellation included, drops the connection. On a
+    cluster, redis-py's pipeline routes each command to its node. ``sent`` is
+    set once the request is written (on a cluster, as it is handed over).
+    """
+    if isinstance(client, RedisCluster):
+        pipe = client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        if sent is not None:
+            sent.set()
+        return await pipe.execute()
+    pool = cast(_Pool, client.connection_pool)
+    conn = await pool.get_connection()
+    try:
+        packed: list[bytes] = [_pack(c) for c in commands]
+        await conn.send_packed_command(b"".join(packed))
+        if sent is not None:
+            sent.set()
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await conn.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+    except BaseException:
+        await conn.disconnect()
+        raise
+    finally:
+        await pool.release(conn)
+    for reply in replies:
+        if isinstance(reply, ResponseError):
+            raise reply
+    return replies
