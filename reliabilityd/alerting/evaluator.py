@@ -130,11 +130,6 @@ class Evaluator:
         )
         t = step(rule, current, obs, now)
         target = t.new
-        expected = None if view is None else view.expected_pages_per_day
-        if expected is not None and expected != target.expected_pages_per_day:
-            # The rule's forecast travels with its state, so on-call sees what
-            # the threshold costs (a CAS write without a notification).
-            target = msgspec.structs.replace(target, expected_pages_per_day=expected)
         if target != current:
             new = msgspec.structs.replace(
                 target, seq=current.seq + 1, snapshot_version=snap.version

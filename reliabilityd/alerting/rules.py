@@ -101,9 +101,6 @@ class AlertState(msgspec.Struct, frozen=True, kw_only=True):
     ended_at: float | None = None
     reason: Reason | None = None
     last_notified_at: float | None = None
-    # Firing notifications per day this rule would send if the suite stayed
-    # as it is now (``pagerate.expected_false_pages``); None until computed.
-    expected_pages_per_day: float | None = None
     # Bumped by every stored change: the compare-and-set token.
     seq: int = 0
     # The snapshot version this state was decided on; a transition decided on

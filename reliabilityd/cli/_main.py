@@ -1,22 +1,15 @@
-"""The ``reliabilityd`` command line: the daemon, emit and import, queries, the demo."""
+"""The ``reliabilityd`` command line: one parser, verbs registered by their modules."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
+from reliabilityd.cli import _daemon, _ingest, _query
+from reliabilityd.cli._common import Exit
 
-def _embedded_options(parser: argparse.ArgumentParser, *, data_dir_help: str) -> None:
-    parser.add_argument("--data-dir", type=Path, help=data_dir_help)
-    parser.add_argument(
-        "--servers",
-        choices=["auto", "system", "package"],
-        default="auto",
-        help="embedded servers from the system, from Python packages, or the system's "
-        "when usable (auto)",
-    )
+__all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,316 +18,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Live pass@k / pass^k reliability numbers for agent trials.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser(
-        "demo",
-        help="a live fleet of agents, the daemon and an alert that fires and resolves, "
-        "on embedded servers",
-    )
-    demo.add_argument(
-        "--duration", type=float, default=90.0, help="seconds to run (default 90); Ctrl-C stops"
-    )
-    demo.add_argument("--no-live", action="store_true", help="plain lines instead of the live view")
-    _embedded_options(demo, data_dir_help="keep the servers' data here (default: a temporary one)")
-    run = sub.add_parser("run", help="run the daemon")
-    run.add_argument("-c", "--config", help="TOML config file (optional with --embedded)")
-    run.add_argument("--log-level", default="INFO")
-    run.add_argument(
-        "--embedded",
-        action="store_true",
-        help="start Redis and an MQTT broker too (the system's, else the Python packages')",
-    )
-    _embedded_options(
-        run, data_dir_help="the embedded servers' data (default ~/.local/share/reliabilityd)"
-    )
-    chk = sub.add_parser("check", help="exit 0 when this instance's heartbeat is fresh")
-    chk.add_argument("-c", "--config", required=True, help="TOML config file")
-    _add_query_commands(sub)
-    _add_emit_import(sub)
+    _daemon.add_parsers(sub)
+    _query.add_parsers(sub)
+    _ingest.add_parsers(sub)
     return parser
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _add_query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    def where(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("-c", "--config", help="TOML config file (Redis URL, prefix, rules)")
-        p.add_argument("--redis", help="Redis URL, when there is no config file")
-        p.add_argument("--prefix", help="key prefix (default: the config's, else rel)")
-        return p
-
-    st = where(sub.add_parser("status", help="every suite's numbers, CIs and alert states"))
-    st.add_argument("suite", nargs="?", help="one suite (default: all)")
-    st.add_argument("--json", action="store_true", help="the snapshot JSON instead of a table")
-    st.add_argument(
-        "--k",
-        type=_positive,
-        action="append",
-        default=[],
-        help="compute this k now from the stored histogram (repeatable)",
-    )
-    cs = where(sub.add_parser("cases", help="a suite's lottery cases"))
-    cs.add_argument("suite")
-    cs.add_argument("--k", type=_positive, default=None, help="default: the largest configured k")
-    cs.add_argument("--top", type=_positive, default=10)
-    tk = where(sub.add_parser("tasks", help="a suite's per-task n and c"))
-    tk.add_argument("suite")
-    rs = where(sub.add_parser("reset", help="delete everything stored for a suite"))
-    rs.add_argument("suite")
-    rs.add_argument("--yes", action="store_true", help="do not ask")
-    fg = where(sub.add_parser("forget", help="take one task out of a suite's counts"))
-    fg.add_argument("suite")
-    fg.add_argument("task")
-    fg.add_argument("--yes", action="store_true", help="do not ask")
-
-
-def _query(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from reliabilityd import config as config_mod
-    from reliabilityd.cli import status
-    from reliabilityd.client._client import AsyncClient
-    from reliabilityd.errors import ConfigError
-
-    cfg = config_mod.Config()
-    if args.config:
-        try:
-            cfg = config_mod.load(args.config)
-        except ConfigError as exc:
-            print(f"reliabilityd: config error: {exc}", file=sys.stderr)
-            return exc.exit_code
-    url = args.redis or cfg.redis.url
-    prefix = args.prefix or cfg.redis.prefix
-    if args.command == "reset" and not status.confirm(
-        f"Delete every count, dedup record, snapshot and alert state of suite {args.suite!r}?",
-        args.yes,
-    ):
-        return 1
-    if args.command == "forget" and not status.confirm(
-        f"Take task {args.task!r} out of suite {args.suite!r}?", args.yes
-    ):
-        return 1
-
-    async def run() -> int:
-        async with AsyncClient(url, prefix=prefix, cluster=cfg.redis.cluster) as client:
-            if args.command == "status":
-                return await status.status(
-                    client,
-                    args.suite,
-                    ks=args.k,
-                    rules=cfg.rules(),
-                    as_json=args.json,
-                    n_boot=cfg.stats.n_boot,
-                )
-            if args.command == "cases":
-                k = args.k if args.k is not None else max(cfg.stats.k)
-                return await status.cases(client, args.suite, k, args.top)
-            if args.command == "tasks":
-                return await status.tasks(client, args.suite)
-            if args.command == "reset":
-                deleted = await client.reset(args.suite)
-                print(f"reset {args.suite!r}: {deleted} keys deleted")
-                return 0
-            if await client.forget(args.suite, args.task):
-                print(f"forgot task {args.task!r} of {args.suite!r}")
-                return 0
-            print(f"reliabilityd: suite {args.suite!r} has no task {args.task!r}", file=sys.stderr)
-            return 1
-
-    import redis.exceptions
-
-    try:
-        return asyncio.run(run())
-    except redis.exceptions.RedisError as exc:
-        print(f"reliabilityd: Redis at {url} answered: {exc}", file=sys.stderr)
-        return 1
-
-
-def _add_emit_import(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from reliabilityd.importers._import import FORMATS
-
-    emit = sub.add_parser("emit", help="publish one trial outcome (QoS 1) and wait for its PUBACK")
-    emit.add_argument("suite")
-    emit.add_argument("task")
-    emit.add_argument("outcome", choices=["pass", "fail", "error", "skip"])
-    emit.add_argument("--trial", help="trial id, unique per (suite, task); default: a new UUID")
-    where = emit.add_mutually_exclusive_group()
-    where.add_argument("--mqtt", help="broker URL (default $RELIABILITYD_MQTT_URL or localhost)")
-    where.add_argument("-c", "--config", help="take the broker URL and topic from this config")
-    emit.add_argument("--topic", help="topic to publish on (default reliability/trials/emit)")
-    emit.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the PUBACK")
-    imp = sub.add_parser(
-        "import", help="import tau-bench, tau2-bench, Inspect AI or multivon-eval results"
-    )
-    imp.add_argument("file")
-    imp.add_argument("--suite", help="suite name (default: the one the file gives, else its name)")
-    imp.add_argument("--format", choices=FORMATS, help="default: detected from the content")
-    imp.add_argument("--run", help="run id carried by every trial id (default: from the content)")
-    imp.add_argument("--scorer", help="Inspect AI logs: the scorer to import (default: the first)")
-    imp.add_argument("--json", action="store_true", help="print the result as JSON")
-    where = imp.add_mutually_exclusive_group()
-    where.add_argument("-c", "--config", help="TOML config: Redis, key prefix, windows, dedup TTL")
-    where.add_argument("--redis", help="Redis URL (default $RELIABILITYD_REDIS_URL or localhost)")
-
-
-def _load_config(path: str | None) -> object:
-    """The config from ``path``, or the defaults; a ConfigError is returned, not raised."""
-    from reliabilityd import config as config_mod
-    from reliabilityd.errors import ConfigError
-
-    try:
-        return config_mod.load(path) if path else config_mod.Config()
-    except ConfigError as exc:
-        return exc
-
-
-def _emit(args: argparse.Namespace) -> int:
-    import os
-
-    from reliabilityd.client.emitter import DEFAULT_TOPIC, Emitter, EmitterError
-    from reliabilityd.config import Config
-    from reliabilityd.errors import ConfigError
-
-    cfg = _load_config(args.config)
-    if isinstance(cfg, ConfigError):
-        print(f"reliabilityd: config error: {cfg}", file=sys.stderr)
-        return cfg.exit_code
-    assert isinstance(cfg, Config)
-    if args.config:
-        url = cfg.mqtt.url
-        topic = args.topic or cfg.mqtt.topic
-        if not args.topic and topic.endswith("/#"):
-            topic = topic[:-1] + "emit"  # a topic the daemon's subscription covers
-        if "+" in topic or "#" in topic:
-            print(f"reliabilityd: emit: cannot publish to {topic!r}; give --topic", file=sys.stderr)
-            return 2
-    else:
-        url = args.mqtt or os.environ.get("RELIABILITYD_MQTT_URL") or cfg.mqtt.url
-        topic = args.topic or DEFAULT_TOPIC
-    try:
-        with Emitter(url, topic=topic, connect_timeout=args.timeout) as emitter:
-            trial = emitter.emit(args.suite, args.task, args.outcome, trial=args.trial)
-            emitter.flush(args.timeout)
-    except (EmitterError, ValueError) as exc:
-        print(f"reliabilityd: emit: {exc}", file=sys.stderr)
-        return 1
-    print(trial)
-    return 0
-
-
-def _import(args: argparse.Namespace) -> int:
-    import asyncio
-    import os
-    from pathlib import Path
-
-    import msgspec
-    from redis.exceptions import RedisError
-
-    from reliabilityd.config import Config
-    from reliabilityd.errors import ConfigError
-    from reliabilityd.importers._import import ImportFileError, describe, import_file
-    from reliabilityd.store import Store, connect
-
-    cfg = _load_config(args.config)
-    if isinstance(cfg, ConfigError):
-        print(f"reliabilityd: config error: {cfg}", file=sys.stderr)
-        return cfg.exit_code
-    assert isinstance(cfg, Config)
-    url = (
-        cfg.redis.url
-        if args.config
-        else (args.redis or os.environ.get("RELIABILITYD_REDIS_URL") or cfg.redis.url)
-    )
-
-    async def go() -> int:
-        client = connect(url, cluster=cfg.redis.cluster, timeout=cfg.redis.timeout)
-        try:
-            report = await import_file(
-                Store(client, cfg.redis.prefix),
-                Path(args.file),
-                suite=args.suite,
-                fmt=args.format,
-                run=args.run,
-                scorer=args.scorer,
-                window=lambda suite: cfg.suite_settings(suite)[0],
-                dedup_ttl=cfg.dedup_ttl,
-            )
-        finally:
-            await client.aclose()
-        if args.json:
-            print(msgspec.json.encode(report).decode())
-        else:
-            print(describe(report))
-        return 0
-
-    try:
-        return asyncio.run(go())
-    except ImportFileError as exc:
-        print(f"reliabilityd: import: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except (OSError, RedisError) as exc:
-        print(f"reliabilityd: import: cannot reach Redis at {url}: {exc}", file=sys.stderr)
-        return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("status", "cases", "tasks", "reset", "forget"):
-        return _query(args)
-    if args.command == "demo":
-        from reliabilityd.embedded import demo
-
-        return demo.main(
-            duration=args.duration,
-            no_live=args.no_live,
-            mode=args.servers,
-            data_dir=args.data_dir,
-        )
-    if args.command == "run" and args.embedded:
-        from reliabilityd import config as config_mod
-        from reliabilityd.embedded import _servers as embedded
-        from reliabilityd.errors import ConfigError
-
-        try:
-            cfg = config_mod.load(args.config) if args.config else config_mod.Config()
-        except ConfigError as exc:
-            print(f"reliabilityd: config error: {exc}", file=sys.stderr)
-            return exc.exit_code
-        return embedded.run(
-            cfg,
-            datadir=args.data_dir or embedded.default_datadir(),
-            mode=args.servers,
-            log_level=args.log_level,
-        )
-    if args.command in ("run", "check"):
-        if not args.config:
-            print("reliabilityd: -c/--config is required (or run --embedded)", file=sys.stderr)
-            return 2
-        import asyncio
-
-        from reliabilityd import config as config_mod
-        from reliabilityd import logs
-        from reliabilityd.daemon import _daemon as daemon
-        from reliabilityd.errors import ConfigError
-
-        try:
-            cfg = config_mod.load(args.config)
-        except ConfigError as exc:
-            print(f"reliabilityd: config error: {exc}", file=sys.stderr)
-            return exc.exit_code
-        if args.command == "check":
-            return asyncio.run(daemon.check(cfg))
-        logs.setup(args.log_level)
-        return asyncio.run(daemon.main(cfg))
-    if args.command == "emit":
-        return _emit(args)
-    if args.command == "import":
-        return _import(args)
-    raise AssertionError(args.command)  # argparse enforces the choices
+    try:
+        code: int = args.run(args)
+    except Exit as exit_:
+        return exit_.code
+    return code
 
 
 if __name__ == "__main__":

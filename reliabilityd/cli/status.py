@@ -96,9 +96,7 @@ def format_alert(suite: str, rule: str, state: AlertState) -> list[str]:
             timespec="seconds"
         )
     reason = f"({state.reason})" if state.reason and state.state != "resolved" else ""
-    expected = state.expected_pages_per_day
-    pages = "-" if expected is None else f"{expected:.2g}"
-    return [suite, rule, state.state, since, reason, pages]
+    return [suite, rule, state.state, since, reason]
 
 
 async def status(
@@ -168,12 +166,7 @@ async def status(
                 alert_rows.append(format_alert(s.suite, name, state))
     if alert_rows:
         out("")
-        out(_table(["SUITE", "RULE", "STATE", "SINCE", "REASON", "EXPECTED PAGES/DAY"], alert_rows))
-        if any(row[-1] != "-" for row in alert_rows):
-            out(
-                "(expected pages/day: a forecast with the current per-task estimates taken "
-                "as the truth)"
-            )
+        out(_table(["SUITE", "RULE", "STATE", "SINCE", "REASON"], alert_rows))
     return 0
 
 

@@ -1,1 +1,8 @@
 """Python access to reliabilityd: ``Client`` / ``AsyncClient`` to read, ``Emitter`` to send."""
+
+from __future__ import annotations
+
+from reliabilityd.client._client import AsyncClient, Client, SuiteSummary
+from reliabilityd.client.emitter import Emitter
+
+__all__ = ["AsyncClient", "Client", "Emitter", "SuiteSummary"]

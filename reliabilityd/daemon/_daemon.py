@@ -37,7 +37,6 @@ from reliabilityd.alerting.evaluator import Evaluator
 from reliabilityd.alerting.notify import parse_time
 from reliabilityd.alerting.outbox import Outbox
 from reliabilityd.alerting.publisher import Publisher
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.alerting.watchdog import BlindWatch, RedisHealth, describe
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import Config
@@ -69,10 +68,6 @@ RECOMPUTE_LANES = 4
 INLINE_CELLS = 2000
 # The full version scan that finds what the change marks cannot (see mark_stale).
 RECONCILE_EVERY = 60.0
-# A rule's expected page rate (a simulation) is recomputed this often at most,
-# and a replica runs at most this many such simulations per CI tick.
-FORECAST_EVERY = 600.0
-FORECASTS_PER_TICK = 1
 # Idle tasks are looked for this often (at most 500 per suite per sweep).
 IDLE_SWEEP_EVERY = 10.0
 
@@ -125,7 +120,6 @@ class Daemon:
             watchdog=config.sinks.alertmanager.watchdog,
         )
         self._next_reconcile = 0.0
-        self._forecast_budget = FORECASTS_PER_TICK
         self._next_idle_sweep = 0.0
         self._unfinished: set[str] = set()
         self.committed_events = 0
@@ -281,19 +275,6 @@ class Daemon:
         }
         await self.store.snapshots.write_snapshot(suite, c.version, {}, values)
 
-    def _due_forecasts(
-        self, rules: Sequence[Rule], previous: snapshot.Snapshot | None, now: float
-    ) -> frozenset[str]:
-        """The rules whose expected page rate is due, within this tick's budget."""
-        due = []
-        for rule in rules:
-            view = None if previous is None else previous.rule(rule.name)
-            at = None if view is None else view.expected_at
-            if (at is None or now - at >= FORECAST_EVERY) and self._forecast_budget > 0:
-                self._forecast_budget -= 1
-                due.append(rule.name)
-        return frozenset(due)
-
     async def refresh_snapshot(self, suite: str) -> snapshot.Snapshot | None:
         """CIs, lottery cases, rule views and the whole snapshot; None if a newer one is stored."""
         rules = [r for r in self.rules if fnmatch.fnmatchcase(suite, r.suite)]
@@ -320,10 +301,6 @@ class Daemon:
             state.hist,
             state.windows,
             window=settings.window,
-            suite_pace=suite_pace,
-            previous={} if previous is None else {v.rule: v for v in previous.rules},
-            forecast=self._due_forecasts(rules, previous, now),
-            now=now,
             settings=settings,
         )
         with self.metrics.ci_seconds.time():
@@ -380,7 +357,6 @@ class Daemon:
             await self.store.snapshots.mark_changed(sorted(self._unfinished))
             await self.store.snapshots.release_claims(sorted(self._unfinished))
             self._unfinished.clear()
-        self._forecast_budget = FORECASTS_PER_TICK
         deadline = time.monotonic() + TICK_SHARE * self.config.stats.ci_interval
         done: list[str] = []
         lanes = asyncio.Semaphore(RECOMPUTE_LANES)

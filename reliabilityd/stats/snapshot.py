@@ -31,19 +31,12 @@ class RuleView(msgspec.Struct, frozen=True, omit_defaults=True):
     rule's ``below`` now (``trigger = "detector"`` rules on windowed suites).
     ``estimate``: the rule's metric at its k with the rule's own ``interval``,
     when that differs from the suite's (the suite's estimates serve otherwise).
-    ``expected_pages_per_day``: the firing notifications a day this rule
-    would send if the suite stayed as it is, simulated with the current
-    per-task estimates taken as the truth (``pagerate``), computed at
-    ``expected_at`` (Unix seconds) on ``expected_pace`` trials per task per day.
     """
 
     rule: str
     evidence: float | None = None
     # The rule's own estimate when it names another interval than the suite's.
     estimate: Estimate | None = None
-    expected_pages_per_day: float | None = None
-    expected_at: float | None = None
-    expected_pace: float | None = None
 
 
 class Snapshot(msgspec.Struct, frozen=True):

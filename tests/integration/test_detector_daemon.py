@@ -10,6 +10,7 @@ import pytest
 from reliabilityd import estimate
 from reliabilityd.alerting import rulestate
 from reliabilityd.alerting.rules import Rule
+from reliabilityd.cli.forecast import forecast
 from reliabilityd.cli.status import status
 from reliabilityd.client._client import AsyncClient
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
@@ -85,27 +86,31 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
         assert states[0].state == "inactive"
 
         # More healthy rounds a moment later: the suite has a pace, and the
-        # rule's expected page rate lands in its stored state.
+        # forecast simulates the rule at it.
         await asyncio.sleep(0.6)
         for r in range(20, 25):
             await commit(round_of(suite, r, failing=0))
 
-        async def forecast_stored() -> bool:
-            state = (await store.alerts.alert_states([(suite, RULE.name)]))[0]
-            return state.expected_pages_per_day is not None
+        async def paced() -> bool:
+            snap = await snapshot_of(store, suite)
+            return snap is not None and snap.pace is not None and snap.pace > 0
 
-        await wait_until(forecast_stored, 30)
-        state = (await store.alerts.alert_states([(suite, RULE.name)]))[0]
-        assert state.state == "inactive"
-        # Every task passed all it ran: at that truth the rule never pages.
-        assert state.expected_pages_per_day == 0.0
-        # And `reliabilityd status` shows it beside the rule's state.
+        await wait_until(paced, 30)
         lines: list[str] = []
+        assert await forecast(store, cfg, suite, hours=1.0, out=lines.append) == 0
+        row = next(line for line in lines if RULE.name in line)
+        # Every task passed all it ran: at that truth the rule never pages.
+        assert row.startswith(f"{suite}  {RULE.name}: 0 expected false pages/day at "), row
+        assert "assumes" in lines[-1]
+        states = await store.alerts.alert_states([(suite, RULE.name)])
+        assert states[0].state == "inactive"
+        # And `reliabilityd status` shows the rule's state.
+        status_lines: list[str] = []
         async with AsyncClient(redis_server.url, prefix=prefix) as client:
-            await status(client, suite, ks=[], rules=[RULE], as_json=False, out=lines.append)
-        printed = "\n".join(lines).splitlines()
-        row = next(line.split() for line in printed if RULE.name in line)
-        assert row == [suite, RULE.name, "inactive", "0"]
+            await status(client, suite, ks=[], rules=[RULE], as_json=False, out=status_lines.append)
+        printed = "\n".join(status_lines).splitlines()
+        row_cells = next(line.split() for line in printed if RULE.name in line)
+        assert row_cells == [suite, RULE.name, "inactive"]
         snap = await snapshot_of(store, suite)
         assert snap is not None
         assert snap.pace is not None

@@ -251,15 +251,6 @@ def test_detector_notifications_alternate_and_match_their_reasons(
     assert not notes or notes[0] == "firing"
 
 
-def test_expected_page_rate_lives_in_the_state_document() -> None:
-    state = AlertState(expected_pages_per_day=7.5)
-    raw = msgspec.json.encode(state)
-    assert msgspec.json.decode(raw, type=AlertState) == state
-    # Documents written before the field existed still decode.
-    old = msgspec.json.decode(b'{"state":"firing","seq":3}', type=AlertState)
-    assert old.expected_pages_per_day is None
-
-
 def test_a_detector_rule_on_pass_at_k_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(

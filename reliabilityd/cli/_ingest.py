@@ -1,0 +1,110 @@
+"""Verbs that put trials in: ``emit`` (one outcome over MQTT) and ``import`` (result files)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from reliabilityd.cli._common import load_config, say
+
+__all__ = ["add_parsers"]
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from reliabilityd.importers import FORMATS
+
+    emit = sub.add_parser("emit", help="publish one trial outcome (QoS 1) and wait for its PUBACK")
+    emit.add_argument("suite")
+    emit.add_argument("task")
+    emit.add_argument("outcome", choices=["pass", "fail", "error", "skip"])
+    emit.add_argument("--trial", help="trial id, unique per (suite, task); default: a new UUID")
+    where = emit.add_mutually_exclusive_group()
+    where.add_argument("--mqtt", help="broker URL (default $RELIABILITYD_MQTT_URL or localhost)")
+    where.add_argument("-c", "--config", help="take the broker URL and topic from this config")
+    emit.add_argument("--topic", help="topic to publish on (default reliability/trials/emit)")
+    emit.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the PUBACK")
+    emit.set_defaults(run=_emit)
+    imp = sub.add_parser(
+        "import", help="import tau-bench, tau2-bench, Inspect AI or multivon-eval results"
+    )
+    imp.add_argument("file")
+    imp.add_argument("--suite", help="suite name (default: the one the file gives, else its name)")
+    imp.add_argument("--format", choices=FORMATS, help="default: detected from the content")
+    imp.add_argument("--run", help="run id carried by every trial id (default: from the content)")
+    imp.add_argument("--scorer", help="Inspect AI logs: the scorer to import (default: the first)")
+    imp.add_argument("--json", action="store_true", help="print the result as JSON")
+    where = imp.add_mutually_exclusive_group()
+    where.add_argument("-c", "--config", help="TOML config: Redis, key prefix, windows, dedup TTL")
+    where.add_argument("--redis", help="Redis URL (default $RELIABILITYD_REDIS_URL or localhost)")
+    imp.set_defaults(run=_import)
+
+
+def _emit(args: argparse.Namespace) -> int:
+    from reliabilityd.client.emitter import DEFAULT_TOPIC, Emitter, EmitterError
+
+    cfg = load_config(args.config)
+    if args.config:
+        url = cfg.mqtt.url
+        topic = args.topic or cfg.mqtt.topic
+        if not args.topic and topic.endswith("/#"):
+            topic = topic[:-1] + "emit"  # a topic the daemon's subscription covers
+        if "+" in topic or "#" in topic:
+            say(f"emit: cannot publish to {topic!r}; give --topic")
+            return 2
+    else:
+        url = args.mqtt or os.environ.get("RELIABILITYD_MQTT_URL") or cfg.mqtt.url
+        topic = args.topic or DEFAULT_TOPIC
+    try:
+        with Emitter(url, topic=topic, connect_timeout=args.timeout) as emitter:
+            trial = emitter.emit(args.suite, args.task, args.outcome, trial=args.trial)
+            emitter.flush(args.timeout)
+    except (EmitterError, ValueError) as exc:
+        say(f"emit: {exc}")
+        return 1
+    print(trial)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    import asyncio
+    from pathlib import Path
+
+    import msgspec
+    from redis.exceptions import RedisError
+
+    from reliabilityd.importers import ImportFileError, describe, import_file
+    from reliabilityd.store import Store, connect
+
+    cfg = load_config(args.config)
+    url = (
+        cfg.redis.url
+        if args.config
+        else (args.redis or os.environ.get("RELIABILITYD_REDIS_URL") or cfg.redis.url)
+    )
+
+    async def go() -> int:
+        client = connect(url, cluster=cfg.redis.cluster, timeout=cfg.redis.timeout)
+        try:
+            report = await import_file(
+                Store(client, cfg.redis.prefix),
+                Path(args.file),
+                suite=args.suite,
+                fmt=args.format,
+                run=args.run,
+                scorer=args.scorer,
+                window=lambda suite: cfg.suite_settings(suite)[0],
+                dedup_ttl=cfg.dedup_ttl,
+            )
+        finally:
+            await client.aclose()
+        print(msgspec.json.encode(report).decode() if args.json else describe(report))
+        return 0
+
+    try:
+        return asyncio.run(go())
+    except ImportFileError as exc:
+        say(f"import: {exc}")
+        return exc.exit_code
+    except (OSError, RedisError) as exc:
+        say(f"import: cannot reach Redis at {url}: {exc}")
+        return 1

@@ -1,0 +1,97 @@
+"""Verbs that read or administer what is stored: status, cases, tasks, reset, forget, forecast."""
+
+from __future__ import annotations
+
+import argparse
+
+from reliabilityd.cli import forecast as forecast_verb
+from reliabilityd.cli._common import add_redis_options, load_config, positive, say
+
+__all__ = ["add_parsers"]
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    st = add_redis_options(sub.add_parser("status", help="every suite's numbers, CIs and alerts"))
+    st.add_argument("suite", nargs="?", help="one suite (default: all)")
+    st.add_argument("--json", action="store_true", help="the snapshot JSON instead of a table")
+    st.add_argument(
+        "--k",
+        type=positive,
+        action="append",
+        default=[],
+        help="compute this k now from the stored histogram (repeatable)",
+    )
+    cs = add_redis_options(sub.add_parser("cases", help="a suite's lottery cases"))
+    cs.add_argument("suite")
+    cs.add_argument("--k", type=positive, default=None, help="default: the largest configured k")
+    cs.add_argument("--top", type=positive, default=10)
+    tk = add_redis_options(sub.add_parser("tasks", help="a suite's per-task n and c"))
+    tk.add_argument("suite")
+    rs = add_redis_options(sub.add_parser("reset", help="delete everything stored for a suite"))
+    rs.add_argument("suite")
+    rs.add_argument("--yes", action="store_true", help="do not ask")
+    fg = add_redis_options(sub.add_parser("forget", help="take one task out of a suite's counts"))
+    fg.add_argument("suite")
+    fg.add_argument("task")
+    fg.add_argument("--yes", action="store_true", help="do not ask")
+    fc = add_redis_options(forecast_verb.add_parser(sub))
+    for p in (st, cs, tk, rs, fg, fc):
+        p.set_defaults(run=_query)
+
+
+def _query(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import redis.exceptions
+
+    from reliabilityd.cli import status
+    from reliabilityd.client import AsyncClient
+
+    cfg = load_config(args.config)
+    url = args.redis or cfg.redis.url
+    prefix = args.prefix or cfg.redis.prefix
+    if args.command == "reset" and not status.confirm(
+        f"Delete every count, dedup record, snapshot and alert state of suite {args.suite!r}?",
+        args.yes,
+    ):
+        return 1
+    if args.command == "forget" and not status.confirm(
+        f"Take task {args.task!r} out of suite {args.suite!r}?", args.yes
+    ):
+        return 1
+
+    async def run() -> int:
+        async with AsyncClient(url, prefix=prefix, cluster=cfg.redis.cluster) as client:
+            if args.command == "status":
+                return await status.status(
+                    client,
+                    args.suite,
+                    ks=args.k,
+                    rules=cfg.rules(),
+                    as_json=args.json,
+                    n_boot=cfg.stats.n_boot,
+                )
+            if args.command == "cases":
+                k = args.k if args.k is not None else max(cfg.stats.k)
+                return await status.cases(client, args.suite, k, args.top)
+            if args.command == "tasks":
+                return await status.tasks(client, args.suite)
+            if args.command == "forecast":
+                return await forecast_verb.forecast(
+                    client.store, cfg, args.suite, pace=args.pace, hours=args.hours
+                )
+            if args.command == "reset":
+                deleted = await client.reset(args.suite)
+                print(f"reset {args.suite!r}: {deleted} keys deleted")
+                return 0
+            if await client.forget(args.suite, args.task):
+                print(f"forgot task {args.task!r} of {args.suite!r}")
+                return 0
+            say(f"suite {args.suite!r} has no task {args.task!r}")
+            return 1
+
+    try:
+        return asyncio.run(run())
+    except redis.exceptions.RedisError as exc:
+        say(f"Redis at {url} answered: {exc}")
+        return 1

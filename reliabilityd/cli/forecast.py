@@ -1,0 +1,120 @@
+"""``reliabilityd forecast``: what each alert rule would cost on-call at a suite's current data.
+
+Computed on demand, never on the daemon's tick: a simulation (``alerting.forecast``)
+of the suite with its current per-task estimates taken as the truth, at the
+pace its trials arrive. The output says what it assumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+from collections.abc import Callable
+
+import msgspec
+
+from reliabilityd.alerting.forecast import expected_false_pages
+from reliabilityd.alerting.rules import Rule
+from reliabilityd.config import Config
+from reliabilityd.stats.histogram import Histogram
+from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store import Store
+
+__all__ = ["add_parser", "forecast"]
+
+# The simulated stretch (the figure is per day), and at most this many rounds
+# of one trial per task: the cost is tasks x rounds.
+HOURS = 6.0
+MAX_ROUNDS = 1000
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "forecast",
+        help="expected false pages per day of each alert rule at the suites' current data",
+    )
+    p.add_argument("suite", nargs="?", help="one suite (default: every suite a rule watches)")
+    p.add_argument(
+        "--pace",
+        type=float,
+        help="trials per task per day to simulate (default: the suite's measured pace)",
+    )
+    p.add_argument("--hours", type=float, default=HOURS, help=f"simulated hours (default {HOURS})")
+    return p
+
+
+async def forecast(
+    store: Store,
+    config: Config,
+    suite: str | None,
+    *,
+    pace: float | None = None,
+    hours: float = HOURS,
+    out: Callable[[str], None] = print,
+) -> int:
+    """Print each (suite, rule)'s expected false pages per day; 0, or 1 when none could be."""
+    rules = config.rules()
+    if not rules:
+        out("no alert rule is configured: give the daemon's config with -c")
+        return 1
+    suites = [suite] if suite is not None else await store.reads.suites()
+    printed = 0
+    for name in suites:
+        watching = [r for r in rules if fnmatch.fnmatchcase(name, r.suite)]
+        if not watching:
+            if suite is not None:
+                out(f"{name}: no alert rule watches this suite")
+            continue
+        raw = await store.snapshots.snapshot_json(name)
+        snap = None if raw is None else msgspec.json.decode(raw, type=Snapshot)
+        rate = pace if pace is not None else (snap.pace if snap is not None else None)
+        window, _ = config.suite_settings(name)
+        state = await store.reads.read_state(name)
+        for rule in watching:
+            out(_line(name, rule, state.hist, window=window, pace=rate, hours=hours, config=config))
+            printed += 1
+    if printed:
+        out(
+            "(assumes: every task keeps passing each trial with its window's c/n, so a task that "
+            "has not failed in its window never fails; trials arrive at the pace shown; the rule "
+            "is judged after every round; a forecast, not a measurement)"
+        )
+    return 0 if printed else 1
+
+
+def _line(
+    suite: str,
+    rule: Rule,
+    hist: Histogram,
+    *,
+    window: int,
+    pace: float | None,
+    hours: float,
+    config: Config,
+) -> str:
+    head = f"{suite}  {rule.name}: "
+    if hist.tasks == 0:
+        return head + "no tasks yet"
+    if window < rule.k:
+        return head + (
+            f"cannot simulate: the suite's window ({window}) is shorter than k={rule.k} "
+            "(the simulation replays the window)"
+        )
+    if pace is None or pace <= 0:
+        return head + (
+            "no pace measured yet (two snapshots with new trials between them); pass --pace"
+        )
+    simulated = min(hours, MAX_ROUNDS / pace * 24.0)
+    pages = expected_false_pages(
+        rule,
+        hist,
+        window=window,
+        rounds_per_day=pace,
+        hours=simulated,
+        seed=config.stats.seed,
+        n_boot=config.stats.n_boot,
+    )
+    return head + (
+        f"{pages.per_day:.2g} expected false pages/day at {pace:.3g} trials/task/day "
+        f"({hist.tasks} tasks, {simulated:.2g} h simulated)"
+    )
