@@ -23,7 +23,7 @@ import msgspec
 import redis.exceptions
 
 from reliabilityd.alerting.notify import Notification
-from reliabilityd.alerting.sinks import Sink, SinkError
+from reliabilityd.alerting.sinks import Sink, SinkError, attempt
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import Config
 from reliabilityd.logs import RateLimited, emit, kv, log
@@ -90,9 +90,8 @@ class Outbox:
                         suite, rule, sink, head, reason, maxlen=OUTBOX_DEADLETTER_MAXLEN
                     )
                     continue
-                try:
-                    await asyncio.wait_for(self.sinks[sink].send(note), LEASE_TTL / 2)
-                except (SinkError, TimeoutError, redis.exceptions.RedisError, OSError) as exc:
+                failed = await attempt(self.sinks[sink], note, LEASE_TTL / 2)
+                if failed is not None:
                     delay = pace.next_delay()
                     emit(
                         logging.WARNING,
@@ -100,7 +99,7 @@ class Outbox:
                         sink=sink,
                         suite=suite,
                         rule=rule,
-                        error=exc,
+                        error=failed,
                         retry_in=round(delay, 2),
                     )
                     with contextlib.suppress(TimeoutError):

@@ -10,11 +10,13 @@ that the daemon is blind.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Protocol
 
 import aiohttp
 import msgspec
+import redis.exceptions
 
 from reliabilityd.alerting.notify import BlindNotice, Notification, alertmanager_alert, blind_alert
 from reliabilityd.alerting.publisher import Publisher
@@ -144,6 +146,23 @@ class WebhookSink:
 
     async def send(self, note: Note) -> None:
         await self.http.post_json(self.url, msgspec.json.encode(note), self.timeout)
+
+
+# What one delivery attempt may fail with and a later attempt may not.
+SEND_ERRORS = (SinkError, TimeoutError, OSError, redis.exceptions.RedisError)
+
+
+async def attempt(sink: Sink, note: Note, within: float) -> Exception | None:
+    """Send once within ``within`` seconds; a failure a retry may cure is returned, not raised.
+
+    The one delivery step of the outbox drainer and of the blind notice: each
+    decides for itself when to try again.
+    """
+    try:
+        await asyncio.wait_for(sink.send(note), within)
+    except SEND_ERRORS as exc:
+        return exc
+    return None
 
 
 def configured(

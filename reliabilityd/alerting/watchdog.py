@@ -20,7 +20,7 @@ import logging
 import time
 
 from reliabilityd.alerting.notify import BlindNotice, watchdog_alert
-from reliabilityd.alerting.sinks import AlertmanagerSink, Sink, SinkError
+from reliabilityd.alerting.sinks import AlertmanagerSink, Sink, SinkError, attempt
 from reliabilityd.backoff import Backoff
 from reliabilityd.logs import RateLimited, emit
 from reliabilityd.stats.snapshot import rfc3339
@@ -156,11 +156,10 @@ class BlindWatch:
             due, pace = self._retry.get(name, (0.0, Backoff(0.5, 30.0)))
             if now < due:
                 continue
-            try:
-                await asyncio.wait_for(self.sinks[name].send(notice), 15.0)
-            except (SinkError, TimeoutError, OSError) as exc:
+            failed = await attempt(self.sinks[name], notice, 15.0)
+            if failed is not None:
                 self._retry[name] = (now + pace.next_delay(), pace)
-                self._failures.emit(logging.WARNING, "blind_notice_failed", sink=name, error=exc)
+                self._failures.emit(logging.WARNING, "blind_notice_failed", sink=name, error=failed)
                 continue
             if self._undelivered.get(name) is notice:
                 del self._undelivered[name]

@@ -40,7 +40,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 import msgspec
 
@@ -64,6 +64,14 @@ _UUID4_SET = (4 << 76) | (0x8000 << 48)
 def _uuid4_hex() -> str:
     """``uuid.uuid4().hex`` without building a UUID object (a third of emit's time)."""
     return f"{int.from_bytes(os.urandom(16)) & _UUID4_KEEP | _UUID4_SET:032x}"
+
+
+class EventExtras(TypedDict, total=False):
+    """An event's optional fields, as ``emit`` and ``aemit`` take them."""
+
+    trial: str | None  # unique per (suite, task); default: a new UUID
+    ts: float | None  # Unix seconds; default: now
+    labels: dict[str, Any] | None
 
 
 class EmitterError(ReliabilitydError):
@@ -189,37 +197,22 @@ class Emitter:
 
     # --- emitting -----------------------------------------------------------
 
-    def emit(
-        self,
-        suite: str,
-        task: str,
-        outcome: Outcome,
-        *,
-        trial: str | None = None,
-        ts: float | None = None,
-        labels: dict[str, Any] | None = None,
-    ) -> str:
+    def emit(self, suite: str, task: str, outcome: Outcome, **extras: Unpack[EventExtras]) -> str:
         """Accept one trial outcome; returns its trial id (a new UUID when none is given).
 
+        ``extras`` are the event's optional fields: ``trial``, ``ts``, ``labels``.
         Raises ValueError for an event the daemon would reject, EmitterFull
         when the queue stays full for ``block_timeout`` seconds.
         """
-        encoded, trial_id = self._encode(suite, task, outcome, trial=trial, ts=ts, labels=labels)
+        encoded, trial_id = self._encode(suite, task, outcome, **extras)
         self._accept(encoded, self.block_timeout)
         return trial_id
 
     async def aemit(
-        self,
-        suite: str,
-        task: str,
-        outcome: Outcome,
-        *,
-        trial: str | None = None,
-        ts: float | None = None,
-        labels: dict[str, Any] | None = None,
+        self, suite: str, task: str, outcome: Outcome, **extras: Unpack[EventExtras]
     ) -> str:
         """``emit`` for asyncio code: a full queue is awaited, not blocked on."""
-        encoded, trial_id = self._encode(suite, task, outcome, trial=trial, ts=ts, labels=labels)
+        encoded, trial_id = self._encode(suite, task, outcome, **extras)
         if not self._accept(encoded, 0.0, raise_full=False):
             await asyncio.to_thread(self._accept, encoded, self.block_timeout)
         return trial_id
@@ -258,9 +251,9 @@ class Emitter:
         task: str,
         outcome: str,
         *,
-        trial: str | None,
-        ts: float | None,
-        labels: dict[str, Any] | None,
+        trial: str | None = None,
+        ts: float | None = None,
+        labels: dict[str, Any] | None = None,
     ) -> tuple[bytes, str]:
         if outcome not in _OUTCOMES:
             raise ValueError(f"outcome must be one of {', '.join(_OUTCOMES)}, got {outcome!r}")

@@ -46,7 +46,7 @@ from reliabilityd.daemon.supervisor import supervise
 from reliabilityd.errors import ConfigError
 from reliabilityd.events import Rejected, TrialEvent, decode_many
 from reliabilityd.logs import RateLimited, emit, kv, log
-from reliabilityd.sources import mqtt, streams
+from reliabilityd.sources import configured as configured_sources
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.lottery import ranked_cell_groups
 from reliabilityd.store import Applied, Store, StreamCursor, connect
@@ -515,37 +515,21 @@ class Daemon:
         emit(logging.INFO, "started", instance=self.instance)
         try:
             async with asyncio.TaskGroup() as tg:
-                sources: list[asyncio.Task[None]] = []
-                if cfg.mqtt.enabled:
-                    consume = partial(
-                        mqtt.consume,
-                        cfg.mqtt,
-                        self.decode,
-                        self.commit_decoded,
-                        intake_stop,
-                        max_batch=cfg.ingest.max_batch,
+                sources = [
+                    tg.create_task(
+                        supervise(source.name, partial(source.run, intake_stop), intake_stop),
+                        name=source.name,
+                    )
+                    for source in configured_sources(
+                        cfg,
+                        self.store,
+                        self.instance,
+                        decode=self.decode,
+                        commit_decoded=self.commit_decoded,
+                        commit=self.commit,
                         subscribed=self.subscribed,
                     )
-                    sources.append(
-                        tg.create_task(
-                            supervise("mqtt-consumer", consume, intake_stop), name="mqtt-consumer"
-                        )
-                    )
-                if cfg.stream.enabled:
-                    read = partial(
-                        streams.consume,
-                        self.store,
-                        cfg.stream,
-                        self.instance,
-                        self.commit,
-                        intake_stop,
-                        max_batch=cfg.ingest.max_batch,
-                    )
-                    sources.append(
-                        tg.create_task(
-                            supervise("stream-consumer", read, intake_stop), name="stream-consumer"
-                        )
-                    )
+                ]
                 loops: dict[str, Callable[[], Awaitable[None]]] = {
                     "live": partial(self._live_loop, stop),
                     "ci": partial(self._ci_loop, stop),
