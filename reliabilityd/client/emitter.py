@@ -31,6 +31,7 @@ went away. MQTT 5 first, 3.1.1 when the broker does not speak 5.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import os
@@ -46,6 +47,7 @@ import msgspec
 
 from reliabilityd.backoff import Backoff
 from reliabilityd.broker import Connection, MqttError, Refused, connect
+from reliabilityd.client._bridge import LoopThread
 from reliabilityd.config import MqttConfig, parse_mqtt_url
 from reliabilityd.errors import ReliabilitydError
 from reliabilityd.events import Outcome, TrialEvent, validate
@@ -137,7 +139,9 @@ class Emitter:
         self._closing = False
         self._error: BaseException | None = None
         self._refused: Refused | None = None
-        self._thread: threading.Thread | None = None
+        # The loop thread (shared with Client: client/_bridge.py) and the background task.
+        self._bridge: LoopThread | None = None
+        self._runner: concurrent.futures.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
@@ -147,22 +151,22 @@ class Emitter:
 
     def start(self) -> Emitter:
         """Connect (in the background thread); raises EmitterError if that fails."""
-        if self._thread is not None:
+        if self._bridge is not None:
             return self
-        self._thread = threading.Thread(target=self._thread_main, name="emitter", daemon=True)
-        self._thread.start()
+        self._bridge = LoopThread("emitter")
+        self._runner = self._bridge.submit(self._background())
         if not self._ready.wait(self.connect_timeout + 5):
             raise EmitterError(f"no connection to {self._where()} in {self.connect_timeout} s")
         if self._error is not None:
-            self._thread.join(5)
-            error, self._error, self._thread = self._error, None, None
+            self._stop_background(5)
+            error, self._error = self._error, None
             self._ready.clear()  # a later start() tries again
             raise EmitterError(f"cannot connect to {self._where()}: {error}")
         return self
 
     def close(self, timeout: float = 30.0) -> None:
         """Flush (up to ``timeout`` s), then disconnect; raises EmitterError if events remain."""
-        if self._thread is None:
+        if self._bridge is None:
             return
         try:
             self.flush(timeout)
@@ -170,8 +174,17 @@ class Emitter:
             with self._cond:
                 self._closing = True
             self._poke(stop=True)
-            self._thread.join(10)
-            self._thread = None
+            self._stop_background(10)
+
+    def _stop_background(self, within: float) -> None:
+        """Wait for the background task to end, then stop its loop thread."""
+        runner, bridge = self._runner, self._bridge
+        self._runner = self._bridge = None
+        if runner is not None:
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                runner.result(within)  # its own errors are in self._error
+        if bridge is not None:
+            bridge.close(within)
 
     def __enter__(self) -> Emitter:
         return self.start()
@@ -272,7 +285,7 @@ class Emitter:
         return msgspec.json.encode(event), trial_id
 
     def _accept(self, encoded: bytes, timeout: float, *, raise_full: bool = True) -> bool:
-        if self._thread is None:
+        if self._bridge is None:
             raise EmitterError("the emitter is not started: use `with Emitter(...)` or .start()")
         with self._cond:
             if self._closing:
@@ -314,9 +327,11 @@ class Emitter:
                 if stop:
                     loop.call_soon_threadsafe(stopper.set)
 
-    def _thread_main(self) -> None:
+    async def _background(self) -> None:
         try:
-            asyncio.run(self._main())
+            await self._main()
+        except asyncio.CancelledError:
+            raise
         except BaseException as exc:  # reported to callers through flush/emit
             with self._cond:
                 self._error = exc
