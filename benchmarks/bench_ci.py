@@ -67,7 +67,7 @@ async def drain(daemons: list[Daemon]) -> tuple[float, list[int]]:
 
     async def ticks(i: int, daemon: Daemon) -> None:
         while True:
-            done = await daemon.ci_tick()
+            done = await daemon.recompute.ci_tick()
             shares[i] += len(done)
             if not done and not await daemon.store.snapshots.changed():
                 return
@@ -90,7 +90,7 @@ async def run(workdir: Path) -> None:
             mqtt=MqttConfig(enabled=False),
             stats=StatsConfig(k=[5], ci_interval=CI_INTERVAL),
         )
-        settings = Daemon(cfg).settings("suite-0000")
+        settings = Daemon(cfg).recompute.settings("suite-0000")
         started = time.perf_counter()
         for hist in hists:
             snapshot.full_estimates(hist, settings)

@@ -32,7 +32,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     demo.add_argument("--no-live", action="store_true", help="plain lines instead of the live view")
     _embedded_options(demo, data_dir_help="keep the servers' data here (default: a temporary one)")
-    demo.set_defaults(run=_demo)
+    demo.set_defaults(handler=_demo)
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument("-c", "--config", help="TOML config file (optional with --embedded)")
     run.add_argument("--log-level", default="INFO")
@@ -44,10 +44,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     _embedded_options(
         run, data_dir_help="the embedded servers' data (default ~/.local/share/reliabilityd)"
     )
-    run.set_defaults(run=_run)
+    run.set_defaults(handler=_run)
     chk = sub.add_parser("check", help="exit 0 when this instance's heartbeat is fresh")
     chk.add_argument("-c", "--config", required=True, help="TOML config file")
-    chk.set_defaults(run=_check)
+    chk.set_defaults(handler=_check)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     where.add_argument("-c", "--config", help="take the broker URL and topic from this config")
     emit.add_argument("--topic", help="topic to publish on (default reliability/trials/emit)")
     emit.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the PUBACK")
-    emit.set_defaults(run=_emit)
+    emit.set_defaults(handler=_emit)
     imp = sub.add_parser(
         "import", help="import tau-bench, tau2-bench, Inspect AI or multivon-eval results"
     )
@@ -36,7 +36,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     where = imp.add_mutually_exclusive_group()
     where.add_argument("-c", "--config", help="TOML config: Redis, key prefix, windows, dedup TTL")
     where.add_argument("--redis", help="Redis URL (default $RELIABILITYD_REDIS_URL or localhost)")
-    imp.set_defaults(run=_import)
+    imp.set_defaults(handler=_import)
 
 
 def _emit(args: argparse.Namespace) -> int:

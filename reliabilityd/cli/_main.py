@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        code: int = args.run(args)
+        code: int = args.handler(args)
     except Exit as exit_:
         return exit_.code
     return code

@@ -36,7 +36,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     fg.add_argument("--yes", action="store_true", help="do not ask")
     fc = add_redis_options(forecast_verb.add_parser(sub))
     for p in (st, cs, tk, rs, fg, fc):
-        p.set_defaults(run=_query)
+        p.set_defaults(handler=_query)
 
 
 def _query(args: argparse.Namespace) -> int:

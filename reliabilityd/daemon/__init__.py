@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from reliabilityd.daemon._daemon import Daemon, Decoded, check, main
+from reliabilityd.daemon._check import check
+from reliabilityd.daemon._daemon import Daemon, Decoded, main
 
 __all__ = ["Daemon", "Decoded", "check", "main"]

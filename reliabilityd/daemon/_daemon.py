@@ -1,13 +1,9 @@
 """The daemon: the one module that wires sources, store, statistics and sinks.
 
 Data flows one way: messages -> decode -> one Lua call per suite batch ->
-acknowledge. After a commit the suite's point estimates are refreshed within
-``LIVE_INTERVAL``. The same commit marks the suite changed in Redis; every
-``ci_interval`` a replica claims marked suites, computes their CIs, lottery
-cases and snapshot, and drops its claim (a replica that dies holding a claim
-loses nothing: the claim expires back into the marks). Then the evaluator
-judges every rule on the newest snapshot in Redis. Everything that must
-survive a crash is in Redis.
+acknowledge. What follows a commit (live values, the CI tick's snapshots, the
+evaluator) is ``_recompute``'s. Everything that must survive a crash is in
+Redis.
 
 Every loop runs under the supervisor: a loop that fails is logged with its
 traceback and restarted with backoff; the daemon exits only on a stop signal
@@ -19,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fnmatch
 import logging
 import os
 import signal
@@ -29,47 +24,26 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import NamedTuple, TypeVar
 
-import msgspec
-import redis.exceptions
-
-from reliabilityd.alerting import rulestate, sinks
+from reliabilityd.alerting import sinks
 from reliabilityd.alerting.evaluator import Evaluator
-from reliabilityd.alerting.notify import parse_time
 from reliabilityd.alerting.outbox import Outbox
 from reliabilityd.alerting.publisher import Publisher
 from reliabilityd.alerting.watchdog import BlindWatch, RedisHealth, describe
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import Config
 from reliabilityd.daemon import web
+from reliabilityd.daemon._recompute import REDIS_ERRORS, Recompute
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.daemon.supervisor import supervise
 from reliabilityd.errors import ConfigError
 from reliabilityd.events import Rejected, TrialEvent, decode_many
-from reliabilityd.logs import RateLimited, emit, kv, log
+from reliabilityd.logs import RateLimited, emit
 from reliabilityd.sources import configured as configured_sources
-from reliabilityd.stats import snapshot
-from reliabilityd.stats.lottery import ranked_cell_groups
 from reliabilityd.store import Applied, Store, StreamCursor, connect
 
 T = TypeVar("T")
 LIVE_INTERVAL = 0.2
 SHUTDOWN_GRACE = 4.0
-# Every Redis error pauses what needs Redis; none of them ends the daemon.
-REDIS_ERRORS = (redis.exceptions.RedisError,)
-# Change marks taken per claim (a tick claims again while marks remain, for at
-# most TICK_SHARE of its interval), and how long a claim lasts before it returns.
-CLAIM_BATCH = 32
-CLAIM_LIFETIME = 30.0
-TICK_SHARE = 0.8
-# Suites recomputed at once within a tick.
-RECOMPUTE_LANES = 4
-# A suite with at most this many (n, c) cells gets its CI on the event loop
-# (about 1-3 ms, see make bench-stats); a larger one in a worker thread.
-INLINE_CELLS = 2000
-# The full version scan that finds what the change marks cannot (see mark_stale).
-RECONCILE_EVERY = 60.0
-# Idle tasks are looked for this often (at most 500 per suite per sweep).
-IDLE_SWEEP_EVERY = 10.0
 
 
 class Decoded(NamedTuple):
@@ -87,11 +61,8 @@ class Daemon:
             config.redis.prefix,
         )
         self.instance = config.instance
-        self._live_dirty: set[str] = set()
-        self._live_wake = asyncio.Event()
         self._deadletter_log = RateLimited()
         self._redis_logs: dict[str, RateLimited] = defaultdict(RateLimited)
-        self._no_window_log = RateLimited(3600.0)
         self.health = RedisHealth()
         self.publisher = (
             Publisher(config.mqtt, f"{config.mqtt.client_id}-pub-{os.getpid()}")
@@ -119,31 +90,19 @@ class Daemon:
             resend_interval=config.sinks.alertmanager.resend_interval,
             watchdog=config.sinks.alertmanager.watchdog,
         )
-        self._next_reconcile = 0.0
-        self._next_idle_sweep = 0.0
-        self._unfinished: set[str] = set()
+        self.recompute = Recompute(
+            config,
+            self.store,
+            rules=self.rules,
+            evaluator=self.evaluator,
+            metrics=self.metrics,
+            publisher=self.publisher,
+        )
         self.committed_events = 0
         # Set once the MQTT subscription is confirmed (for tests and tools).
         self.subscribed = asyncio.Event()
 
     # --- settings ---------------------------------------------------------
-
-    def ks(self) -> tuple[int, ...]:
-        """The configured k values and every k an alert rule names."""
-        return tuple(sorted({*self.config.stats.k, *(r.k for r in self.rules)}))
-
-    def settings(self, suite: str) -> snapshot.StatsSettings:
-        window, min_coverage = self.config.suite_settings(suite)
-        stats = self.config.stats
-        return snapshot.StatsSettings(
-            ks=self.ks(),
-            window=window,
-            min_coverage=min_coverage,
-            n_boot=stats.n_boot,
-            confidence=stats.confidence,
-            seed=stats.seed,
-            interval=self.config.suite_interval(suite),
-        )
 
     # --- ingest -----------------------------------------------------------
 
@@ -257,158 +216,10 @@ class Daemon:
         self.last_commit_at = time.time()
         for result in applied:
             self.committed_events += result.counted
-            self._live_dirty.add(result.suite)
-        self._live_wake.set()
+        self.recompute.committed([result.suite for result in applied])
         return applied
 
     # --- numbers out ------------------------------------------------------
-
-    async def refresh_live(self, suite: str) -> None:
-        """Point estimates and counters of the suite's current version, no CI."""
-        state = await self.store.reads.read_state(suite)
-        c = state.counters
-        estimates = snapshot.point_estimates(state.hist, self.settings(suite))
-        values: dict[str, str | int] = {
-            **snapshot.counter_fields(state.hist.tasks, c.trials, c.errors, c.skips, c.duplicates),
-            "live_updated_at": snapshot.rfc3339(time.time()),
-            **snapshot.value_fields(estimates),
-        }
-        await self.store.snapshots.write_snapshot(suite, c.version, {}, values)
-
-    async def refresh_snapshot(self, suite: str) -> snapshot.Snapshot | None:
-        """CIs, lottery cases, rule views and the whole snapshot; None if a newer one is stored."""
-        rules = [r for r in self.rules if fnmatch.fnmatchcase(suite, r.suite)]
-        settings = self.settings(suite)
-        watched = any(r.trigger == "detector" for r in rules)
-        detector = settings.window > 0 and watched
-        if watched and not detector:
-            self._no_window_log.emit(logging.WARNING, "detector_without_window", suite=suite)
-        state = await self.store.reads.read_state(suite, windows=detector)
-        previous = await self.evaluator.newest_snapshot(suite) if rules else None
-        now = time.time()
-        c = state.counters
-        suite_pace = rulestate.pace(
-            c.trials,
-            state.hist.tasks,
-            now,
-            None
-            if previous is None
-            else (previous.trials, parse_time(previous.updated_at) or now, previous.pace),
-        )
-        views = partial(
-            rulestate.rule_views,
-            rules,
-            state.hist,
-            state.windows,
-            window=settings.window,
-            settings=settings,
-        )
-        with self.metrics.ci_seconds.time():
-            if len(state.hist) <= INLINE_CELLS:
-                # A few milliseconds: a worker thread's handoff would cost more.
-                estimates = snapshot.full_estimates(state.hist, settings)
-            else:
-                estimates = await asyncio.to_thread(snapshot.full_estimates, state.hist, settings)
-        rule_views = await asyncio.to_thread(views) if rules else []
-        lottery_k = max(self.config.stats.k)
-        limit = self.config.stats.lottery_limit
-        groups = ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k, limit)
-        rows = await self.store.reads.lottery_rows(suite, groups, limit)
-        snap = snapshot.build(
-            suite=suite,
-            hist=state.hist,
-            trials=c.trials,
-            errors=c.errors,
-            skips=c.skips,
-            duplicates=c.duplicates,
-            version=c.version,
-            settings=settings,
-            estimates=estimates,
-            lottery_k=lottery_k,
-            lottery_rows=rows,
-            now=now,
-            last_trial_at=c.last_trial_at,
-            pace=suite_pace,
-            rules=rule_views,
-        )
-        ci, values = snapshot.redis_fields(snap)
-        wrote_ci, _ = await self.store.snapshots.write_snapshot(suite, c.version, ci, values)
-        if not wrote_ci:
-            return None
-        if self.publisher is not None:
-            self.publisher.publish(
-                f"{self.config.mqtt.snapshot_topic}/{suite}", msgspec.json.encode(snap)
-            )
-        return snap
-
-    async def ci_tick(self) -> list[str]:
-        """New snapshots for the suites this replica claims; returns them.
-
-        Claims batch after batch while marks remain, for at most
-        ``TICK_SHARE`` of a ``ci_interval``: a burst of changed suites drains
-        in one tick, and the evaluator still runs every interval.
-        """
-        if time.monotonic() >= self._next_reconcile:
-            await self.store.snapshots.mark_stale(await self.store.reads.suites())
-            self._next_reconcile = time.monotonic() + RECONCILE_EVERY
-        if self._unfinished:
-            # Claims a Redis error interrupted: hand them back now rather than
-            # when they expire.
-            await self.store.snapshots.mark_changed(sorted(self._unfinished))
-            await self.store.snapshots.release_claims(sorted(self._unfinished))
-            self._unfinished.clear()
-        deadline = time.monotonic() + TICK_SHARE * self.config.stats.ci_interval
-        done: list[str] = []
-        lanes = asyncio.Semaphore(RECOMPUTE_LANES)
-
-        async def recompute(suite: str) -> None:
-            async with lanes:
-                await self._recompute(suite)
-
-        while True:
-            claimed = await self.store.snapshots.claim_changed(CLAIM_BATCH, CLAIM_LIFETIME)
-            # A few suites at once: one's Redis round trips overlap another's
-            # math (numpy releases the GIL in the worker threads).
-            results = await asyncio.gather(
-                *(recompute(suite) for suite in claimed), return_exceptions=True
-            )
-            failed = [(s, r) for s, r in zip(claimed, results, strict=True) if r is not None]
-            if failed:
-                # Only Redis errors reach here (_recompute logs the rest).
-                self._unfinished.update(s for s, _ in failed)
-                await self.store.snapshots.release_claims(
-                    [s for s in claimed if s not in self._unfinished]
-                )
-                raise failed[0][1]
-            # One write for the batch's claims (each write waits for the AOF fsync).
-            await self.store.snapshots.release_claims(claimed)
-            done.extend(claimed)
-            if len(claimed) < CLAIM_BATCH or time.monotonic() >= deadline:
-                return done
-
-    async def expire_idle(self, suites: Sequence[str]) -> int:
-        """Retire the tasks of suites with an idle expiry that had no event for that long."""
-        now = time.time()
-        gone = 0
-        for suite in suites:
-            idle = self.config.idle_expiry(suite)
-            if idle > 0:
-                left = await self.store.admin.expire_idle(suite, now - idle)
-                if left:
-                    emit(logging.INFO, "tasks_expired", suite=suite, tasks=left, idle_s=idle)
-                gone += left
-        return gone
-
-    async def _recompute(self, suite: str) -> None:
-        try:
-            await self.refresh_snapshot(suite)
-        except REDIS_ERRORS:
-            raise
-        except Exception:
-            # One suite's failure must not stop the others or ingest:
-            # marked again, it is retried on the next tick.
-            log.exception("%s", kv("snapshot_failed", suite=suite))
-            await self.store.snapshots.mark_changed([suite])
 
     # --- web.Backend: what the HTTP port and /metrics read -----------------
 
@@ -441,40 +252,6 @@ class Daemon:
         return await web.probe(self.store.client, broker)
 
     # --- loops ------------------------------------------------------------
-
-    async def _live_loop(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await self._live_wake.wait()
-            self._live_wake.clear()
-            dirty, self._live_dirty = self._live_dirty, set()
-            for suite in sorted(dirty):
-                try:
-                    await self.refresh_live(suite)
-                except REDIS_ERRORS as exc:
-                    self._redis_logs["live"].emit(
-                        logging.WARNING, "live_refresh_failed", suite=suite, error=describe(exc)
-                    )
-                    self._live_dirty.add(suite)
-            await asyncio.sleep(LIVE_INTERVAL)
-            if self._live_dirty:
-                self._live_wake.set()
-
-    async def _ci_loop(self, stop: asyncio.Event) -> None:
-        interval = self.config.stats.ci_interval
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                if time.monotonic() >= self._next_idle_sweep:
-                    self._next_idle_sweep = time.monotonic() + IDLE_SWEEP_EVERY
-                    await self.expire_idle(await self.store.reads.suites())
-                await self.ci_tick()
-                await self.evaluator.evaluate(await self.store.reads.suites())
-            except REDIS_ERRORS as exc:
-                self._redis_logs["ci"].emit(logging.WARNING, "ci_tick_failed", error=describe(exc))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    stop.wait(), max(0.0, interval - (time.monotonic() - started))
-                )
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         ttl = self.config.daemon.heartbeat_ttl
@@ -531,8 +308,8 @@ class Daemon:
                     )
                 ]
                 loops: dict[str, Callable[[], Awaitable[None]]] = {
-                    "live": partial(self._live_loop, stop),
-                    "ci": partial(self._ci_loop, stop),
+                    "live": partial(self.recompute.live_loop, stop),
+                    "ci": partial(self.recompute.ci_loop, stop),
                     "heartbeat": partial(self._heartbeat_loop, stop),
                     "blind-watch": partial(self.blind.run, stop),
                 }
@@ -587,39 +364,4 @@ async def main(config: Config) -> int:
         return exc.exit_code
     finally:
         await daemon.store.client.aclose()
-    return 0
-
-
-async def check(config: Config) -> int:
-    """0 when this instance's heartbeat is fresh and its ingest is not paused, 1 otherwise."""
-    store = Store(
-        connect(config.redis.url, cluster=config.redis.cluster, timeout=3.0), config.redis.prefix
-    )
-    try:
-        return await _check(config, store)
-    except REDIS_ERRORS as exc:
-        print(f"unhealthy: Redis unusable, ingest paused: {describe(exc)}")
-        return 1
-    finally:
-        await store.client.aclose()
-
-
-async def _check(config: Config, store: Store) -> int:
-    instance = config.instance
-    # A small write first: under OOM, READONLY or BUSY the daemon's ingest is
-    # paused and it cannot even write its heartbeat; this names the reason.
-    await store.admin.probe_write(instance)
-    info = await store.admin.heartbeat_info(instance)
-    age = None if info is None else max(0.0, time.time() - float(info.get("at", 0.0)))
-    if info is None or age is None or age > config.daemon.heartbeat_ttl:
-        print(f"unhealthy: no fresh heartbeat for instance {instance!r}")
-        return 1
-    if info.get("paused_since") is not None:
-        paused = time.time() - float(info["paused_since"])
-        print(
-            f"unhealthy: instance {instance!r} has paused ingest for {paused:.0f} s: "
-            f"{info.get('redis_error')}"
-        )
-        return 1
-    print(f"healthy: instance {instance!r} beat {age:.1f} s ago")
     return 0

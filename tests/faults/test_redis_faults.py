@@ -29,7 +29,7 @@ from reliabilityd.config import (
     SinksConfig,
     WebhookSinkConfig,
 )
-from reliabilityd.daemon import _daemon as daemon_module
+from reliabilityd.daemon import _check as check_module
 from reliabilityd.events import TrialEvent
 from reliabilityd.store import Store
 from tests.support.alerting import collect
@@ -102,7 +102,7 @@ def fault_config(redis: RedisServer, broker: Mosquitto, prefix: str) -> Config:
 
 async def check(cfg: Config, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     capsys.readouterr()
-    code = await daemon_module.check(cfg)
+    code = await check_module.check(cfg)
     return code, capsys.readouterr().out
 
 

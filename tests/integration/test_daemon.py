@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from reliabilityd.config import StoreConfig
 from reliabilityd.daemon._daemon import Daemon
+from reliabilityd.daemon._recompute import Recompute
 from reliabilityd.events import TrialEvent
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.lottery import lottery_cases
@@ -358,11 +359,11 @@ async def test_a_loop_that_keeps_failing_is_restarted_and_ingest_goes_on(
     """A bug in the CI loop is logged with its traceback and restarted; nothing else stops."""
     calls: list[int] = []
 
-    async def broken(self: Daemon) -> list[str]:
+    async def broken(self: Recompute) -> list[str]:
         calls.append(1)
         raise RuntimeError("a bug in the CI tick")
 
-    monkeypatch.setattr(Daemon, "ci_tick", broken)
+    monkeypatch.setattr(Recompute, "ci_tick", broken)
     cfg = make_config(redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix)
     events = [TrialEvent("s", f"t{i % 3}", f"r{i}", "pass") for i in range(30)]
     async with running_task(cfg) as (_, task), store_for(cfg) as store:

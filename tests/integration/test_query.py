@@ -244,7 +244,7 @@ async def test_idle_tasks_leave_a_lifetime_suite(
     redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from reliabilityd.config import SuiteOverride
-    from reliabilityd.daemon import _daemon as daemon_mod
+    from reliabilityd.daemon import _recompute as daemon_mod
 
     monkeypatch.setattr(daemon_mod, "IDLE_SWEEP_EVERY", 0.1)
     cfg = msgspec.structs.replace(

@@ -186,5 +186,5 @@ def test_cis_are_computed_for_every_k_a_rule_names(tmp_path: Path) -> None:
         environ={},
     )
     daemon = Daemon(cfg)
-    assert daemon.ks() == (1, 3, 7)
-    assert daemon.settings("any").ks == (1, 3, 7)
+    assert daemon.recompute.ks() == (1, 3, 7)
+    assert daemon.recompute.settings("any").ks == (1, 3, 7)

@@ -1,0 +1,47 @@
+"""``reliabilityd check``: is this instance's daemon alive and ingesting?"""
+
+from __future__ import annotations
+
+import time
+
+from reliabilityd.alerting.watchdog import describe
+from reliabilityd.config import Config
+from reliabilityd.daemon._recompute import REDIS_ERRORS
+from reliabilityd.store import Store, connect
+
+__all__ = ["check"]
+
+
+async def check(config: Config) -> int:
+    """0 when this instance's heartbeat is fresh and its ingest is not paused, 1 otherwise."""
+    store = Store(
+        connect(config.redis.url, cluster=config.redis.cluster, timeout=3.0), config.redis.prefix
+    )
+    try:
+        return await _check(config, store)
+    except REDIS_ERRORS as exc:
+        print(f"unhealthy: Redis unusable, ingest paused: {describe(exc)}")
+        return 1
+    finally:
+        await store.client.aclose()
+
+
+async def _check(config: Config, store: Store) -> int:
+    instance = config.instance
+    # A small write first: under OOM, READONLY or BUSY the daemon's ingest is
+    # paused and it cannot even write its heartbeat; this names the reason.
+    await store.admin.probe_write(instance)
+    info = await store.admin.heartbeat_info(instance)
+    age = None if info is None else max(0.0, time.time() - float(info.get("at", 0.0)))
+    if info is None or age is None or age > config.daemon.heartbeat_ttl:
+        print(f"unhealthy: no fresh heartbeat for instance {instance!r}")
+        return 1
+    if info.get("paused_since") is not None:
+        paused = time.time() - float(info["paused_since"])
+        print(
+            f"unhealthy: instance {instance!r} has paused ingest for {paused:.0f} s: "
+            f"{info.get('redis_error')}"
+        )
+        return 1
+    print(f"healthy: instance {instance!r} beat {age:.1f} s ago")
+    return 0
