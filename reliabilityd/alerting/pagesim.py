@@ -270,7 +270,9 @@ def _exact_estimates(counts: IntArray, window: int, k: int, *, n_boot: int, seed
         key = hist.tobytes()
         if key not in cache:
             h = Histogram(np.full(window + 1, window), np.arange(window + 1), hist)
-            est = estimate_metrics(h, k, ("pass^k",), n_boot=n_boot, seed=seed)["pass^k"]
+            est = estimate_metrics(
+                h, k, ("pass^k",), n_boot=n_boot, seed=seed, interval="percentile"
+            )["pass^k"]
             assert est.value is not None
             assert est.ci is not None
             cache[key] = (est.value, est.ci[0], est.ci[1])

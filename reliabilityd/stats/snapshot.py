@@ -82,7 +82,7 @@ class StatsSettings(msgspec.Struct, frozen=True):
     confidence: float = 0.95
     seed: int = 0
     # A name from reliabilityd.INTERVALS: `stats.interval`, or the suite's override.
-    interval: str = "percentile"
+    interval: str = "gaffke"
 
 
 def rfc3339(ts: float) -> str:

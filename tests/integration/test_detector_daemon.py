@@ -161,7 +161,9 @@ async def test_a_rule_judges_with_its_own_interval(redis_server: RedisServer, pr
     strict = Rule(name="strict", suite="*", k=5, below=0.9, interval="gaffke")
     lenient = Rule(name="lenient", suite="*", k=5, below=0.9)
     cfg = msgspec.structs.replace(config(redis_server, prefix), alerts=[strict, lenient])
-    cfg = msgspec.structs.replace(cfg, stats=msgspec.structs.replace(cfg.stats, window=0))
+    cfg = msgspec.structs.replace(
+        cfg, stats=msgspec.structs.replace(cfg.stats, window=0, interval="percentile")
+    )
     suite = "near-ceiling"
     events = [
         TrialEvent(suite, f"task {t}", f"r{r}", "fail" if (t, r) == (0, 0) else "pass")

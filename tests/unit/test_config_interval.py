@@ -17,8 +17,8 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_default_is_percentile_and_suites_override(tmp_path: Path) -> None:
-    assert load(write(tmp_path, ""), environ={}).suite_interval("any") == "percentile"
+def test_default_is_gaffke_and_suites_override(tmp_path: Path) -> None:
+    assert load(write(tmp_path, ""), environ={}).suite_interval("any") == "gaffke"
     cfg = load(
         write(
             tmp_path,

@@ -26,7 +26,8 @@ SEED_TASKS = [(5, c) for c in SEED_PASSES]
 
 
 def test_seed_example_pass_at_5_is_one_with_wilson_ci() -> None:
-    est = estimate(SEED_TASKS, 5, "pass@k")
+    """multivon-eval's numbers, to the digit, with its interval."""
+    est = estimate(SEED_TASKS, 5, "pass@k", interval="percentile")
     assert est.value == 1.0
     assert est.ci is not None
     assert est.ci[0] == pytest.approx(0.8389, abs=5e-5)
@@ -36,7 +37,7 @@ def test_seed_example_pass_at_5_is_one_with_wilson_ci() -> None:
 
 
 def test_seed_example_pass_hat_5_is_ten_percent() -> None:
-    est = estimate(SEED_TASKS, 5, "pass^k")
+    est = estimate(SEED_TASKS, 5, "pass^k", interval="percentile")
     assert est.value == pytest.approx(0.10)
     assert est.ci_low is not None
     assert est.ci_high is not None
@@ -46,6 +47,22 @@ def test_seed_example_pass_hat_5_is_ten_percent() -> None:
     assert est.method == "exact-draw"
     assert est.estimator == "hypergeometric-exact"
     assert est.metric == "pass^k"
+
+
+def test_seed_example_by_default_gets_the_interval_that_covers() -> None:
+    """gaffke by default: wider than the percentile interval, and never the point alone."""
+    at5 = estimate(SEED_TASKS, 5, "pass@k")
+    hat5 = estimate(SEED_TASKS, 5, "pass^k")
+    assert (at5.interval, hat5.interval) == ("gaffke", "gaffke")
+    assert at5.value == 1.0
+    assert at5.ci == pytest.approx((0.83126, 1.0), abs=5e-6)
+    assert hat5.value == pytest.approx(0.10)
+    assert hat5.ci == pytest.approx((0.01199, 0.30816), abs=5e-6)
+    percentile = estimate(SEED_TASKS, 5, "pass^k", interval="percentile")
+    assert percentile.ci is not None
+    assert hat5.ci is not None
+    assert hat5.ci[0] >= percentile.ci[0]
+    assert hat5.ci[1] > percentile.ci[1]
 
 
 def exact_suite_value(tasks: list[tuple[int, int]], k: int, metric: str) -> Fraction:
@@ -110,7 +127,10 @@ def test_histogram_bootstrap_matches_brute_force(tasks: list[tuple[int, int]], m
         return  # the Wilson fallback, tested separately
     seeds = range(12)
     ours = np.array(
-        [estimate(tasks, k, metric, n_boot=1000, seed=s).ci for s in seeds],  # type: ignore[arg-type]
+        [  # the percentile interval: the plain resampler's quantiles
+            estimate(tasks, k, metric, n_boot=1000, seed=s, interval="percentile").ci  # type: ignore[arg-type]
+            for s in seeds
+        ],
         dtype=np.float64,
     )
     rng = np.random.default_rng(12345)
@@ -169,7 +189,7 @@ def test_cost_is_flat_in_task_count(monkeypatch: pytest.MonkeyPatch) -> None:
     for tasks in (1_000, 1_000_000):
         pairs = np.stack([np.full(tasks, 20), rng.binomial(20, rng.beta(2, 1, tasks))], axis=1)
         hist = Histogram.from_pairs(pairs)
-        both = estimate_metrics(hist, 5, n_boot=200)
+        both = estimate_metrics(hist, 5, n_boot=200, interval="percentile")
         assert {e.method for e in both.values()} == {"exact-draw"}
         # One draw per metric, over at most 21 distinct values, at either size.
         assert len(sizes) == 2
@@ -192,7 +212,7 @@ def test_saddlepoint_cost_does_not_grow_with_tasks(monkeypatch: pytest.MonkeyPat
     for tasks in (10_000, 1_000_000):
         n = rng.integers(5, 101, tasks)
         hist = Histogram.from_pairs(np.stack([n, rng.binomial(n, rng.beta(2, 0.7, tasks))], 1))
-        est = estimate(hist, 5)
+        est = estimate(hist, 5, interval="percentile")
         assert est.method == "saddlepoint"
         per_size.append((len(widths), max(widths)))
         widths.clear()
@@ -208,7 +228,7 @@ def test_saddlepoint_cost_does_not_grow_with_tasks(monkeypatch: pytest.MonkeyPat
 def test_wilson_fallback_when_every_task_is_identical(value: float, m: int) -> None:
     # All tasks in one cell: every per-task value identical.
     c = round(value * 10)
-    est = estimate([(10, c)] * m, 1, "pass@k")
+    est = estimate([(10, c)] * m, 1, "pass@k", interval="percentile")
     expected = wilson_interval(c / 10, m)
     assert est.ci == pytest.approx(expected)
     # A perfect score still admits doubt.
@@ -316,10 +336,10 @@ def test_serialised_shape() -> None:
         "interval",
         "method",
     }
-    assert known["ci"] == [pytest.approx(0.0, abs=0.02), pytest.approx(0.25, abs=0.03)]
+    assert known["ci"] == [pytest.approx(0.01199, abs=5e-5), pytest.approx(0.30816, abs=5e-5)]
     assert (known["confidence"], known["interval"], known["method"]) == (
         0.95,
-        "percentile",
+        "gaffke",
         "exact-draw",
     )
     unknown = msgspec.json.decode(msgspec.json.encode(estimate(SEED_TASKS, 10)))

@@ -46,7 +46,7 @@ def test_fast_path_matches_task_resampling_on_live_like_suites(rng: np.random.Ge
     z_scores = []
     for _ in range(16):
         pairs = live_like(rng, int(rng.integers(300, 2500)))
-        both = estimate_metrics(Histogram.from_pairs(pairs), 5)
+        both = estimate_metrics(Histogram.from_pairs(pairs), 5, interval="percentile")
         for metric, est in both.items():
             assert est.method == "saddlepoint"
             assert est.ci is not None
@@ -83,10 +83,10 @@ def test_exact_draw_where_small_saddlepoint_past_the_limit() -> None:
     tasks = [(150, c) for c in range(150)] * 2
     atoms_count = 150
     at_limit = EXACT_DRAW_LIMIT // atoms_count
-    assert estimate(tasks, 1, n_boot=at_limit).method == "exact-draw"
-    assert estimate(tasks, 1, n_boot=at_limit + 1).method == "saddlepoint"
-    a = estimate(tasks, 1, n_boot=at_limit, seed=3).ci
-    b = estimate(tasks, 1, n_boot=at_limit + 1, seed=3).ci
+    assert estimate(tasks, 1, n_boot=at_limit, interval="percentile").method == "exact-draw"
+    assert estimate(tasks, 1, n_boot=at_limit + 1, interval="percentile").method == "saddlepoint"
+    a = estimate(tasks, 1, n_boot=at_limit, seed=3, interval="percentile").ci
+    b = estimate(tasks, 1, n_boot=at_limit + 1, seed=3, interval="percentile").ci
     assert a is not None
     assert b is not None
     assert np.allclose(a, b, atol=0.01)
@@ -95,7 +95,7 @@ def test_exact_draw_where_small_saddlepoint_past_the_limit() -> None:
 def test_merged_values_keep_the_draw_exact_at_the_ceiling() -> None:
     """998 tasks at 1.0 and 2 at 0.3: two values, so an exact draw; bounds stay in [0, 1]."""
     tasks = [(100, 100)] * 998 + [(10, 3)] * 2
-    est = estimate(tasks, 1, "pass^k", n_boot=2000)
+    est = estimate(tasks, 1, "pass^k", n_boot=2000, interval="percentile")
     assert est.method == "exact-draw"
     assert est.ci is not None
     lo, hi = est.ci
@@ -103,7 +103,7 @@ def test_merged_values_keep_the_draw_exact_at_the_ceiling() -> None:
     assert hi == 1.0  # resamples holding neither weak task exist (P ~ e^-2)
     # Many cells, few values: the lifetime counters differ, the values do not.
     lifetime = [(n, n) for n in range(5, 1003)] + [(10, 3), (20, 6)]
-    est = estimate(lifetime, 1, "pass^k", n_boot=2000)
+    est = estimate(lifetime, 1, "pass^k", n_boot=2000, interval="percentile")
     assert est.method == "exact-draw"
     assert est.ci is not None
     assert 0.0 <= est.ci[0] <= est.ci[1] <= 1.0
