@@ -59,16 +59,7 @@ def rule_views(
             nats = float(evidence(recent_counts(windows, rule.recent), rule.k, rule.below))
         own: Estimate | None = None
         if rule.interval is not None and rule.interval != settings.interval:
-            own = estimate(
-                hist,
-                rule.k,
-                rule.metric,
-                confidence=settings.confidence,
-                n_boot=settings.n_boot,
-                seed=settings.seed,
-                min_coverage=settings.min_coverage,
-                interval=rule.interval,
-            )
+            own = estimate(hist, rule.k, rule.metric, **settings.options(rule.interval))
         views.append(
             RuleView(
                 rule=rule.name,

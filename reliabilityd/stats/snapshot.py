@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from reliabilityd.stats.estimate import Estimate, estimate_metrics
+from reliabilityd.stats.estimate import Estimate, EstimateOptions, estimate_metrics
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.lottery import LotteryCase
 
@@ -84,6 +84,16 @@ class StatsSettings(msgspec.Struct, frozen=True):
     # A name from reliabilityd.INTERVALS: `stats.interval`, or the suite's override.
     interval: str = "gaffke"
 
+    def options(self, interval: str | None = None) -> EstimateOptions:
+        """``estimate()``'s options for this suite (with another interval, when named)."""
+        return EstimateOptions(
+            confidence=self.confidence,
+            n_boot=self.n_boot,
+            seed=self.seed,
+            min_coverage=self.min_coverage,
+            interval=self.interval if interval is None else interval,
+        )
+
 
 def rfc3339(ts: float) -> str:
     """UTC time as RFC 3339 with millisecond precision."""
@@ -134,17 +144,7 @@ def full_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
     """Every metric at every k with its CI (``settings.interval``)."""
     out: list[Estimate] = []
     for k in settings.ks:
-        out.extend(
-            estimate_metrics(
-                hist,
-                k,
-                confidence=settings.confidence,
-                n_boot=settings.n_boot,
-                seed=settings.seed,
-                min_coverage=settings.min_coverage,
-                interval=settings.interval,
-            ).values()
-        )
+        out.extend(estimate_metrics(hist, k, **settings.options()).values())
     return out
 
 
