@@ -43,7 +43,7 @@ async def test_degrade_fires_once_and_recovery_resolves_once(
             running(cfg),
             store_for(cfg) as store,
         ):
-            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            await send(Phase.events(range(20), flaky=False), store)
             await asyncio.sleep(1.0)  # a few CI ticks: a reliable suite does not fire
             assert await alert_state(store) == "inactive"
             assert await history(store, cfg) == []
@@ -57,7 +57,7 @@ async def test_degrade_fires_once_and_recovery_resolves_once(
             assert latency < cfg.stats.ci_interval + 5.0
             print(f"breach published {latency * 1000:.0f} ms after the events")
 
-            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            await send(Phase.events(range(20), flaky=False), store)
             await wait_until(lambda: _has(mqtt_msgs, "resolved"), 20)
             await wait_until(lambda: _count(am.alerts, 2), 20)
             await wait_until(lambda: _count(am.webhook, 2), 20)
@@ -139,11 +139,11 @@ async def test_straddling_the_threshold_does_not_flap(
         cfg = alert_config(redis_server, mosquitto, prefix, am, below=0.85, resolve_above=0.95)
         async with running(cfg), store_for(cfg) as store:
             for flaky in (False, True, False, True, False):
-                await send(mosquitto, prefix, Phase.events(range(40), flaky=flaky), store)
+                await send(Phase.events(range(40), flaky=flaky), store)
                 await asyncio.sleep(0.8)
             assert await alert_state(store) == "firing"
             assert [n["state"] for n in await history(store, cfg)] == ["firing"]
-            await send(mosquitto, prefix, Phase.events(range(40, 80), flaky=False), store)
+            await send(Phase.events(range(40, 80), flaky=False), store)
             await wait_until(partial(alert_is, store, "resolved"), 20)
             await asyncio.sleep(0.8)
             assert [n["state"] for n in await history(store, cfg)] == ["firing", "resolved"]
@@ -155,10 +155,10 @@ async def test_restart_while_firing_does_not_refire(
     with Receiver() as am:
         cfg = alert_config(redis_server, mosquitto, prefix, am)
         async with running(cfg), store_for(cfg) as store:
-            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await send(Phase.events(range(20), flaky=True), store)
             await wait_until(partial(alert_is, store, "firing"), 20)
         async with running(cfg), store_for(cfg) as store:
-            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await send(Phase.events(range(20), flaky=True), store)
             await asyncio.sleep(1.5)
             assert [n["state"] for n in await history(store, cfg)] == ["firing"]
             assert len(am.alerts) == 1
@@ -181,7 +181,7 @@ async def test_two_daemons_notify_once(
             store_for(a) as store,
         ):
             # Both daemons read every message (no shared group); counting stays exact.
-            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await send(Phase.events(range(20), flaky=True), store)
             await wait_until(partial(alert_is, store, "firing"), 20)
             await asyncio.sleep(1.5)
             assert [n["state"] for n in await history(store, a)] == ["firing"]
@@ -198,7 +198,7 @@ async def test_alertmanager_down_is_retried_while_ingest_goes_on(
         am.failing = True
         cfg = alert_config(redis_server, mosquitto, prefix, am)
         async with running(cfg), store_for(cfg) as store:
-            await send(mosquitto, prefix, Phase.events(range(20), flaky=True), store)
+            await send(Phase.events(range(20), flaky=True), store)
             await wait_until(partial(alert_is, store, "firing"), 20)
             # The other sinks do not wait for Alertmanager.
             await wait_until(lambda: _history_len(store, cfg, 1), 10)
@@ -206,7 +206,7 @@ async def test_alertmanager_down_is_retried_while_ingest_goes_on(
             assert am.alerts == []
             # Ingest goes on while Alertmanager is down.
             more = Phase.events(range(20, 30), flaky=False)
-            await send(mosquitto, prefix, more, store)
+            await send(more, store)
             assert (await store.reads.read_state(SUITE)).counters.trials == 300
             am.failing = False
             await wait_until(lambda: _count(am.alerts, 1), 30)
@@ -233,7 +233,7 @@ async def test_stale_suite_pages_and_recovers_when_trials_return(
         rule = msgspec.structs.replace(cfg.alerts[0], stale_after=1.5)
         cfg = msgspec.structs.replace(cfg, alerts=[rule])
         async with running(cfg), store_for(cfg) as store:
-            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            await send(Phase.events(range(20), flaky=False), store)
             assert await alert_state(store) == "inactive"
             await wait_until(partial(alert_is, store, "firing"), 10)  # nobody sends trials any more
             await wait_until(lambda: _history_len(store, cfg, 1), 10)
@@ -241,6 +241,6 @@ async def test_stale_suite_pages_and_recovers_when_trials_return(
             assert (note["state"], note["reason"]) == ("firing", "stale")
             await wait_until(lambda: _count(am.alerts, 1), 10)
             assert "stale suite" in am.alerts[0]["annotations"]["summary"]
-            await send(mosquitto, prefix, Phase.events(range(20), flaky=False), store)
+            await send(Phase.events(range(20), flaky=False), store)
             await wait_until(partial(alert_is, store, "resolved"), 10)
             assert [n["state"] for n in await history(store, cfg)] == ["firing", "resolved"]

@@ -24,10 +24,13 @@ from reliabilityd.events import TrialEvent
 from reliabilityd.store import Store
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import make_config
-from tests.support.helpers import payloads, publish, wait_until
+from tests.support.helpers import payloads, wait_until
 from tests.support.servers import Mosquitto, RedisServer
 
 SUITE = "deploy-bot"
+# The alerting suite's window, and make_config's dedup TTL.
+WINDOW = 10
+DEDUP_TTL = 2 * 3600
 
 
 def alert_config(
@@ -46,7 +49,7 @@ def alert_config(
         mqtt_url=broker.url,
         prefix=prefix,
         ks=[5],
-        window=10,
+        window=WINDOW,
         ci_interval=0.3,
         client_id=client_id,
     )
@@ -113,8 +116,13 @@ async def history(store: Store, cfg: Config) -> list[dict[str, Any]]:
     return [msgspec.json.decode(n) for n in await store.alerts.alert_history(cfg.alerts_key)]
 
 
-async def send(broker: Mosquitto, prefix: str, events: list[TrialEvent], store: Store) -> None:
-    await publish(broker.port, f"{prefix}/trials/a", phase_message(events))
+async def send(events: list[TrialEvent], store: Store) -> None:
+    """Commit a phase as one batch through the daemon's apply, then wait for its snapshot.
+
+    The alerting tests are about what follows a commit, so they skip the
+    broker: the same Lua call the daemon makes, the same change mark.
+    """
+    await store.ingest.apply({SUITE: events}, windows={SUITE: WINDOW}, dedup_ttl=DEDUP_TTL)
     await wait_until(partial(settled, store), 30)
 
 
