@@ -249,7 +249,7 @@ async def _dedup_layout(store: Store, args: argparse.Namespace, ttl: int) -> int
 
 
 def _add_emit_import(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from reliabilityd.importers._import import FORMATS
+    from reliabilityd.importers._import import FORMATS, WIRE
 
     emit = sub.add_parser("emit", help="publish one trial outcome (QoS 1) and wait for its PUBACK")
     emit.add_argument("suite")
@@ -262,12 +262,20 @@ def _add_emit_import(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     emit.add_argument("--topic", help="topic to publish on (default reliability/trials/emit)")
     emit.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the PUBACK")
     imp = sub.add_parser(
-        "import", help="import tau-bench, tau2-bench, Inspect AI or multivon-eval results"
+        "import",
+        help="import tau-bench, tau2-bench, Inspect AI or multivon-eval results, "
+        "or trial events in the wire format (JSON lines or a JSON array)",
     )
     imp.add_argument("file")
     imp.add_argument("--suite", help="suite name (default: the one the file gives, else its name)")
-    imp.add_argument("--format", choices=FORMATS, help="default: detected from the content")
-    imp.add_argument("--run", help="run id carried by every trial id (default: from the content)")
+    imp.add_argument(
+        "--format", choices=(*FORMATS, WIRE), help="default: detected from the content"
+    )
+    imp.add_argument(
+        "--run",
+        help="run id carried by every trial id (default: from the content); "
+        "wire events keep their trial ids, and the run only names the ledger's note",
+    )
     imp.add_argument("--scorer", help="Inspect AI logs: the scorer to import (default: the first)")
     imp.add_argument("--json", action="store_true", help="print the result as JSON")
     where = imp.add_mutually_exclusive_group()
@@ -363,7 +371,8 @@ def _import(args: argparse.Namespace) -> int:
             print(msgspec.json.encode(report).decode())
         else:
             print(describe(report))
-        return 0
+        # Wire events the decoder refused: the rest counted, but say so.
+        return 1 if report.rejected else 0
 
     try:
         return asyncio.run(go())
