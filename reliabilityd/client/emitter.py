@@ -198,13 +198,18 @@ class Emitter:
         trial: str | None = None,
         ts: float | None = None,
         labels: dict[str, Any] | None = None,
+        ledger: bool = False,
     ) -> str:
         """Accept one trial outcome; returns its trial id (a new UUID when none is given).
 
-        Raises ValueError for an event the daemon would reject, EmitterFull
-        when the queue stays full for ``block_timeout`` seconds.
+        ``ledger`` also records the trial in the suite's import ledger (see
+        ``TrialEvent.ledger``). Raises ValueError for an event the daemon
+        would reject, EmitterFull when the queue stays full for
+        ``block_timeout`` seconds.
         """
-        encoded, trial_id = self._encode(suite, task, outcome, trial=trial, ts=ts, labels=labels)
+        encoded, trial_id = self._encode(
+            suite, task, outcome, trial=trial, ts=ts, labels=labels, ledger=ledger
+        )
         self._accept(encoded, self.block_timeout)
         return trial_id
 
@@ -217,9 +222,12 @@ class Emitter:
         trial: str | None = None,
         ts: float | None = None,
         labels: dict[str, Any] | None = None,
+        ledger: bool = False,
     ) -> str:
         """``emit`` for asyncio code: a full queue is awaited, not blocked on."""
-        encoded, trial_id = self._encode(suite, task, outcome, trial=trial, ts=ts, labels=labels)
+        encoded, trial_id = self._encode(
+            suite, task, outcome, trial=trial, ts=ts, labels=labels, ledger=ledger
+        )
         if not self._accept(encoded, 0.0, raise_full=False):
             await asyncio.to_thread(self._accept, encoded, self.block_timeout)
         return trial_id
@@ -261,6 +269,7 @@ class Emitter:
         trial: str | None,
         ts: float | None,
         labels: dict[str, Any] | None,
+        ledger: bool = False,
     ) -> tuple[bytes, str]:
         if outcome not in _OUTCOMES:
             raise ValueError(f"outcome must be one of {', '.join(_OUTCOMES)}, got {outcome!r}")
@@ -272,6 +281,7 @@ class Emitter:
             outcome=outcome,  # type: ignore[arg-type]  # checked above
             ts=time.time() if ts is None else ts,
             labels=labels,
+            ledger=ledger,
         )
         problem = validate(event)
         if problem:

@@ -269,6 +269,11 @@ def describe(report: ImportReport) -> str:
             f"run {report.run!r} was first imported at {when} "
             f"({report.earlier.get('counted')} trials counted then): nothing counts twice"
         )
+    elif report.already and report.already == report.events:
+        lines.append(
+            "every trial was in the ledger already (counted live by an integration "
+            "such as the Inspect hook, or imported before): nothing counts twice"
+        )
     if report.suites:
         lines.append(f"suites: {', '.join(report.suites)}")
     if report.rejected:

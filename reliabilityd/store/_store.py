@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import secrets
 import time
@@ -110,6 +111,13 @@ class Applied(msgspec.Struct, frozen=True):
     version: int
     # Of the counted trials, how many passed.
     passes: int = 0
+
+
+def _runs(events: Sequence[TrialEvent]) -> list[tuple[bool, Sequence[TrialEvent]]]:
+    """Consecutive events by their ``ledger`` flag, in order (the commit order counts)."""
+    if not any(e.ledger for e in events):
+        return [(False, events)]
+    return [(flag, list(group)) for flag, group in itertools.groupby(events, lambda e: e.ledger)]
 
 
 def _text(value: bytes | str) -> str:
@@ -335,21 +343,30 @@ class Store(StreamStore):
             scored = [x for task in tasks for x in (stamp, task)]
             commands.append(("ZADD", self.key(suite, "touched"), *scored))
         calls: list[str] = []
+        sizes: list[int] = []
         for suite, events in batches.items():
-            for start in range(0, len(events), CHUNK):
-                keys, args = self._apply_call(
-                    suite,
-                    events[start : start + CHUNK],
-                    dedup_ttl,
-                    windows.get(suite, 0),
-                    stamp,
-                    layout=layout,
-                    lookback=lookback,
-                )
-                # EVAL, not EVALSHA: redis-py refuses pipelined EVALSHA on a
-                # cluster, and Redis caches the compiled script by its hash anyway.
-                commands.append(("EVAL", APPLY, len(keys), *keys, *args))
-                calls.append(suite)
+            for ledgered, run in _runs(events):
+                for start in range(0, len(run), CHUNK):
+                    chunk = run[start : start + CHUNK]
+                    keys, args = self._apply_call(
+                        suite,
+                        chunk,
+                        dedup_ttl,
+                        windows.get(suite, 0),
+                        stamp,
+                        layout=layout,
+                        lookback=lookback,
+                    )
+                    # EVAL, not EVALSHA: redis-py refuses pipelined EVALSHA on a
+                    # cluster, and Redis caches the compiled script by its hash anyway.
+                    if ledgered:
+                        keys.append(self.imported_key(suite))
+                        commands.append(("EVAL", IMPORT_APPLY, len(keys), *keys, *args))
+                    else:
+                        commands.append(("EVAL", APPLY, len(keys), *keys, *args))
+                    calls.append(suite)
+                    # A ledgered chunk drops what the ledger holds: those are duplicates.
+                    sizes.append(len(chunk) if ledgered else -1)
         if batches:
             commands.append(("SADD", self.keys.suites, *batches))
             commands.append(("SADD", self.keys.changed, *batches))
@@ -359,8 +376,10 @@ class Store(StreamStore):
         replies = await pipelined(self.client, commands, sent)
         totals: dict[str, list[int]] = {}
         scripts = replies[len(touched) : len(touched) + len(calls)]
-        for suite, reply in zip(calls, scripts, strict=True):
+        for suite, size, reply in zip(calls, sizes, scripts, strict=True):
             counted, errors, skips, dups, version, passes = (int(x) for x in reply)
+            if size >= 0:
+                dups = size - (counted + errors + skips)
             acc = totals.setdefault(suite, [0, 0, 0, 0, 0, 0])
             acc[0] += counted
             acc[1] += errors
