@@ -48,11 +48,16 @@ class Watch:
 
 
 async def start_eval(
-    tmp_path: Path, mosquitto: Mosquitto, prefix: str, task_args: Sequence[str]
+    tmp_path: Path,
+    mosquitto: Mosquitto,
+    prefix: str,
+    task_args: Sequence[str],
+    *,
+    url: str | None = None,
 ) -> Watch:
     env = {
         **os.environ,
-        "RELIABILITYD_INSPECT_URL": mosquitto.url,
+        "RELIABILITYD_INSPECT_URL": mosquitto.url if url is None else url,
         "RELIABILITYD_INSPECT_TOPIC": f"{prefix}/trials/inspect",
         "INSPECT_LOG_DIR": str(tmp_path / "logs"),
     }
@@ -187,3 +192,17 @@ async def test_a_regression_mid_eval_fires_before_the_eval_ends(
         assert (state.counters.trials, state.counters.errors) == (59, 1)
         theirs = reducers(run.log_path())
         assert by_k(final, "pass^k")[1] == pytest.approx(theirs["pass_k_1"], rel=1e-9)
+
+
+@pytest.mark.timeout(120)
+async def test_the_hook_is_off_unless_the_url_is_set(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str, tmp_path: Path
+) -> None:
+    cfg = make_config(redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix)
+    async with running(cfg) as daemon:
+        run = await start_eval(tmp_path, mosquitto, prefix, ["samples=2", "epochs=2"], url="")
+        output = await watch(daemon, run)
+        assert "hooks enabled: 0" in output
+        assert run.log_path().exists()
+        await asyncio.sleep(1.0)  # anything sent would have been counted by now
+        assert SUITE not in await daemon.store.suites()

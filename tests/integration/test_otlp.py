@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gzip
 import json
+import math
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -15,7 +16,10 @@ from typing import Any
 
 import aiohttp
 import msgspec
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from reliabilityd import config as config_mod
 from reliabilityd.config import Config, HttpConfig, IngestConfig, OtlpConfig
@@ -30,11 +34,14 @@ SERVICE = "support-agent"
 MAPPING = OtlpConfig(enabled=True, pass_score={"Relevance": 0.7})
 
 
-def otlp_config(redis: RedisServer, prefix: str, *, token: str = "") -> Config:
+def otlp_config(
+    redis: RedisServer, prefix: str, *, token: str = "", ks: list[int] | None = None
+) -> Config:
     cfg = make_config(
         redis_url=redis.url,
         mqtt_url="mqtt://127.0.0.1:1",
         prefix=prefix,
+        ks=ks,
         http=HttpConfig(port=free_port(), token=token, otlp=MAPPING),
         ingest=IngestConfig(max_payload=64 * 1024),
     )
@@ -179,6 +186,40 @@ async def test_the_sdk_exporter_delivers_a_mixed_batch(
         assert (await store.read_state(SERVICE)).counters.duplicates == 6
 
 
+async def test_the_suite_numbers_are_those_of_what_was_sent(
+    redis_server: RedisServer, prefix: str, rng: np.random.Generator
+) -> None:
+    """Three evaluators judge 20 responses each: pass^k and pass@k of exactly those verdicts."""
+    sent: dict[str, list[bool]] = {}
+    records = []
+    for name, skill in (("Correctness", 0.8), ("Relevance", 0.6), ("Safety", 0.95)):
+        for i in range(20):
+            passed = bool(rng.random() < skill)
+            sent.setdefault(name, []).append(passed)
+            label = "pass" if passed else "fail"
+            records.append(evaluation(name, f"chatcmpl-{i}", **{LABEL: label}))
+    cfg = otlp_config(redis_server, prefix, ks=[1, 2, 3])
+    async with serving(cfg) as (daemon, base):
+        await asyncio.to_thread(sdk_export, base, records)
+
+        async def snapshotted() -> bool:
+            raw = await daemon.store.snapshot_json(SERVICE)
+            return raw is not None and json.loads(raw)["trials"] == 60
+
+        await wait_until(snapshotted, 20)
+        snap = json.loads(await daemon.store.snapshot_json(SERVICE) or b"{}")
+    for k in (1, 2, 3):
+        hat = np.mean([math.comb(sum(v), k) / math.comb(len(v), k) for v in sent.values()])
+        at = np.mean(
+            [1 - math.comb(len(v) - sum(v), k) / math.comb(len(v), k) for v in sent.values()]
+        )
+        ours_hat = next(e["value"] for e in snap["pass_hat_k"] if e["k"] == k)
+        ours_at = next(e["value"] for e in snap["pass_at_k"] if e["k"] == k)
+        print(f"k={k}: sent pass^k {hat:.6f} pass@k {at:.6f}; daemon {ours_hat:.6f} {ours_at:.6f}")
+        assert ours_hat == pytest.approx(hat, rel=1e-12)
+        assert ours_at == pytest.approx(at, rel=1e-12)
+
+
 @pytest.mark.parametrize("encoding", ["protobuf", "json"])
 async def test_partial_success_counts_the_unmappable_records(
     redis_server: RedisServer, prefix: str, encoding: str
@@ -280,3 +321,58 @@ def test_without_the_otlp_extra_the_config_says_what_to_install(tmp_path: Path) 
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert "pip install 'reliabilityd[otlp]'" in proc.stderr
+
+
+# --- what faces the network never raises but OtlpError ------------------------
+
+_attr_values = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=30)
+    | st.binary(max_size=10)
+)
+_keys = st.sampled_from(
+    ["gen_ai.evaluation.name", "gen_ai.response.id", LABEL, SCORE, "error.type", "x"]
+)
+
+
+@given(st.binary(max_size=300), st.sampled_from(["application/x-protobuf", "application/json"]))
+def test_any_body_decodes_or_is_refused_with_a_reason(data: bytes, kind: str) -> None:
+    from reliabilityd.integrations import otlp
+
+    with contextlib.suppress(otlp.OtlpError):
+        otlp.map_request(otlp.decode_request(data, kind), MAPPING)
+
+
+@given(st.lists(st.dictionaries(_keys, _attr_values, max_size=6), max_size=8))
+def test_any_attributes_map_to_a_valid_trial_or_a_reason(records: list[dict[str, Any]]) -> None:
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+    from reliabilityd.events import validate
+    from reliabilityd.integrations import otlp
+
+    request = ExportLogsServiceRequest()
+    resource_logs = request.resource_logs.add()
+    resource_logs.resource.attributes.add(key="service.name").value.string_value = "svc"
+    scope = resource_logs.scope_logs.add()
+    for attrs in records:
+        record = scope.log_records.add(event_name=EVENT)
+        for key, value in attrs.items():
+            field = {
+                bool: "bool_value",
+                int: "int_value",
+                float: "double_value",
+                str: "string_value",
+                bytes: "bytes_value",
+            }
+            kv = record.attributes.add(key=key)
+            if value is not None:
+                kv.value.CopyFrom(AnyValue(**{field[type(value)]: value}))
+    mapped = otlp.map_request(request, MAPPING)
+    assert len(mapped.events) + len(mapped.rejected) == len(records)
+    assert all(validate(e) is None for e in mapped.events)
+    assert all(e.suite == "svc" for e in mapped.events)
+    otlp.encode_response(mapped, otlp.PROTOBUF)
