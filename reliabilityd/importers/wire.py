@@ -12,6 +12,7 @@ validation as live events.
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import re
 from collections.abc import Iterator
@@ -40,20 +41,22 @@ class WireFileError(ReliabilitydError):
 
 
 def looks_like_wire(head: bytes) -> bool:
-    """True when the file's first bytes start a wire event (JSON lines or array)."""
+    """True when the file's first bytes start with a wire event: its first line (JSON
+    lines), or the first element of its array, is an object with the event's keys."""
     text = head.lstrip(_WS)
     if text.startswith(b"["):
-        text = text[1:].lstrip(_WS)
-    if not text.startswith(b"{"):
-        return False
-    line = text.split(b"\n", 1)[0]
+        try:
+            first = next(iter(Pieces(io.BytesIO(text), "head")), None)
+        except WireFileError:  # the first element does not end within the head
+            return False
+        piece = b"" if first is None else first[1]
+    else:
+        piece = text.split(b"\n", 1)[0]
     try:
-        first = msgspec.json.decode(line)
+        doc = msgspec.json.decode(piece)
     except msgspec.DecodeError:
-        # An object spread over lines, or cut by the head: look at its keys.
-        keys = set(re.findall(rb'"(suite|task|trial|outcome)"\s*:', text[:4096]))
-        return len(keys) == len(_WIRE_KEYS)
-    return isinstance(first, dict) and first.keys() >= _WIRE_KEYS
+        return False
+    return isinstance(doc, dict) and doc.keys() >= _WIRE_KEYS
 
 
 class Pieces:

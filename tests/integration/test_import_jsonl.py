@@ -209,3 +209,16 @@ def test_a_million_lines_import_in_bounded_memory(
     )  # the last command: the million lines
     second = json.loads(again.stdout)
     assert (second["counted"], second["already"]) == (0, 1_000_000)
+
+
+def test_detection_reads_the_first_line_or_element_only() -> None:
+    from reliabilityd.importers.wire import looks_like_wire
+
+    line = json.dumps(GOOD[0]).encode()
+    assert looks_like_wire(line + b"\n" + b"{not json")
+    assert looks_like_wire(b"[" + line + b"," + line + b"]\n" + line)  # a batch per line
+    assert looks_like_wire(json.dumps(GOOD, indent=2).encode())
+    assert not looks_like_wire(json.dumps([{"task_id": 1, "trial": 0, "reward": 1.0}]).encode())
+    nested = {"suite": "x", "cases": [{"task": "t", "trial": "1", "outcome": "pass"}]}
+    assert not looks_like_wire(json.dumps(nested, indent=1).encode())
+    assert not looks_like_wire(b"[" + b" " * 10 + line[:-5])  # the element does not end
