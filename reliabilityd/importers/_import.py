@@ -75,7 +75,7 @@ WIRE = "events"
 # Wire pieces whose reasons a report keeps; the rest are only counted.
 REASONS_SHOWN = 5
 # Events held before they go to Redis: bounds a wire import's memory.
-_WIRE_BATCH = 20 * CHUNK
+_WIRE_BATCH = 5 * CHUNK
 
 
 async def import_file(
@@ -167,7 +167,7 @@ async def import_events(
 
     Every line (or array element) is decoded by ``events.decode``, as a live
     message is; refused ones are counted with their line numbers, the rest
-    go through ``Store.apply_import`` in batches of at most 40,000 events, so
+    go through ``Store.apply_import`` in batches of at most 10,000 events, so
     memory stays bounded whatever the file's length. Trial ids are the
     file's own; ``suite`` replaces every event's suite; ``run`` (default: a
     hash of the file) names the import's note in each suite's ledger.

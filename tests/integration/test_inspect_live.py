@@ -99,11 +99,15 @@ def by_k(snapshot: dict[str, Any], metric: str) -> dict[int, float | None]:
     return {e["k"]: e.get("value") for e in snapshot[key]}
 
 
-def reducers(log_path: Path) -> dict[str, float]:
-    """Inspect's own numbers at the end of the eval: accuracy per reducer, from its log."""
-    from inspect_ai.log import read_eval_log
+async def reducers(log_path: Path) -> dict[str, float]:
+    """Inspect's own numbers at the end of the eval: accuracy per reducer, from its log.
 
-    log = read_eval_log(str(log_path))
+    The async reader: the sync one, called under a running loop, patches
+    asyncio globally (nest_asyncio) and leaves event loops behind.
+    """
+    from inspect_ai.log import read_eval_log_async
+
+    log = await read_eval_log_async(str(log_path))
     assert log.results is not None
     return {s.reducer or "": s.metrics["accuracy"].value for s in log.results.scores}
 
@@ -134,7 +138,7 @@ async def test_live_numbers_equal_inspects_reducers_and_the_import_adds_nothing(
         output = await watch(daemon, run)
         assert "hooks enabled: 1" in output
         final = await final_snapshot(daemon, 32)
-        theirs = reducers(run.log_path())
+        theirs = await reducers(run.log_path())
         # During the eval: the suite already had numbers, on part of the trials.
         partial = [s for s in run.during if 0 < s["trials"] < 32]
         assert partial, [s["trials"] for s in run.during]
@@ -179,9 +183,9 @@ async def test_a_regression_mid_eval_fires_before_the_eval_ends(
         run = await start_eval(tmp_path, mosquitto, prefix, args)
         await watch(daemon, run, rule.name)
         final = await final_snapshot(daemon, 59)
-        from inspect_ai.log import read_eval_log
+        from inspect_ai.log import read_eval_log_async
 
-        log = read_eval_log(str(run.log_path()), header_only=True)
+        log = await read_eval_log_async(str(run.log_path()), header_only=True)
         assert log.stats.completed_at
         completed = datetime.fromisoformat(log.stats.completed_at).timestamp()
         assert run.fired_at is not None, "the rule never fired"
@@ -190,7 +194,7 @@ async def test_a_regression_mid_eval_fires_before_the_eval_ends(
         assert run.fired_at < completed
         state = await daemon.store.read_state(SUITE)
         assert (state.counters.trials, state.counters.errors) == (59, 1)
-        theirs = reducers(run.log_path())
+        theirs = await reducers(run.log_path())
         assert by_k(final, "pass^k")[1] == pytest.approx(theirs["pass_k_1"], rel=1e-9)
 
 
