@@ -177,7 +177,7 @@ async def test_a_regression_mid_eval_fires_before_the_eval_ends(
     cfg = make_config(
         redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix, ks=[1], alerts=[rule]
     )
-    args = ["samples=10", "epochs=6", "delay=0.2", "seed=3", "regress_after=20"]
+    args = ["samples=10", "epochs=6", "delay=0.3", "seed=3", "regress_after=20"]
     args += ["raise_sample=4", "raise_call=5"]
     async with running(cfg) as daemon:
         run = await start_eval(tmp_path, mosquitto, prefix, args)

@@ -45,9 +45,7 @@ def otlp_config(
         http=HttpConfig(port=free_port(), token=token, otlp=MAPPING),
         ingest=IngestConfig(max_payload=64 * 1024),
     )
-    mqtt = msgspec.structs.replace(cfg.mqtt, enabled=False)
-    redis_cfg = msgspec.structs.replace(cfg.redis, timeout=1.0)
-    return msgspec.structs.replace(cfg, mqtt=mqtt, redis=redis_cfg)
+    return msgspec.structs.replace(cfg, mqtt=msgspec.structs.replace(cfg.mqtt, enabled=False))
 
 
 @contextlib.asynccontextmanager
@@ -90,7 +88,7 @@ def sdk_export(
     *,
     gzip_body: bool = False,
     token: str = "",
-    timeout: float = 10.0,
+    timeout: float = 30.0,
     plain_logs: int = 0,
 ) -> None:
     """Emit the records through the SDK's LoggerProvider; its OTLP/HTTP exporter sends one batch."""
