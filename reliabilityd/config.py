@@ -8,6 +8,7 @@ or a bad value is a ``ConfigError`` naming the file and the field path
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import os
 import socket
 from pathlib import Path
@@ -144,6 +145,46 @@ class SinksConfig(Base):
     webhook: WebhookSinkConfig = msgspec.field(default_factory=WebhookSinkConfig)
 
 
+# Where a trial's name comes from in an OTLP log record: "attribute:<key>" (the
+# record's own attributes) or "resource:<key>" (its resource's).
+OtlpSource = Annotated[str, msgspec.Meta(pattern=r"^(attribute|resource):\S.*$")]
+
+
+class OtlpConfig(Base):
+    """How POST /v1/logs maps OpenTelemetry evaluation events to trials (docs/opentelemetry.md)."""
+
+    # Serve POST /v1/logs (needs `pip install 'reliabilityd[otlp]'`).
+    enabled: bool = False
+    # Records of this event (LogRecord.event_name, or the `event.name` attribute)
+    # are trials; other records are accepted and ignored.
+    event_name: str = "gen_ai.evaluation.result"
+    # Each name from the first of its sources that the record has.
+    suite: list[OtlpSource] = msgspec.field(default_factory=lambda: ["resource:service.name"])
+    task: list[OtlpSource] = msgspec.field(
+        default_factory=lambda: ["attribute:gen_ai.evaluation.name"]
+    )
+    trial: list[OtlpSource] = msgspec.field(
+        default_factory=lambda: ["attribute:gen_ai.response.id"]
+    )
+    # The verdict: an `error_attribute` present means error; else the label
+    # (case-insensitive) in one of these lists; else the score against
+    # `pass_score`; else the record is dead-lettered, never guessed.
+    error_attribute: str = "error.type"
+    label_attribute: str = "gen_ai.evaluation.score.label"
+    score_attribute: str = "gen_ai.evaluation.score.value"
+    pass_labels: list[str] = msgspec.field(
+        default_factory=lambda: ["pass", "passed", "true", "correct", "yes"]
+    )
+    fail_labels: list[str] = msgspec.field(
+        default_factory=lambda: ["fail", "failed", "false", "incorrect", "no"]
+    )
+    error_labels: list[str] = msgspec.field(default_factory=lambda: ["error"])
+    skip_labels: list[str] = msgspec.field(default_factory=list)
+    # Evaluation name -> the score at or above which it passes ("*": any
+    # evaluation). Empty: a score without a known label is no verdict.
+    pass_score: dict[str, float] = msgspec.field(default_factory=dict)
+
+
 class HttpConfig(Base):
     # 127.0.0.1 by default; anything beyond loopback needs `token`.
     host: str = "127.0.0.1"
@@ -153,6 +194,8 @@ class HttpConfig(Base):
     token: str = ""
     # Seconds a POST may wait for Redis before it is answered 503.
     commit_timeout: PositiveFloat = 10.0
+    # POST /v1/logs: OpenTelemetry evaluation events as trials.
+    otlp: OtlpConfig = msgspec.field(default_factory=OtlpConfig)
 
 
 LOOPBACK_HOSTS = frozenset({"localhost", "::1"})
@@ -315,6 +358,7 @@ def _check(config: Config, path: str) -> None:
             f"http.host {config.http.host!r} listens beyond loopback: set a bearer token "
             "(http.token or RELIABILITYD_HTTP_TOKEN) or bind 127.0.0.1",
         )
+    _check_otlp(config.http.otlp, path)
     if 0 < config.stats.window < max_k:
         raise ConfigError(
             path, "$.stats.window", f"window {config.stats.window} is shorter than k={max_k}"
@@ -324,6 +368,33 @@ def _check(config: Config, path: str) -> None:
             raise ConfigError(
                 path, f"$.suites[{i}].window", f"window {override.window} is shorter than k={max_k}"
             )
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def _check_otlp(otlp: OtlpConfig, path: str) -> None:
+    if otlp.enabled and not _importable("opentelemetry.proto"):
+        raise ConfigError(
+            path,
+            "$.http.otlp.enabled",
+            "POST /v1/logs needs the OTLP messages: pip install 'reliabilityd[otlp]'",
+        )
+    seen: dict[str, str] = {}
+    for field in ("pass_labels", "fail_labels", "error_labels", "skip_labels"):
+        for label in getattr(otlp, field):
+            other = seen.setdefault(label.lower(), field)
+            if other != field:
+                raise ConfigError(
+                    path, f"$.http.otlp.{field}", f"label {label!r} is also in {other}"
+                )
+    for field in ("suite", "task", "trial"):
+        if not getattr(otlp, field):
+            raise ConfigError(path, f"$.http.otlp.{field}", "needs at least one source")
 
 
 ENV_OVERRIDES = {

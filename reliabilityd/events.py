@@ -46,6 +46,11 @@ class TrialEvent(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     outcome: Outcome
     ts: float | None = None
     labels: dict[str, Any] | None = None
+    # Also record the trial for good in the suite's import ledger, as
+    # ``reliabilityd import`` does: a later import of the same run (or a
+    # redelivery however late) counts nothing twice, after the dedup records
+    # expired too. Harness integrations whose results are also imported set it.
+    ledger: bool = False
 
 
 class Rejected(msgspec.Struct, frozen=True):

@@ -11,7 +11,7 @@ __all__ = ["add_parsers"]
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from reliabilityd.importers import FORMATS
+    from reliabilityd.importers._import import FORMATS, WIRE
 
     emit = sub.add_parser("emit", help="publish one trial outcome (QoS 1) and wait for its PUBACK")
     emit.add_argument("suite")
@@ -25,12 +25,20 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     emit.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the PUBACK")
     emit.set_defaults(handler=_emit)
     imp = sub.add_parser(
-        "import", help="import tau-bench, tau2-bench, Inspect AI or multivon-eval results"
+        "import",
+        help="import tau-bench, tau2-bench, Inspect AI or multivon-eval results, "
+        "or trial events in the wire format (JSON lines or a JSON array)",
     )
     imp.add_argument("file")
     imp.add_argument("--suite", help="suite name (default: the one the file gives, else its name)")
-    imp.add_argument("--format", choices=FORMATS, help="default: detected from the content")
-    imp.add_argument("--run", help="run id carried by every trial id (default: from the content)")
+    imp.add_argument(
+        "--format", choices=(*FORMATS, WIRE), help="default: detected from the content"
+    )
+    imp.add_argument(
+        "--run",
+        help="run id carried by every trial id (default: from the content); "
+        "wire events keep their trial ids, and the run only names the ledger's note",
+    )
     imp.add_argument("--scorer", help="Inspect AI logs: the scorer to import (default: the first)")
     imp.add_argument("--json", action="store_true", help="print the result as JSON")
     where = imp.add_mutually_exclusive_group()
@@ -98,7 +106,8 @@ def _import(args: argparse.Namespace) -> int:
         finally:
             await client.aclose()
         print(msgspec.json.encode(report).decode() if args.json else describe(report))
-        return 0
+        # Wire events the decoder refused: the rest counted, but say so.
+        return 1 if report.rejected else 0
 
     try:
         return asyncio.run(go())

@@ -74,6 +74,8 @@ class EventExtras(TypedDict, total=False):
     trial: str | None  # unique per (suite, task); default: a new UUID
     ts: float | None  # Unix seconds; default: now
     labels: dict[str, Any] | None
+    # Also record the trial in the suite's import ledger (see ``TrialEvent.ledger``).
+    ledger: bool
 
 
 class EmitterError(ReliabilitydError):
@@ -213,7 +215,9 @@ class Emitter:
     def emit(self, suite: str, task: str, outcome: Outcome, **extras: Unpack[EventExtras]) -> str:
         """Accept one trial outcome; returns its trial id (a new UUID when none is given).
 
-        ``extras`` are the event's optional fields: ``trial``, ``ts``, ``labels``.
+        ``extras`` are the event's optional fields: ``trial``, ``ts``, ``labels``,
+        and ``ledger``, which also records the trial in the suite's import
+        ledger (``TrialEvent.ledger``).
         Raises ValueError for an event the daemon would reject, EmitterFull
         when the queue stays full for ``block_timeout`` seconds.
         """
@@ -267,6 +271,7 @@ class Emitter:
         trial: str | None = None,
         ts: float | None = None,
         labels: dict[str, Any] | None = None,
+        ledger: bool = False,
     ) -> tuple[bytes, str]:
         if outcome not in _OUTCOMES:
             raise ValueError(f"outcome must be one of {', '.join(_OUTCOMES)}, got {outcome!r}")
@@ -278,6 +283,7 @@ class Emitter:
             outcome=outcome,  # type: ignore[arg-type]  # checked above
             ts=time.time() if ts is None else ts,
             labels=labels,
+            ledger=ledger,
         )
         problem = validate(event)
         if problem:

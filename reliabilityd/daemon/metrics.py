@@ -223,7 +223,7 @@ class Metrics:
         )
         self.http_ingest = Counter(
             "reliabilityd_http_ingest_requests",
-            "POST /v1/trials requests by HTTP status code",
+            "POST /v1/trials and /v1/logs requests by HTTP status code",
             ["code"],
             registry=r,
         )

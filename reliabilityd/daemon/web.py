@@ -12,6 +12,15 @@
   body is not JSON or MessagePack at all; 413 past ``ingest.max_payload``; 401 without
   the bearer token when one is set; 503 with ``Retry-After`` while Redis is
   unusable (retrying is safe: trial ids make it idempotent).
+* ``POST /v1/logs`` (with ``http.otlp.enabled``): OTLP/HTTP logs, protobuf or
+  JSON, gzip or not; ``gen_ai.evaluation.result`` records become trials by
+  ``integrations.otlp``'s mapping, the rest are ignored. The same token,
+  limits (``ingest.max_payload``, after decompression) and commit as
+  ``/v1/trials``: 200 only after Redis applied every mapped record, with an
+  OTLP ``partial_success`` counting the records that could not be mapped
+  (dead-lettered with the reason); 400 for a body that is not OTLP logs,
+  415 for another content type, 503 with ``Retry-After`` while Redis is
+  unusable (OTLP clients retry it; trial ids make it idempotent).
 * ``GET /suites/<suite>``: the newest snapshot document (what alert
   ``generatorURL``s point at), 404 when the suite has none.
 
@@ -39,6 +48,7 @@ from reliabilityd.store import Applied, Redis
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
 SOURCE = "http"
+OTLP_SOURCE = "otlp"
 PROBE_TIMEOUT = 2.0  # seconds /readyz waits for Redis and for the broker
 
 
@@ -255,6 +265,51 @@ class Handlers:
         )
         return self._answer(_json(body, 422 if rejected else 200))
 
+    async def post_logs(self, request: web.Request) -> web.Response:
+        from reliabilityd.integrations import otlp
+
+        if not self._authorised(request):
+            return self._answer(
+                _json(
+                    {"error": "a valid bearer token is required"},
+                    401,
+                    **{"WWW-Authenticate": 'Bearer realm="reliabilityd"'},
+                )
+            )
+        try:
+            kind = otlp.media_type(request.headers.get("Content-Type", ""))
+        except otlp.OtlpError as exc:
+            return self._answer(_json({"error": str(exc)}, exc.status))
+        # aiohttp inflates a gzip body and counts client_max_size after inflating.
+        length = request.content_length
+        if length is not None and length > self.max_payload:
+            return self._answer(
+                _json({"error": f"body of {length} bytes exceeds {self.max_payload}"}, 413)
+            )
+        try:
+            payload = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._answer(
+                _json({"error": f"body exceeds {self.max_payload} bytes (decompressed)"}, 413)
+            )
+        try:
+            message = otlp.decode_request(payload, kind)
+        except otlp.OtlpError as exc:
+            return self._answer(_json({"error": str(exc)}, exc.status))
+        if self.backend.is_paused():
+            return self._unavailable("ingest is paused: Redis is unavailable")
+        mapped = otlp.map_request(message, self.config.otlp)
+        try:
+            await asyncio.wait_for(
+                self.backend.ingest(mapped.events, mapped.rejected, OTLP_SOURCE),
+                self.config.commit_timeout,
+            )
+        except (IngestUnavailable, TimeoutError) as exc:
+            return self._unavailable(f"not committed: {exc or 'Redis did not answer in time'}")
+        return self._answer(
+            web.Response(body=otlp.encode_response(mapped, kind), status=200, content_type=kind)
+        )
+
     async def metrics(self, request: web.Request) -> web.Response:
         await self.backend.refresh_metrics()
         # Formatting is pure Python and grows with suites x k: keep it off the loop.
@@ -293,6 +348,8 @@ def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Appl
     # aiohttp refuses bodies past client_max_size itself (413); keep one byte of slack.
     app = web.Application(client_max_size=max_payload + 1)
     app.router.add_post("/v1/trials", h.post_trials)
+    if config.otlp.enabled:
+        app.router.add_post("/v1/logs", h.post_logs)
     app.router.add_get("/metrics", h.metrics)
     app.router.add_get("/healthz", h.healthz)
     app.router.add_get("/readyz", h.readyz)

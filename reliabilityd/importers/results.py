@@ -175,7 +175,7 @@ def read(path: Path, fmt: str | None = None, *, scorer: str | None = None) -> Pa
         if fmt == "tau2-bench":
             return _tau2(doc, data, path)
         if fmt == "inspect":
-            return _inspect(doc["eval"], doc.get("samples") or [], doc, data, scorer)
+            return _inspect(doc["eval"], doc.get("samples") or [], doc, data, scorer, path=path)
         return _multivon(doc, data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, ImportFileError):
@@ -300,7 +300,33 @@ def _inspect_zip(path: Path, data: bytes, scorer: str | None) -> Parsed:
     # zipfile raises NotImplementedError for a compression method it cannot read.
     except (zipfile.BadZipFile, NotImplementedError, KeyError, ValueError) as exc:
         raise ImportFileError(f"{path}: cannot read the Inspect log: {exc}") from None
-    return _inspect(header["eval"], samples, header, data, scorer)
+    return _inspect(header["eval"], samples, header, data, scorer, path=path)
+
+
+def inspect_outcome(errored: bool, score: Mapping[str, Any] | None, scorer: str) -> Outcome:
+    """One sample epoch as a trial: error, skip (unscored or NaN), pass or fail."""
+    if errored:
+        return "error"
+    if score is None:
+        return "skip"
+    value = score.get("value")
+    if isinstance(value, dict | list):
+        raise ImportFileError(
+            f"scorer {scorer!r} gives {type(value).__name__} values; import a scorer "
+            "with one value per sample (--scorer)"
+        )
+    number = inspect_value(value)
+    return "skip" if math.isnan(number) else "pass" if number >= 1.0 else "fail"
+
+
+def inspect_suite(spec: Mapping[str, Any]) -> str | None:
+    """The suite name an Inspect log gives: ``<task>@<model>``."""
+    return "@".join(str(p) for p in (spec.get("task"), spec.get("model")) if p) or None
+
+
+def inspect_run(spec: Mapping[str, Any]) -> str | None:
+    """The run id of an Inspect eval: its ``eval_id`` (else its ``run_id``)."""
+    return str(spec.get("eval_id") or spec.get("run_id") or "") or None
 
 
 def _inspect(
@@ -309,42 +335,76 @@ def _inspect(
     log: Mapping[str, Any],
     data: bytes,
     scorer: str | None,
+    *,
+    path: Path,
 ) -> Parsed:
     ordered = sorted(samples, key=lambda s: (str(s["id"]), int(s.get("epoch", 1))))
     notes: list[str] = []
+    status = log.get("status")
     if scorer is None:
         scored = next((s["scores"] for s in ordered if s.get("scores")), None)
         if scored is None:
-            raise ImportFileError("the log holds no scored samples")
+            errored = sum(1 for s in ordered if s.get("error"))
+            raise ImportFileError(
+                f"{path}: the log holds no scored samples (status {status!r}, "
+                f"{len(ordered)} samples, {errored} errored); an interrupted eval can be "
+                "finished with `inspect eval-retry` and the new log imported"
+            )
         scorer = next(iter(scored))
         if len(scored) > 1:
             notes.append(f"{len(scored)} scorers in the log; importing {scorer!r} (see --scorer)")
     trials = []
     for sample in ordered:
-        local = str(int(sample.get("epoch", 1)))
-        task = str(sample["id"])
         score = (sample.get("scores") or {}).get(scorer)
-        outcome: Outcome
-        if sample.get("error"):
-            outcome = "error"
-        elif score is None:
-            outcome = "skip"
-        else:
-            value = score.get("value")
-            if isinstance(value, dict | list):
-                raise ImportFileError(
-                    f"scorer {scorer!r} gives {type(value).__name__} values; import a scorer "
-                    "with one value per sample (--scorer)"
-                )
-            number = inspect_value(value)
-            outcome = "skip" if math.isnan(number) else "pass" if number >= 1.0 else "fail"
-        trials.append(Trial(task, local, outcome))
-    status = log.get("status")
+        outcome = inspect_outcome(bool(sample.get("error")), score, scorer)
+        trials.append(Trial(str(sample["id"]), str(int(sample.get("epoch", 1))), outcome))
     if status not in (None, "success"):
         notes.append(f"the log's status is {status!r}: importing the samples it holds")
-    name = "@".join(str(p) for p in (spec.get("task"), spec.get("model")) if p) or None
-    run = str(spec.get("eval_id") or spec.get("run_id") or content_run(data))
-    return Parsed("inspect", name, run, trials, notes)
+    note = _inspect_short_note(trials)
+    if note:
+        notes.append(note)
+    run = inspect_run(spec) or content_run(data)
+    return Parsed("inspect", inspect_suite(spec), run, trials, notes)
+
+
+def _inspect_short_note(trials: list[Trial]) -> str | None:
+    """Say where errored or unscored epochs make Inspect's reducers differ from ours."""
+    left_out: Counter[str] = Counter(t.outcome for t in trials if t.outcome in ("error", "skip"))
+    if not left_out:
+        return None
+    scored: dict[str, list[bool]] = {}
+    for t in trials:
+        row = scored.setdefault(t.task, [])
+        if t.outcome in ("pass", "fail"):
+            row.append(t.outcome == "pass")
+    counts = {task: (len(row), sum(row)) for task, row in scored.items()}
+    longest = max(n for n, _ in counts.values())
+    shortest = min(n for n, _ in counts.values())
+    what = " and ".join(
+        f"{left_out[o]} {label} epochs imported as {o}s"
+        for o, label in (("error", "errored"), ("skip", "unscored"))
+        if left_out[o]
+    )
+    head = f"{what} (not in n or c)"
+    if shortest == longest:
+        return f"{head}; every sample keeps {longest} scored epochs"
+    theirs = []
+    for k in range(shortest + 1, longest + 1):
+        kept = [(n, c) for n, c in counts.values() if n >= k]
+        hat = sum(math.comb(c, k) / math.comb(n, k) for n, c in kept) / len(kept)
+        at = sum(1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k) for n, c in kept)
+        theirs.append(
+            f"pass^{k} {hat:.3g} and pass@{k} {at / len(kept):.3g} over {len(kept)} of "
+            f"{len(counts)} samples"
+        )
+    short = sum(1 for n, _ in counts.values() if n < longest)
+    return (
+        f"{head}: {short} of {len(counts)} samples have fewer than {longest} scored epochs "
+        f"(shortest {shortest}). Inspect's pass_k / pass_at reducers leave a sample out of "
+        "the mean when fewer than k of its epochs were scored; reliabilityd keeps every "
+        f"sample, so its pass^k and pass@k are UNKNOWN for k above {shortest}, where "
+        f"Inspect reports {'; '.join(theirs)}"
+    )
 
 
 # --- multivon-eval ---------------------------------------------------------

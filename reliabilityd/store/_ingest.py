@@ -7,6 +7,7 @@ lookback are read from Redis and cached for ``dedup.REFRESH`` seconds.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -17,13 +18,20 @@ from reliabilityd.events import Rejected, TrialEvent
 from reliabilityd.logs import emit
 from reliabilityd.store import dedup
 from reliabilityd.store._base import Applied, Redis, StreamCursor
-from reliabilityd.store._scripts import APPLY, CURSOR_MAX
+from reliabilityd.store._scripts import APPLY, CURSOR_MAX, IMPORT_APPLY
 from reliabilityd.store._wire import pipelined
 from reliabilityd.store.keys import Keys, digests
 
 _OUTCOME_CODE = {"pass": "p", "fail": "f", "error": "e", "skip": "s"}
 # Events per EVAL: bounds how long one script call holds Redis.
 CHUNK = 2000
+
+
+def _runs(events: Sequence[TrialEvent]) -> list[tuple[bool, Sequence[TrialEvent]]]:
+    """Consecutive events by their ``ledger`` flag, in order (the commit order counts)."""
+    if not any(e.ledger for e in events):
+        return [(False, events)]
+    return [(flag, list(group)) for flag, group in itertools.groupby(events, lambda e: e.ledger)]
 
 
 class Ingest:
@@ -143,21 +151,30 @@ class Ingest:
             scored = [x for task in tasks for x in (stamp, task)]
             commands.append(("ZADD", self.keys.suite(suite, "touched"), *scored))
         calls: list[str] = []
+        # Per call, the size of a ledgered chunk (its dropped events are duplicates), else -1.
+        sizes: list[int] = []
         for suite, events in batches.items():
-            for start in range(0, len(events), CHUNK):
-                keys, args = self.apply_call(
-                    suite,
-                    events[start : start + CHUNK],
-                    dedup_ttl,
-                    windows.get(suite, 0),
-                    stamp,
-                    width=width,
-                    lookback=lookback,
-                )
-                # EVAL, not EVALSHA: redis-py refuses pipelined EVALSHA on a
-                # cluster, and Redis caches the compiled script by its hash anyway.
-                commands.append(("EVAL", APPLY, len(keys), *keys, *args))
-                calls.append(suite)
+            for ledgered, run in _runs(events):
+                for start in range(0, len(run), CHUNK):
+                    chunk = run[start : start + CHUNK]
+                    keys, args = self.apply_call(
+                        suite,
+                        chunk,
+                        dedup_ttl,
+                        windows.get(suite, 0),
+                        stamp,
+                        width=width,
+                        lookback=lookback,
+                    )
+                    # EVAL, not EVALSHA: redis-py refuses pipelined EVALSHA on a
+                    # cluster, and Redis caches the compiled script by its hash anyway.
+                    if ledgered:
+                        keys.append(self.keys.imported(suite))
+                        commands.append(("EVAL", IMPORT_APPLY, len(keys), *keys, *args))
+                    else:
+                        commands.append(("EVAL", APPLY, len(keys), *keys, *args))
+                    calls.append(suite)
+                    sizes.append(len(chunk) if ledgered else -1)
         if batches:
             commands.append(("SADD", self.keys.suites, *batches))
             commands.append(("SADD", self.keys.changed, *batches))
@@ -167,8 +184,10 @@ class Ingest:
         replies = await pipelined(self.client, commands, sent)
         totals: dict[str, list[int]] = {}
         scripts = replies[len(touched) : len(touched) + len(calls)]
-        for suite, reply in zip(calls, scripts, strict=True):
+        for suite, size, reply in zip(calls, sizes, scripts, strict=True):
             counted, errors, skips, dups, version, passes = (int(x) for x in reply)
+            if size >= 0:
+                dups = size - (counted + errors + skips)
             acc = totals.setdefault(suite, [0, 0, 0, 0, 0, 0])
             acc[0] += counted
             acc[1] += errors

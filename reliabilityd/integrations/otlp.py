@@ -1,0 +1,224 @@
+"""OpenTelemetry evaluation events as trials: OTLP/HTTP log requests in, TrialEvents out.
+
+Sans-I/O, for the daemon's ``POST /v1/logs`` (aiohttp undoes a gzip
+Content-Encoding, bounded after decompression): ``decode_request`` reads both
+OTLP encodings (protobuf, and JSON through protobuf's ``json_format`` into
+the same messages), ``map_request`` turns each ``gen_ai.evaluation.result``
+record into a trial by the configured mapping (``OtlpConfig``) or into a
+``Rejected`` with the reason, and ``encode_response`` writes the OTLP
+response, with ``partial_success`` when records were rejected.
+
+The mapping never guesses: a record without a suite, task or trial source,
+or without a verdict (``error.type``, a configured label, or a score with a
+configured threshold), is rejected and dead-lettered with what was missing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+
+from reliabilityd.config import OtlpConfig
+from reliabilityd.errors import ReliabilitydError
+from reliabilityd.events import Outcome, Rejected, TrialEvent, validate
+from reliabilityd.importers.results import suite_name, task_name
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+# Reasons of rejected records the response's error_message carries.
+REASONS_SHOWN = 3
+
+
+class OtlpError(ReliabilitydError):
+    """A request that is not OTLP logs at all; ``status`` is the HTTP answer."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def media_type(content_type: str) -> str:
+    """``application/x-protobuf`` or ``application/json``; OtlpError 415 otherwise."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if kind in (PROTOBUF, JSON):
+        return kind
+    raise OtlpError(
+        f"Content-Type {content_type or '(none)'!r}: OTLP/HTTP is {PROTOBUF} or {JSON}", 415
+    )
+
+
+def _strip_ids(doc: Any) -> None:
+    """OTLP/JSON writes trace and span ids in hex, protobuf's JSON in base64: drop them."""
+    for resource in doc.get("resourceLogs") or doc.get("resource_logs") or []:
+        for scope in resource.get("scopeLogs") or resource.get("scope_logs") or []:
+            for record in scope.get("logRecords") or scope.get("log_records") or []:
+                if isinstance(record, dict):
+                    for key in ("traceId", "spanId", "trace_id", "span_id"):
+                        record.pop(key, None)
+
+
+def decode_request(payload: bytes, kind: str) -> ExportLogsServiceRequest:
+    """An ``ExportLogsServiceRequest`` from either encoding; OtlpError 400 if it is not one."""
+    request = ExportLogsServiceRequest()
+    if kind == PROTOBUF:
+        try:
+            request.ParseFromString(payload)
+        except (DecodeError, RecursionError) as exc:
+            raise OtlpError(f"not an OTLP ExportLogsServiceRequest: {exc}") from None
+        return request
+    try:
+        doc = msgspec.json.decode(payload)
+        if not isinstance(doc, dict):
+            raise OtlpError("OTLP/JSON logs are an object with resourceLogs")
+        _strip_ids(doc)
+        json_format.ParseDict(doc, request, ignore_unknown_fields=True)
+    except (msgspec.DecodeError, json_format.ParseError, RecursionError, AttributeError) as exc:
+        raise OtlpError(f"not OTLP/JSON logs: {exc}") from None
+    return request
+
+
+def _value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    return None if kind is None else getattr(value, kind)
+
+
+def _attributes(pairs: Iterator[KeyValue] | Any) -> dict[str, Any]:
+    return {kv.key: _value(kv.value) for kv in pairs}
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """What one request came to: trials, rejected records, records of other events."""
+
+    events: list[TrialEvent]
+    rejected: list[Rejected]
+    ignored: int
+
+
+class _Refused(Exception):
+    """One record cannot be mapped; the message is the dead letter's reason."""
+
+
+def _name(
+    sources: list[str], record: Mapping[str, Any], resource: Mapping[str, Any], what: str
+) -> str:
+    for source in sources:
+        scope, _, key = source.partition(":")
+        value = (record if scope == "attribute" else resource).get(key)
+        if value is None or value == "":
+            continue
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise _Refused(f"{what} source {source} is a {type(value).__name__}, not a string")
+        return str(value)
+    raise _Refused(f"no {what}: the record has none of {', '.join(sources)}")
+
+
+def _verdict(config: OtlpConfig, attrs: Mapping[str, Any], evaluation: str) -> Outcome:
+    error = attrs.get(config.error_attribute)
+    if error not in (None, ""):
+        return "error"
+    label = attrs.get(config.label_attribute)
+    if isinstance(label, str) and label:
+        low = label.lower()
+        for outcome, labels in (
+            ("pass", config.pass_labels),
+            ("fail", config.fail_labels),
+            ("error", config.error_labels),
+            ("skip", config.skip_labels),
+        ):
+            if low in (x.lower() for x in labels):
+                return outcome  # type: ignore[return-value]  # one of the four
+    score = attrs.get(config.score_attribute)
+    threshold = config.pass_score.get(evaluation, config.pass_score.get("*"))
+    if isinstance(score, int | float) and not isinstance(score, bool) and threshold is not None:
+        if math.isnan(score):
+            raise _Refused(f"{config.score_attribute} is NaN")
+        return "pass" if score >= threshold else "fail"
+    said: list[str] = []
+    if label is not None:
+        said.append(f"label {label!r} is in none of the configured label lists")
+    if score is None:
+        said.append(f"no {config.score_attribute}")
+    elif threshold is None:
+        said.append(f"score {score!r} but no pass_score for evaluation {evaluation!r} (or '*')")
+    else:
+        said.append(f"{config.score_attribute} is a {type(score).__name__}, not a number")
+    raise _Refused(f"no verdict: {'; '.join(said)}")
+
+
+def _record_json(record: LogRecord) -> bytes:
+    return json_format.MessageToJson(record, indent=None).encode()
+
+
+def map_request(request: ExportLogsServiceRequest, config: OtlpConfig) -> Mapped:
+    """Each evaluation record as a trial or a rejection, in order; other records ignored."""
+    events: list[TrialEvent] = []
+    rejected: list[Rejected] = []
+    ignored = 0
+    for r, resource_logs in enumerate(request.resource_logs):
+        resource = _attributes(resource_logs.resource.attributes)
+        for s, scope_logs in enumerate(resource_logs.scope_logs):
+            for i, record in enumerate(scope_logs.log_records):
+                attrs = _attributes(record.attributes)
+                if (record.event_name or attrs.get("event.name")) != config.event_name:
+                    ignored += 1
+                    continue
+                where = f"resource_logs[{r}].scope_logs[{s}].log_records[{i}]"
+                try:
+                    event = _map_record(config, record, attrs, resource)
+                except _Refused as exc:
+                    rejected.append(Rejected(_record_json(record), f"{where}: {exc}"))
+                    continue
+                events.append(event)
+    return Mapped(events, rejected, ignored)
+
+
+def _map_record(
+    config: OtlpConfig, record: LogRecord, attrs: Mapping[str, Any], resource: Mapping[str, Any]
+) -> TrialEvent:
+    suite = _name(config.suite, attrs, resource, "suite")
+    task = _name(config.task, attrs, resource, "task")
+    trial = _name(config.trial, attrs, resource, "trial")
+    outcome = _verdict(config, attrs, str(attrs.get("gen_ai.evaluation.name") or ""))
+    nanos = record.time_unix_nano or record.observed_time_unix_nano
+    event = TrialEvent(
+        suite=suite_name(suite),
+        task=task_name(task),
+        trial=trial,
+        outcome=outcome,
+        ts=nanos / 1e9 if nanos else None,
+    )
+    problem = validate(event)
+    if problem:
+        raise _Refused(problem)
+    return event
+
+
+def encode_response(mapped: Mapped, kind: str) -> bytes:
+    """The ExportLogsServiceResponse, with partial_success naming the first rejections."""
+    response = ExportLogsServiceResponse()
+    if mapped.rejected:
+        reasons = [r.reason for r in mapped.rejected[:REASONS_SHOWN]]
+        more = len(mapped.rejected) - len(reasons)
+        message = "; ".join(reasons) + (f"; and {more} more" if more else "")
+        response.partial_success.CopyFrom(
+            ExportLogsPartialSuccess(
+                rejected_log_records=len(mapped.rejected), error_message=message
+            )
+        )
+    if kind == PROTOBUF:
+        return response.SerializeToString()
+    return json_format.MessageToJson(response, indent=None).encode()
