@@ -23,6 +23,7 @@ import time
 from collections import deque
 
 from reliabilityd._mqtt import _codec as codec
+from reliabilityd._mqtt import _encode as encode
 from reliabilityd._mqtt._codec import ConnAck, Control, Message, PubAck, SubAck
 from reliabilityd._mqtt._errors import Closed, MalformedPacket, MqttError, Refused, TakenOver
 
@@ -200,7 +201,7 @@ class Connection(asyncio.Protocol):
         maximum_packet_size: int | None = None,
     ) -> bool:
         """CONNECT and wait for CONNACK; True when the broker kept our session."""
-        data = codec.connect_packet(
+        data = encode.connect_packet(
             client_id=client_id,
             clean=clean,
             keepalive=keepalive,
@@ -258,7 +259,7 @@ class Connection(asyncio.Protocol):
                 "its CONNACK says Wildcard Subscription Available 0"
             )
         mid = self._packet_id()
-        data = codec.subscribe_packet(mid, topic, min(qos, self.maximum_qos), self.v5)
+        data = encode.subscribe_packet(mid, topic, min(qos, self.maximum_qos), self.v5)
         reply = await self._request((codec.SUBACK, mid), data)
         assert isinstance(reply, SubAck)
         code = reply.codes[0]
@@ -283,7 +284,7 @@ class Connection(asyncio.Protocol):
             raise Refused(f"the broker keeps no retained messages (Retain Available 0): {topic!r}")
         async with self._quota:
             mid = self._packet_id()
-            data = codec.publish_packet(topic, payload, mid, retain=retain, v5=self.v5)
+            data = encode.publish_packet(topic, payload, mid, retain=retain, v5=self.v5)
             if self.maximum_packet_size is not None and len(data) > self.maximum_packet_size:
                 raise Refused(
                     f"a {len(data)}-byte PUBLISH on {topic!r} exceeds the broker's Maximum "
@@ -350,7 +351,7 @@ class Connection(asyncio.Protocol):
         """
         if self.error is not None or self._transport is None:
             return
-        data = codec.pubacks(batch)
+        data = encode.pubacks(batch)
         if data:
             self._transport.write(data)
 
@@ -375,7 +376,7 @@ class Connection(asyncio.Protocol):
             if now - last_ping >= every / 2 - tick / 2:
                 last_ping = now
                 with contextlib.suppress(MqttError):
-                    self._send(codec.PINGREQ_PACKET)
+                    self._send(encode.PINGREQ_PACKET)
 
     async def close(self) -> None:
         """DISCONNECT (the session stays as configured) and close the socket."""
@@ -383,7 +384,7 @@ class Connection(asyncio.Protocol):
             return
         if self.error is None:
             with contextlib.suppress(MqttError):
-                self._send(codec.DISCONNECT_PACKET)
+                self._send(encode.DISCONNECT_PACKET)
             self._fail(MqttError("the connection was closed"))
             # The broker closes its side once it has read the DISCONNECT, so
             # everything before it (the last PUBACKs) has been read too;

@@ -1,4 +1,4 @@
-"""The MQTT wire format, sans I/O: bytes in, packets out; packets in, bytes out.
+"""The MQTT wire format, sans I/O: bytes in, packets out (``_encode``: packets in, bytes out).
 
 ``Decoder.feed`` takes whatever a read returned and appends every PUBLISH it
 completes to an inbox, returning the other packets it completed. Each field
@@ -16,8 +16,6 @@ Nothing here does I/O or knows asyncio: ``_client.Connection`` feeds it.
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Sequence
 from typing import Protocol
 
 import msgspec
@@ -43,8 +41,13 @@ HEADER_ROOM = 2 + 65535 + 2 + 4
 CONTROL_MAX = 1 << 18
 # The largest remaining length MQTT can encode.
 LARGEST = 268_435_455
-_NAMES = {CONNACK: "CONNACK", PUBACK: "PUBACK", SUBACK: "SUBACK", PINGRESP: "PINGRESP"}
-_NAMES[DISCONNECT] = "DISCONNECT"
+_NAMES = {
+    CONNACK: "CONNACK",
+    PUBACK: "PUBACK",
+    SUBACK: "SUBACK",
+    PINGRESP: "PINGRESP",
+    DISCONNECT: "DISCONNECT",
+}
 
 
 class Message(msgspec.Struct, frozen=True, gc=False):
@@ -242,12 +245,16 @@ def control(first: int, body: bytes, v5: bool) -> Control:
     raise MalformedPacket(f"malformed packet from the broker: a client never receives {first:#x}")
 
 
+def _check_length(first: int, length: int) -> None:
+    if length > CONTROL_MAX:
+        raise MalformedPacket(
+            f"malformed packet from the broker: a {first:#x} packet of {length} bytes"
+        )
+
+
 def _check_capabilities(props: Properties) -> None:
-    for pid, allowed in ((MAXIMUM_QOS, (0, 1)), (RETAIN_AVAILABLE, (0, 1))):
-        if props.get(pid, 0) not in allowed:
-            raise MalformedPacket(f"malformed packet from the broker: CONNACK property {pid:#x}")
-    for pid in (WILDCARD_AVAILABLE, SHARED_AVAILABLE):
-        if props.get(pid, 1) not in (0, 1):
+    for pid in (MAXIMUM_QOS, RETAIN_AVAILABLE, WILDCARD_AVAILABLE, SHARED_AVAILABLE):
+        if props.get(pid, 0) not in (0, 1):
             raise MalformedPacket(f"malformed packet from the broker: CONNACK property {pid:#x}")
     for pid in (RECEIVE_MAXIMUM, MAXIMUM_PACKET_SIZE):
         if props.get(pid) == 0:
@@ -361,11 +368,7 @@ class Decoder:
                 end = start + length
                 if end > size:
                     if first & 0xF0 != PUBLISH:
-                        if length > CONTROL_MAX:
-                            raise MalformedPacket(
-                                f"malformed packet from the broker: a {first:#x} packet of "
-                                f"{length} bytes"
-                            )
+                        _check_length(first, length)
                         self._need = end - pos
                     elif length > self._stream_above:
                         header = publish_header(view, first, start, end, avail=size, v5=v5)
@@ -414,11 +417,7 @@ class Decoder:
                     else:
                         append(Skipped(topic, b"", mid, end - i))
                 else:
-                    if length > CONTROL_MAX:
-                        raise MalformedPacket(
-                            f"malformed packet from the broker: a {first:#x} packet of "
-                            f"{length} bytes"
-                        )
+                    _check_length(first, length)
                     controls.append(control(first, view[start:end], v5))
                 pos = end
         except MalformedPacket:
@@ -430,80 +429,3 @@ class Decoder:
         else:
             buf[:] = view[pos:]
         return controls
-
-
-# --- packets out ----------------------------------------------------------------
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        n, b = divmod(n, 128)
-        out.append(b | 0x80 if n else b)
-        if not n:
-            return bytes(out)
-
-
-def string(s: str | bytes) -> bytes:
-    raw = s.encode() if isinstance(s, str) else s
-    return struct.pack("!H", len(raw)) + raw
-
-
-def packet(first: int, body: bytes) -> bytes:
-    return bytes([first]) + varint(len(body)) + body
-
-
-def connect_packet(
-    *,
-    client_id: str,
-    clean: bool,
-    keepalive: int,
-    username: str | None,
-    password: str | None,
-    v5: bool,
-    session_expiry: int | None = None,
-    receive_maximum: int | None = None,
-    maximum_packet_size: int | None = None,
-) -> bytes:
-    flags = 0x02 if clean else 0
-    payload = string(client_id)
-    if username is not None:
-        flags |= 0x80
-        payload += string(username)
-        if password is not None:
-            flags |= 0x40
-            payload += string(password)
-    header = string("MQTT") + bytes([5 if v5 else 4, flags]) + struct.pack("!H", keepalive)
-    if v5:
-        props = b""
-        if session_expiry is not None:
-            props += bytes([SESSION_EXPIRY]) + struct.pack("!I", session_expiry)
-        if receive_maximum is not None:
-            props += bytes([RECEIVE_MAXIMUM]) + struct.pack("!H", receive_maximum)
-        if maximum_packet_size is not None:
-            props += bytes([MAXIMUM_PACKET_SIZE]) + struct.pack("!I", maximum_packet_size)
-        header += varint(len(props)) + props
-    return packet(CONNECT, header + payload)
-
-
-def subscribe_packet(mid: int, topic: str, qos: int, v5: bool) -> bytes:
-    body = struct.pack("!H", mid) + (b"\x00" if v5 else b"") + string(topic) + bytes([qos])
-    return packet(SUBSCRIBE, body)
-
-
-def publish_packet(
-    topic: str | bytes, payload: bytes, mid: int, *, retain: bool, v5: bool
-) -> bytes:
-    """A PUBLISH at QoS 1 with packet id ``mid``, or QoS 0 when ``mid`` is 0."""
-    body = string(topic) + (struct.pack("!H", mid) if mid else b"") + (b"\x00" if v5 else b"")
-    return packet(PUBLISH | (0x02 if mid else 0) | int(retain), body + payload)
-
-
-def pubacks(batch: Sequence[Message]) -> bytes:
-    """One PUBACK per QoS 1 message, in order: each is 0x40 0x02 and the id, one 32-bit word."""
-    words = [0x40020000 | m.mid for m in batch if m.mid]
-    return struct.pack(f">{len(words)}I", *words)
-
-
-PINGREQ_PACKET = bytes([PINGREQ, 0])
-DISCONNECT_PACKET = bytes([DISCONNECT, 0])

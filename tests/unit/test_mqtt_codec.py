@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reliabilityd._mqtt import MalformedPacket, Message, MqttError, Skipped
+from reliabilityd._mqtt import MalformedPacket, Message, MqttError, Skipped, _encode
 from reliabilityd._mqtt import _codec as codec
 from reliabilityd._mqtt._codec import (
     ConnAck,
@@ -217,7 +217,7 @@ def decode(stream: bytes, cuts: list[int], v5: bool) -> tuple[list[Message], lis
 
 
 def varint(n: int) -> bytes:
-    return codec.varint(n)
+    return _encode.varint(n)
 
 
 def with_header(first: int, body: bytes) -> bytes:
