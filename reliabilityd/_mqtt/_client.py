@@ -81,6 +81,7 @@ class Connection(asyncio.Protocol):
         # QoS 1 publishes awaiting PUBACK, at most the broker's Receive Maximum.
         self._quota = asyncio.Semaphore(65535)
         self.error: MqttError | None = None
+        self.disconnect_reason: int | None = None  # of the broker's DISCONNECT, if it sent one
         self.closed = asyncio.Event()
         self._lost = asyncio.Event()
 
@@ -124,6 +125,7 @@ class Connection(asyncio.Protocol):
         elif isinstance(packet, ConnAck):
             self._reply((codec.CONNACK, 0), packet)
         elif isinstance(packet, codec.Disconnect):
+            self.disconnect_reason = packet.code
             reason = packet.properties.get(codec.REASON_STRING, b"")
             text = f"the broker disconnected us (reason {packet.code:#x} {reason!r})"
             self._abort(TakenOver(text) if packet.code == SESSION_TAKEN_OVER else Closed(text))
@@ -334,6 +336,11 @@ class Connection(asyncio.Protocol):
     def waiting(self) -> int:
         """Messages received and not yet taken."""
         return len(self._inbox)
+
+    @property
+    def skipped(self) -> int:
+        """Messages received without their body (over ``max_payload``), so far."""
+        return self._decoder.skipped
 
     @property
     def paused(self) -> bool:

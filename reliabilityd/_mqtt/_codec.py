@@ -320,6 +320,7 @@ class Decoder:
         self._buf = bytearray()
         self._need = 0  # buffered bytes before the next attempt to parse
         self._skip = 0  # bytes of a skipped PUBLISH still to come
+        self.skipped = 0  # Skipped messages appended so far
 
     @property
     def buffered(self) -> int:
@@ -375,6 +376,7 @@ class Decoder:
                         if header is not None:
                             topic, mid, i = header
                             append(Skipped(topic, b"", mid, end - i))
+                            self.skipped += 1
                             self._skip = end - size
                             pos = size
                             break
@@ -416,6 +418,7 @@ class Decoder:
                         append(Message(topic, view[i:end], mid))
                     else:
                         append(Skipped(topic, b"", mid, end - i))
+                        self.skipped += 1
                 else:
                     _check_length(first, length)
                     controls.append(control(first, view[start:end], v5))

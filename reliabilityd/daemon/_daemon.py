@@ -112,8 +112,13 @@ class Daemon:
         self.http_listening = asyncio.Event()
         self.http = sinks.Http()
         configured = sinks.configured(config, self.store, self.publisher, self.http)
+        # What the MQTT consumer saw of its broker session (lost, taken over).
+        self.mqtt_watch = mqtt.Watch()
         self.metrics = Metrics(
-            sinks=configured, is_paused=self.is_paused, last_commit_at=lambda: self.last_commit_at
+            sinks=configured,
+            is_paused=self.is_paused,
+            last_commit_at=lambda: self.last_commit_at,
+            mqtt_watch=self.mqtt_watch,
         )
         self.sinks = self.metrics.count_sink_failures(configured)
         self.outbox = Outbox(config, self.store, self.sinks, self.instance)
@@ -183,9 +188,19 @@ class Daemon:
             self.health.ok("ingest")
             return result
 
-    def decode(self, payloads: Sequence[tuple[bytes, str]]) -> Decoded:
-        """Decode a batch of (payload, source) pairs: good events by suite, the rejected."""
-        good, rejected = decode_many(payloads, self.config.ingest.max_payload)
+    def decode(
+        self, payloads: Sequence[tuple[bytes, str]], skipped: Sequence[tuple[int, str]] = ()
+    ) -> Decoded:
+        """Decode a batch of (payload, source) pairs: good events by suite, the rejected.
+
+        ``skipped`` are the (size, source) of messages whose bodies were not
+        read (over ``ingest.max_payload``): each is dead-lettered with its size.
+        """
+        limit = self.config.ingest.max_payload
+        good, rejected = decode_many(payloads, limit)
+        for size, source in skipped:
+            reason = f"payload of {size} bytes exceeds ingest.max_payload ({limit}): not read"
+            rejected.append((Rejected(b"", reason), source))
         by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
         for event in good:
             by_suite[event.suite].append(event)
@@ -517,6 +532,7 @@ class Daemon:
                         "committed_events": self.committed_events,
                         "paused_since": since,
                         "redis_error": self.health.reason if since is not None else None,
+                        "mqtt": self.mqtt_watch.info() if self.config.mqtt.enabled else None,
                         # Keeps to the stored dedup layout: see dedup.py.
                         dedup.HEARTBEAT_FIELD: 1,
                     },
@@ -552,7 +568,9 @@ class Daemon:
                         self.commit_decoded,
                         intake_stop,
                         max_batch=cfg.ingest.max_batch,
+                        max_payload=cfg.ingest.max_payload,
                         subscribed=self.subscribed,
+                        watch=self.mqtt_watch,
                     )
                     sources.append(
                         tg.create_task(
@@ -666,4 +684,31 @@ async def _check(config: Config, store: Store) -> int:
         )
         return 1
     print(f"healthy: instance {instance!r} beat {age:.1f} s ago")
+    for line in _mqtt_notes(info.get("mqtt"), config.mqtt.client_id):
+        print(line)
     return 0
+
+
+def _mqtt_notes(watch: object, client_id: str) -> list[str]:
+    """What ``check`` says of the broker session, from the heartbeat's ``mqtt`` part."""
+    if not isinstance(watch, dict):
+        return []
+    notes = []
+    lost, taken = watch.get("sessions_lost") or 0, watch.get("takeovers") or 0
+    if lost:
+        notes.append(
+            f"warning: the broker had lost this instance's MQTT session on {lost} reconnect(s), "
+            f"last {_ago(watch.get('session_lost_at'))}: the QoS 1 messages it had queued are "
+            "gone (check the broker's persistence and mqtt.session_expiry)"
+        )
+    if taken:
+        notes.append(
+            f"warning: the MQTT session of client id {client_id!r} was taken over {taken} "
+            f"time(s), last {_ago(watch.get('taken_over_at'))}: another client connects with "
+            "this mqtt.client_id"
+        )
+    return notes
+
+
+def _ago(at: object) -> str:
+    return f"{time.time() - at:.0f} s ago" if isinstance(at, int | float) else "at an unknown time"
