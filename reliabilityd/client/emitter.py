@@ -46,7 +46,7 @@ import msgspec
 
 from reliabilityd.backoff import Backoff
 from reliabilityd.broker import Connection, MqttError, Refused, connect
-from reliabilityd.config import MqttConfig, parse_mqtt_url
+from reliabilityd.config import MqttConfig, TlsConfig, parse_mqtt_url, tls_context
 from reliabilityd.errors import ReliabilitydError
 from reliabilityd.events import Outcome, TrialEvent, validate
 
@@ -80,7 +80,7 @@ class Emitter:
     ``reconnect_delay`` caps the wait between connection attempts (capped
     exponential backoff from a tenth of a second); ``protocol`` pins the MQTT
     version, else 5 is tried first and 3.1.1 when the broker refuses 5;
-    ``keepalive`` is the MQTT keep-alive in seconds.
+    ``keepalive`` is the MQTT keep-alive in seconds; ``tls`` is ``[mqtt.tls]``, for mqtts://.
     """
 
     def __init__(
@@ -98,6 +98,7 @@ class Emitter:
         reconnect_delay: float = 1.0,
         protocol: Literal["5", "3.1.1"] | None = None,
         keepalive: int = 30,
+        tls: TlsConfig | None = None,
     ) -> None:
         if max_pending < 1 or batch_size < 1 or max_inflight < 1:
             raise ValueError("max_pending, batch_size and max_inflight must be at least 1")
@@ -106,6 +107,11 @@ class Emitter:
         if protocol not in (None, "5", "3.1.1"):
             raise ValueError(f"protocol must be '5' or '3.1.1', got {protocol!r}")
         self.endpoint = parse_mqtt_url(mqtt_url)
+        self.tls = tls or TlsConfig()
+        if tls is not None and not self.endpoint.tls:
+            raise ValueError("tls is set, but the URL is mqtt://: use mqtts:// for TLS")
+        if tls is not None:
+            tls_context(MqttConfig(url=mqtt_url, tls=tls))  # TlsProblem is a ValueError
         self.url = mqtt_url
         self.topic = topic
         self.client_id = client_id or f"reliabilityd-emitter-{uuid.uuid4().hex[:12]}"
@@ -388,7 +394,9 @@ class Emitter:
         versions: list[Literal["5", "3.1.1"]] = [self.protocol] if self.protocol else ["5", "3.1.1"]
         error: MqttError | None = None
         for version in versions:
-            config = MqttConfig(url=self.url, protocol=version, keepalive=self.keepalive)
+            config = MqttConfig(
+                url=self.url, protocol=version, keepalive=self.keepalive, tls=self.tls
+            )
             try:
                 conn = await connect(config, identifier=self.client_id, persistent=False)
             except MqttError as exc:
