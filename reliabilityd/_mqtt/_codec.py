@@ -205,7 +205,8 @@ def control(first: int, body: bytes, v5: bool) -> Control:
         if body[0] & 0xFE:
             raise MalformedPacket("malformed packet from the broker: CONNACK reserved flag bits")
         props: Properties = {}
-        if v5:
+        # A 3.1.1 broker answers an MQTT 5 CONNECT in 3.1.1 (code 0x01, no properties).
+        if v5 and not (n == 2 and body[1]):
             props, i = _props_then(body, 2, "CONNACK")
             if i != n:
                 raise MalformedPacket("malformed packet from the broker: bytes after CONNACK")

@@ -124,7 +124,8 @@ def ref_control(first: int, r: Reader, v5: bool) -> Control:
         flags, code = r.take(1)[0], r.take(1)[0]
         if flags & 0xFE:
             raise Bad("CONNACK flags")
-        props = ref_properties(r) if v5 else {}
+        refused_in_3_1_1 = r.left() == 0 and code != 0
+        props = ref_properties(r) if v5 and not refused_in_3_1_1 else {}
         done()
         if props.get(0x24, 0) not in (0, 1) or props.get(0x25, 0) not in (0, 1):
             raise Bad("capability")
@@ -376,6 +377,11 @@ def test_a_topic_length_past_the_packets_end_is_malformed_not_read_from_the_next
 def test_what_a_client_must_not_accept_is_malformed(packet: bytes, fault: str) -> None:
     with pytest.raises(MalformedPacket, match=fault):
         Decoder(False).feed(packet, deque())
+
+
+def test_a_3_1_1_refusal_of_an_mqtt_5_connect_is_a_connack() -> None:
+    """A 3.1.1-only broker (aedes) answers an MQTT 5 CONNECT with ``20 02 00 01``."""
+    assert Decoder(True).feed(b"\x20\x02\x00\x01", deque()) == [ConnAck(False, 1, {})]
 
 
 def test_an_unknown_connack_property_or_a_short_one_is_malformed() -> None:
