@@ -622,7 +622,8 @@ def _report(
 
 
 def main() -> None:
-    missing = [m for m in ("gmqtt", "aiomqtt", "paho") if importlib.util.find_spec(m) is None]
+    packages = {"gmqtt": "gmqtt", "aiomqtt": "aiomqtt", "paho": "paho-mqtt"}
+    missing = [p for m, p in packages.items() if importlib.util.find_spec(m) is None]
     if missing:
         raise SystemExit(
             f"make bench-ingest: its baseline consumers need {', '.join(missing)}, "
