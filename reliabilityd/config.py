@@ -11,6 +11,7 @@ import fnmatch
 import importlib.util
 import os
 import socket
+import ssl
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import unquote, urlsplit
@@ -42,6 +43,22 @@ class RedisConfig(Base):
     timeout: PositiveFloat = 10.0
 
 
+class TlsConfig(Base):
+    """``[mqtt.tls]``: how an mqtts:// connection trusts the broker and proves who it is."""
+
+    # PEM file of the CA certificates that sign the broker's; "" = the system's CAs.
+    ca_file: str = ""
+    # A client certificate and its private key (PEM), for brokers that
+    # authenticate clients by certificate (AWS IoT Core, ...); "" = none.
+    cert_file: str = ""
+    key_file: str = ""  # "" = the key is in cert_file
+    key_password: str = ""
+    # The name the broker's certificate must carry, when not the URL's host.
+    server_name: str = ""
+    # Accept any certificate without checking it: only for a test broker.
+    insecure: bool = False
+
+
 class MqttConfig(Base):
     enabled: bool = True
     url: str = "mqtt://127.0.0.1:1883"
@@ -58,6 +75,7 @@ class MqttConfig(Base):
     keepalive: PositiveInt = 30
     # Retained snapshots go to <snapshot_topic>/<suite>.
     snapshot_topic: str = "reliability/snapshot"
+    tls: TlsConfig = msgspec.field(default_factory=TlsConfig)
 
 
 class StreamConfig(Base):
@@ -299,11 +317,56 @@ def parse_mqtt_url(url: str) -> MqttEndpoint:
     )
 
 
+class TlsProblem(ValueError):
+    """A ``[mqtt.tls]`` setting that cannot be used; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"mqtt.tls.{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def tls_context(config: MqttConfig) -> ssl.SSLContext:
+    """The TLS context of an mqtts:// connection from ``[mqtt.tls]``; TlsProblem if unusable."""
+    tls = config.tls
+    for field in ("ca_file", "cert_file", "key_file"):
+        name = getattr(tls, field)
+        if name and not os.access(name, os.R_OK):
+            raise TlsProblem(field, f"cannot read {name!r}")
+    if tls.key_file and not tls.cert_file:
+        raise TlsProblem("key_file", "set without cert_file")
+    if tls.insecure and tls.ca_file:
+        raise TlsProblem("insecure", "verifies nothing, so ca_file would not be used")
+    try:
+        context = ssl.create_default_context(cafile=tls.ca_file or None)
+    except (ssl.SSLError, OSError) as exc:
+        raise TlsProblem("ca_file", f"not a PEM file of CA certificates: {exc}") from None
+    if tls.insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if tls.cert_file:
+        try:
+            context.load_cert_chain(tls.cert_file, tls.key_file or None, tls.key_password or None)
+        except (ssl.SSLError, OSError) as exc:
+            field = "key_file" if tls.key_file and "KEY" in str(exc).upper() else "cert_file"
+            raise TlsProblem(field, f"no certificate and matching key: {exc}") from None
+    return context
+
+
 def _check(config: Config, path: str) -> None:
     try:
-        parse_mqtt_url(config.mqtt.url)
+        endpoint = parse_mqtt_url(config.mqtt.url)
     except ValueError as exc:
         raise ConfigError(path, "$.mqtt.url", str(exc)) from None
+    if config.mqtt.tls != TlsConfig():
+        if not endpoint.tls:
+            raise ConfigError(
+                path, "$.mqtt.tls", "is set, but mqtt.url is mqtt://: use mqtts:// for TLS"
+            )
+        try:
+            tls_context(config.mqtt)
+        except TlsProblem as exc:
+            raise ConfigError(path, f"$.mqtt.tls.{exc.field}", exc.message) from None
     if urlsplit(config.redis.url).scheme not in ("redis", "rediss", "unix"):
         raise ConfigError(path, "$.redis.url", "scheme must be redis://, rediss:// or unix://")
     if not config.mqtt.topic:

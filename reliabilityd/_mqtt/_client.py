@@ -1,21 +1,17 @@
-"""One MQTT 3.1.1 / 5 client connection: the wire format and nothing more.
+"""One MQTT 3.1.1 / 5 client connection: an ``asyncio.Protocol`` over ``_codec``.
 
-The daemon needs a small part of MQTT: CONNECT with a persistent session,
-SUBSCRIBE at QoS 1, receiving PUBLISH, sending PUBACKs when *it* decides
-(after the Redis commit), publishing retained QoS 1 messages and waiting for
-their PUBACK, and keep-alive. This module does exactly that, as an
-``asyncio.Protocol`` that parses every complete packet of a read in one pass
-and hands received messages over in batches, so the per-message cost is a few
-slice operations; a batch's PUBACKs go out in one write, in PUBLISH order.
+The codec turns bytes into packets and packets into bytes; this module does
+the I/O and the state around it: the handshake, replies awaited by packet
+id, keep-alive, back-pressure, and received messages handed over in batches,
+so the per-message cost is the codec's few slice operations; a batch's
+PUBACKs go out in one write, in PUBLISH order.
 
 A ``Connection`` is one network connection. Packet identifiers of received
 messages belong to it: ``ack`` on a closed connection sends nothing, and a
 new connection is a new object, so a message id is never acknowledged on a
-connection that did not deliver it (the broker redelivers it instead).
-General-purpose clients were measured for this job (``make bench-ingest``):
-paho (under aiomqtt) spends its time in per-packet Python, gmqtt acknowledges
-after a coroutine per message and reconnects on its own with the same client,
-which would acknowledge old ids on the new connection.
+connection that did not deliver it (the broker redelivers it instead). A
+malformed packet from the broker ends the connection with ``MalformedPacket``
+(an ``MqttError``), like any other failure: the caller's reconnect runs.
 """
 
 from __future__ import annotations
@@ -23,152 +19,69 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import struct
 import time
 from collections import deque
 
-import msgspec
+from reliabilityd._mqtt import _codec as codec
+from reliabilityd._mqtt import _encode as encode
+from reliabilityd._mqtt._codec import ConnAck, Control, Message, PubAck, SubAck
+from reliabilityd._mqtt._errors import Closed, MalformedPacket, MqttError, Refused, TakenOver
 
-CONNECT, CONNACK, PUBLISH, PUBACK = 0x10, 0x20, 0x30, 0x40
-SUBSCRIBE, SUBACK, PINGREQ, PINGRESP, DISCONNECT = 0x82, 0x90, 0xC0, 0xD0, 0xE0
-# Received messages held at once before reading pauses (QoS 0 has no broker-side limit).
+# Received messages, and bytes of them, held at once before reading pauses.
 HIGH_WATER = 20_000
-# MQTT 5 property identifiers this client sends or reads.
-SESSION_EXPIRY, RECEIVE_MAXIMUM, SERVER_KEEP_ALIVE, REASON_STRING = 0x11, 0x21, 0x13, 0x1F
-# Value sizes of every MQTT 5 property, to walk a property block (0 = varint, -1 = string, ...).
-_U8 = (0x01, 0x17, 0x19, 0x24, 0x25, 0x28, 0x29, 0x2A)
-_U16 = (0x13, 0x21, 0x22, 0x23)
-_U32 = (0x02, 0x11, 0x18, 0x27)
-_STR = (0x03, 0x08, 0x09, 0x12, 0x15, 0x16, 0x1A, 0x1C, 0x1F)  # strings and binary data
+HIGH_WATER_BYTES = 64 << 20
+SESSION_TAKEN_OVER = 0x8E
+# Requests awaiting a reply are keyed by (packet type, packet id).
+Key = tuple[int, int]
 
 
-class MqttError(ConnectionError):
-    """The broker is unreachable, went away, or broke the protocol; reconnect and retry."""
-
-
-class Refused(MqttError):
-    """The broker refused the connection or the subscription (reason code in the message)."""
-
-
-class Message(msgspec.Struct, frozen=True, gc=False):
-    """One PUBLISH received. A struct, not a NamedTuple: a NamedTuple's
-    constructor runs in Python, and a drain makes one per message.
-    Holding only bytes and an int, it cannot be part of a cycle (``gc=False``)."""
-
-    topic: bytes
-    payload: bytes
-    mid: int  # 0 for QoS 0: nothing to acknowledge
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        n, b = divmod(n, 128)
-        out.append(b | 0x80 if n else b)
-        if not n:
-            return bytes(out)
-
-
-def _read_varint(buf: bytes | bytearray, i: int) -> tuple[int, int]:
-    """(value, next index); ValueError when malformed or incomplete."""
-    value, shift = 0, 0
-    while True:
-        b = buf[i]  # IndexError when incomplete: the caller checks lengths first
-        value |= (b & 0x7F) << shift
-        i += 1
-        if b < 0x80:
-            return value, i
-        shift += 7
-        if shift > 21:
-            raise ValueError("malformed variable byte integer")
-
-
-def _remaining_length(buf: bytes | bytearray, i: int, size: int) -> tuple[int, int]:
-    """(length, start of the body), or (0, -1) while the length's bytes are incomplete."""
-    value, shift = 0, 0
-    while i < size:
-        b = buf[i]
-        value |= (b & 0x7F) << shift
-        i += 1
-        if b < 0x80:
-            return value, i
-        shift += 7
-        if shift > 21:
-            raise ValueError("malformed remaining length")
-    return 0, -1
-
-
-def _holds_a_packet(buf: bytearray) -> bool:
-    """Whether the buffer starts with a whole packet (or a malformed length to report)."""
-    size = len(buf)
-    if size < 2:
-        return False
-    length, start = buf[1], 2
-    if length >= 0x80:
-        try:
-            length, start = _remaining_length(buf, 1, size)
-        except ValueError:
-            return True  # the parser reports it
-        if start < 0:
-            return False
-    return start + length <= size
-
-
-def _str(s: str | bytes) -> bytes:
-    raw = s.encode() if isinstance(s, str) else s
-    return struct.pack("!H", len(raw)) + raw
-
-
-def _packet(first: int, body: bytes) -> bytes:
-    return bytes([first]) + _varint(len(body)) + body
-
-
-def _properties(block: bytes) -> dict[int, int | bytes]:
-    """Numbers and strings of an MQTT 5 property block (user properties skipped)."""
-    out: dict[int, int | bytes] = {}
-    i = 0
-    while i < len(block):
-        pid = block[i]
-        i += 1
-        if pid in _U8:
-            out[pid], i = block[i], i + 1
-        elif pid in _U16:
-            out[pid], i = int.from_bytes(block[i : i + 2], "big"), i + 2
-        elif pid in _U32:
-            out[pid], i = int.from_bytes(block[i : i + 4], "big"), i + 4
-        elif pid == 0x0B:
-            out[pid], i = _read_varint(block, i)
-        elif pid in _STR:
-            n = int.from_bytes(block[i : i + 2], "big")
-            out[pid], i = bytes(block[i + 2 : i + 2 + n]), i + 2 + n
-        elif pid == 0x26:  # user property: a string pair
-            for _ in range(2):
-                i += 2 + int.from_bytes(block[i : i + 2], "big")
-        else:
-            raise ValueError(f"unknown MQTT 5 property {pid:#x}")
-    return out
+def guard_size(max_payload: int) -> int:
+    """The Maximum Packet Size sent in an MQTT 5 CONNECT: a memory guard well above
+    ``max_payload``, so that messages a little too large still arrive (to be
+    skipped and dead-lettered) and only absurd ones are left to the broker."""
+    return min(16 * max_payload + codec.HEADER_ROOM, codec.LARGEST + 5)
 
 
 class Connection(asyncio.Protocol):
     """One connection to the broker. Open it with ``connect()``."""
 
-    def __init__(self, v5: bool, reply_within: float) -> None:
+    def __init__(
+        self,
+        v5: bool,
+        reply_within: float,
+        *,
+        max_payload: int = codec.LARGEST,
+        max_inbox_bytes: int = HIGH_WATER_BYTES,
+    ) -> None:
         self.v5 = v5
         # Seconds the broker has to answer CONNECT, SUBSCRIBE and PUBLISH.
         self.reply_within = reply_within
+        self._decoder = codec.Decoder(v5, max_payload)
+        self._max_inbox_bytes = max_inbox_bytes
+        # The keep-alive the broker holds us to (its Server Keep Alive, when it
+        # sent one), and the interval this side checks the connection at.
         self.keepalive = 0
+        self._liveness = 0.0
+        # What the broker's CONNACK said (MQTT 5 capabilities; 3.1.1 has none).
+        self.session_present = False
+        self.maximum_qos = 1
+        self.retain_available = True
+        self.maximum_packet_size: int | None = None
+        self.shared_available = True
+        self.wildcard_available = True
         self._transport: asyncio.Transport | None = None
-        self._buf = bytearray()
         self._inbox: deque[Message] = deque()
+        self._held = 0  # bytes read into the inbox and not yet taken (reads, approximately)
         self._wake = asyncio.Event()
         self._paused = False
-        self._replies: dict[tuple[int, int], asyncio.Future[bytes]] = {}
+        self._replies: dict[Key, asyncio.Future[Control]] = {}
         self._next_id = 0
         self._last_in = time.monotonic()
         self._pinger: asyncio.Task[None] | None = None
         # QoS 1 publishes awaiting PUBACK, at most the broker's Receive Maximum.
         self._quota = asyncio.Semaphore(65535)
         self.error: MqttError | None = None
+        self.disconnect_reason: int | None = None  # of the broker's DISCONNECT, if it sent one
         self.closed = asyncio.Event()
         self._lost = asyncio.Event()
 
@@ -180,87 +93,47 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost.set()
-        self._fail(MqttError(f"connection to the broker lost: {exc or 'closed'}"))
+        self._fail(Closed(f"connection to the broker lost: {exc or 'closed'}"))
 
     def data_received(self, data: bytes) -> None:
         self._last_in = time.monotonic()
-        buf = self._buf
-        # Parse from immutable bytes: one copy per slice (a bytearray slice
-        # is a copy, and bytes() of it another), none when nothing was left over.
-        if buf:
-            buf += data
-            if not _holds_a_packet(buf):
-                return  # copy the buffer once a whole packet is there, not per read
-            view = bytes(buf)
-        else:
-            view = data
-        size = len(view)
-        pos = 0
         inbox = self._inbox
-        v5 = self.v5
         try:
-            while size - pos >= 2:
-                first = view[pos]
-                length = view[pos + 1]
-                start = pos + 2
-                if length >= 0x80:
-                    length, start = _remaining_length(view, pos + 1, size)
-                    if start < 0:
-                        break  # the length itself is still incomplete
-                end = start + length
-                if end > size:
-                    break
-                if first & 0xF0 == PUBLISH:
-                    tlen = (view[start] << 8) | view[start + 1]
-                    i = start + 2 + tlen
-                    topic = view[start + 2 : i]
-                    qos = (first >> 1) & 3
-                    mid = 0
-                    if qos:
-                        if qos == 2:
-                            raise ValueError("QoS 2 PUBLISH on a QoS 1 subscription")
-                        mid = (view[i] << 8) | view[i + 1]
-                        i += 2
-                    if v5:
-                        plen = view[i]  # the properties' length, nearly always one byte
-                        if plen < 0x80:
-                            i += 1 + plen
-                        else:
-                            plen, i = _read_varint(view, i)
-                            i += plen
-                    inbox.append(Message(topic, view[i:end], mid))
-                else:
-                    self._control(first, view[start:end])
-                pos = end
-        except (ValueError, IndexError) as exc:
-            self._abort(MqttError(f"malformed packet from the broker: {exc}"))
+            controls = self._decoder.feed(data, inbox)
+            for packet in controls:
+                self._control(packet)
+        except MqttError as exc:
+            self._abort(exc)
             return
-        # Keep what is left of an incomplete packet for the next read.
-        buf[:] = view[pos:]
+        except Exception as exc:  # the codec raises MalformedPacket only; never crash the loop
+            self._abort(MalformedPacket(f"malformed packet from the broker: {exc!r}"))
+            return
         if inbox:
+            self._held += len(data)
             self._wake.set()
-            if len(inbox) >= HIGH_WATER and self._transport is not None:
+            if (
+                len(inbox) >= HIGH_WATER or self._held >= self._max_inbox_bytes
+            ) and self._transport is not None:
                 self._transport.pause_reading()
                 self._paused = True
 
-    def _control(self, first: int, body: bytes) -> None:
-        kind = first & 0xF0
-        if kind == CONNACK:
-            self._reply((CONNACK, 0), body)
-        elif kind in (PUBACK, SUBACK):
-            self._reply((kind, int.from_bytes(body[:2], "big")), body)
-        elif kind == PINGRESP:
-            pass
-        elif kind == DISCONNECT:
-            reason = body[0] if body else 0
-            self._abort(MqttError(f"the broker disconnected us (reason {reason:#x})"))
-        else:
-            raise ValueError(f"unexpected packet type {first:#x}")
+    def _control(self, packet: Control) -> None:
+        if isinstance(packet, PubAck):
+            self._reply((codec.PUBACK, packet.mid), packet)
+        elif isinstance(packet, SubAck):
+            self._reply((codec.SUBACK, packet.mid), packet)
+        elif isinstance(packet, ConnAck):
+            self._reply((codec.CONNACK, 0), packet)
+        elif isinstance(packet, codec.Disconnect):
+            self.disconnect_reason = packet.code
+            reason = packet.properties.get(codec.REASON_STRING, b"")
+            text = f"the broker disconnected us (reason {packet.code:#x} {reason!r})"
+            self._abort(TakenOver(text) if packet.code == SESSION_TAKEN_OVER else Closed(text))
 
-    def _reply(self, key: tuple[int, int], body: bytes) -> None:
+    def _reply(self, key: Key, packet: Control) -> None:
         fut = self._replies.pop(key, None)
         if fut is not None and not fut.done():
-            fut.set_result(body)
+            fut.set_result(packet)
 
     # --- state ----------------------------------------------------------------
 
@@ -296,7 +169,7 @@ class Connection(asyncio.Protocol):
         assert self._transport is not None
         self._transport.write(data)
 
-    async def _request(self, key: tuple[int, int], data: bytes) -> bytes:
+    async def _request(self, key: Key, data: bytes) -> Control:
         fut = asyncio.get_running_loop().create_future()
         self._replies[key] = fut
         self._send(data)
@@ -309,8 +182,8 @@ class Connection(asyncio.Protocol):
     def _packet_id(self) -> int:
         while True:
             self._next_id = self._next_id % 65535 + 1
-            if (PUBACK, self._next_id) not in self._replies and (
-                SUBACK,
+            if (codec.PUBACK, self._next_id) not in self._replies and (
+                codec.SUBACK,
                 self._next_id,
             ) not in self._replies:
                 return self._next_id
@@ -327,69 +200,102 @@ class Connection(asyncio.Protocol):
         password: str | None,
         session_expiry: int | None,
         receive_maximum: int | None,
+        maximum_packet_size: int | None = None,
     ) -> bool:
         """CONNECT and wait for CONNACK; True when the broker kept our session."""
-        flags = 0x02 if clean else 0
-        payload = _str(client_id)
-        if username is not None:
-            flags |= 0x80
-            payload += _str(username)
-            if password is not None:
-                flags |= 0x40
-                payload += _str(password)
-        header = _str("MQTT") + bytes([5 if self.v5 else 4, flags]) + struct.pack("!H", keepalive)
-        if self.v5:
-            props = b""
-            if session_expiry is not None:
-                props += bytes([SESSION_EXPIRY]) + struct.pack("!I", session_expiry)
-            if receive_maximum is not None:
-                props += bytes([RECEIVE_MAXIMUM]) + struct.pack("!H", receive_maximum)
-            header += _varint(len(props)) + props
-        body = await self._request((CONNACK, 0), _packet(CONNECT, header + payload))
-        present, code = body[0] & 1, body[1]
-        self.keepalive = keepalive
-        reason = b""
-        if self.v5 and len(body) > 2:
-            plen, i = _read_varint(body, 2)
-            props_in = _properties(body[i : i + plen])
-            server_keepalive = props_in.get(SERVER_KEEP_ALIVE)
-            if isinstance(server_keepalive, int):
-                self.keepalive = server_keepalive
-            quota = props_in.get(RECEIVE_MAXIMUM)
-            if isinstance(quota, int) and quota > 0:
-                self._quota = asyncio.Semaphore(quota)
-            text = props_in.get(REASON_STRING, b"")
-            reason = text if isinstance(text, bytes) else b""
-        if code != 0:
-            self._abort(Refused(f"the broker refused the connection: code {code:#x} {reason!r}"))
+        data = encode.connect_packet(
+            client_id=client_id,
+            clean=clean,
+            keepalive=keepalive,
+            username=username,
+            password=password,
+            v5=self.v5,
+            session_expiry=session_expiry,
+            receive_maximum=receive_maximum,
+            maximum_packet_size=maximum_packet_size,
+        )
+        reply = await self._request((codec.CONNACK, 0), data)
+        assert isinstance(reply, ConnAck)
+        props = reply.properties
+        if reply.code != 0:
+            reason = props.get(codec.REASON_STRING, b"")
+            self._abort(
+                Refused(f"the broker refused the connection: code {reply.code:#x} {reason!r}")
+            )
             raise self._gone()
-        if self.keepalive:
+        self.session_present = reply.session_present and not clean
+        self.keepalive = keepalive
+        server_keepalive = props.get(codec.SERVER_KEEP_ALIVE)
+        if isinstance(server_keepalive, int):
+            self.keepalive = server_keepalive
+        # Server Keep Alive 0 turns the broker's check off, not ours: PINGREQ
+        # is allowed at any time, so a dead connection is still noticed.
+        self._liveness = float(self.keepalive or keepalive)
+        quota = props.get(codec.RECEIVE_MAXIMUM)
+        if isinstance(quota, int):
+            self._quota = asyncio.Semaphore(quota)
+        self.maximum_qos = min(1, int(props.get(codec.MAXIMUM_QOS, 2)))
+        self.retain_available = props.get(codec.RETAIN_AVAILABLE, 1) == 1
+        size = props.get(codec.MAXIMUM_PACKET_SIZE)
+        self.maximum_packet_size = size if isinstance(size, int) else None
+        self.shared_available = props.get(codec.SHARED_AVAILABLE, 1) == 1
+        self.wildcard_available = props.get(codec.WILDCARD_AVAILABLE, 1) == 1
+        if self._liveness:
             self._pinger = asyncio.create_task(self._ping_loop(), name="mqtt-keepalive")
-        return bool(present)
+        return self.session_present
 
-    async def subscribe(self, topic: str) -> None:
-        """SUBSCRIBE at QoS 1; Refused when the broker grants none."""
+    async def subscribe(self, topic: str, qos: int = 1) -> int:
+        """SUBSCRIBE; the QoS the broker granted (at most its Maximum QoS).
+
+        Refused when the broker grants none, or said in its CONNACK that it does
+        not take shared or wildcard subscriptions and the topic is one.
+        """
+        if topic.startswith("$share/") and not self.shared_available:
+            raise Refused(
+                f"the broker does not take shared subscriptions ({topic!r}): "
+                "its CONNACK says Shared Subscription Available 0"
+            )
+        if ("#" in topic or "+" in topic) and not self.wildcard_available:
+            raise Refused(
+                f"the broker does not take wildcard subscriptions ({topic!r}): "
+                "its CONNACK says Wildcard Subscription Available 0"
+            )
         mid = self._packet_id()
-        body = struct.pack("!H", mid) + (b"\x00" if self.v5 else b"") + _str(topic) + b"\x01"
-        reply = await self._request((SUBACK, mid), _packet(SUBSCRIBE, body))
-        i = 2
-        if self.v5:
-            plen, i = _read_varint(reply, 2)
-            i += plen
-        if reply[i] >= 0x80:
-            raise Refused(f"the broker refused the subscription to {topic!r}: {reply[i]:#x}")
+        data = encode.subscribe_packet(mid, topic, min(qos, self.maximum_qos), self.v5)
+        reply = await self._request((codec.SUBACK, mid), data)
+        assert isinstance(reply, SubAck)
+        code = reply.codes[0]
+        if code >= 0x80:
+            raise Refused(f"the broker refused the subscription to {topic!r}: {code:#x}")
+        if code > 2:
+            self._abort(MalformedPacket(f"malformed packet from the broker: SUBACK {code:#x}"))
+            raise self._gone()
+        return code
 
     async def publish(self, topic: str, payload: bytes, *, retain: bool) -> None:
         """PUBLISH at QoS 1 and wait for the broker's PUBACK.
 
         Concurrent calls are fine: beyond the broker's Receive Maximum they wait.
+        Refused, before anything is sent, for what the broker's CONNACK ruled
+        out: QoS 1 (Maximum QoS 0), retained messages, packets over its Maximum
+        Packet Size.
         """
+        if self.maximum_qos < 1:
+            raise Refused("the broker takes QoS 0 only (Maximum QoS 0): no acknowledged publish")
+        if retain and not self.retain_available:
+            raise Refused(f"the broker keeps no retained messages (Retain Available 0): {topic!r}")
         async with self._quota:
             mid = self._packet_id()
-            body = _str(topic) + struct.pack("!H", mid) + (b"\x00" if self.v5 else b"") + payload
-            reply = await self._request((PUBACK, mid), _packet(PUBLISH | 0x02 | int(retain), body))
-        if len(reply) > 2 and reply[2] >= 0x80:
-            raise Refused(f"the broker refused the message on {topic!r}: {reply[2]:#x}")
+            data = encode.publish_packet(topic, payload, mid, retain=retain, v5=self.v5)
+            if self.maximum_packet_size is not None and len(data) > self.maximum_packet_size:
+                raise Refused(
+                    f"a {len(data)}-byte PUBLISH on {topic!r} exceeds the broker's Maximum "
+                    f"Packet Size ({self.maximum_packet_size})"
+                )
+            reply = await self._request((codec.PUBACK, mid), data)
+        assert isinstance(reply, PubAck)
+        if reply.code >= 0x80:
+            raise Refused(f"the broker refused the message on {topic!r}: {reply.code:#x}")
 
     async def take(self, limit: int) -> list[Message]:
         """Up to ``limit`` received messages in arrival order; waits for the first.
@@ -410,10 +316,19 @@ class Connection(asyncio.Protocol):
         if len(inbox) <= limit:
             batch = list(inbox)
             inbox.clear()
+            self._held = 0
         else:
             batch = [inbox.popleft() for _ in range(limit)]
-        if self._paused and len(inbox) < HIGH_WATER // 2 and self._transport is not None:
+            # The bytes read are not kept per message: take the batch's share.
+            self._held -= self._held * limit // (limit + len(inbox))
+        if (
+            self._paused
+            and len(inbox) < HIGH_WATER // 2
+            and self._held < self._max_inbox_bytes // 2
+            and self._transport is not None
+        ):
             self._paused = False
+            self._last_in = time.monotonic()  # the silence while paused was ours
             self._transport.resume_reading()
         return batch
 
@@ -421,6 +336,16 @@ class Connection(asyncio.Protocol):
     def waiting(self) -> int:
         """Messages received and not yet taken."""
         return len(self._inbox)
+
+    @property
+    def skipped(self) -> int:
+        """Messages received without their body (over ``max_payload``), so far."""
+        return self._decoder.skipped
+
+    @property
+    def paused(self) -> bool:
+        """Whether reading is paused because too much waits to be taken."""
+        return self._paused
 
     def wake(self) -> None:
         """Make a waiting ``take()`` return."""
@@ -433,20 +358,32 @@ class Connection(asyncio.Protocol):
         """
         if self.error is not None or self._transport is None:
             return
-        # Each PUBACK is 0x40 0x02 and the 2-byte id: one 32-bit word.
-        words = [0x40020000 | m.mid for m in batch if m.mid]
-        if words:
-            self._transport.write(struct.pack(f">{len(words)}I", *words))
+        data = encode.pubacks(batch)
+        if data:
+            self._transport.write(data)
 
     async def _ping_loop(self) -> None:
-        interval = max(self.keepalive / 2, 0.5)
+        """PINGREQ every half keep-alive; a silence longer than the keep-alive is a
+        dead connection, noticed within 1.25 keep-alive of the last byte received."""
+        every = self._liveness
+        tick = every / 4
+        last_ping = time.monotonic()
         while self.error is None:
-            await asyncio.sleep(interval)
-            if time.monotonic() - self._last_in > 1.5 * self.keepalive + interval:
-                self._abort(MqttError(f"no data from the broker for {1.5 * self.keepalive} s"))
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            if self._paused:
+                # Not reading: the broker's bytes (PINGRESP too) wait in the socket.
+                self._last_in = now
+            silent = now - self._last_in
+            if silent > every:
+                self._abort(
+                    MqttError(f"no data from the broker for {silent:.1f} s (keep-alive {every} s)")
+                )
                 return
-            with contextlib.suppress(MqttError):
-                self._send(bytes([PINGREQ, 0]))
+            if now - last_ping >= every / 2 - tick / 2:
+                last_ping = now
+                with contextlib.suppress(MqttError):
+                    self._send(encode.PINGREQ_PACKET)
 
     async def close(self) -> None:
         """DISCONNECT (the session stays as configured) and close the socket."""
@@ -454,7 +391,7 @@ class Connection(asyncio.Protocol):
             return
         if self.error is None:
             with contextlib.suppress(MqttError):
-                self._send(bytes([DISCONNECT, 0]))
+                self._send(encode.DISCONNECT_PACKET)
             self._fail(MqttError("the connection was closed"))
             # The broker closes its side once it has read the DISCONNECT, so
             # everything before it (the last PUBACKs) has been read too;
@@ -481,14 +418,20 @@ async def connect(
     username: str | None = None,
     password: str | None = None,
     tls: ssl.SSLContext | None = None,
+    server_name: str | None = None,
     receive_maximum: int | None = None,
     reply_within: float = 10.0,
+    max_payload: int = 1 << 20,
+    max_inbox_bytes: int = HIGH_WATER_BYTES,
 ) -> Connection:
     """Open a connection and complete the handshake; MqttError on failure.
 
     ``persistent`` asks for a session the broker keeps (MQTT 5: for
     ``session_expiry`` seconds after a disconnect); ``tls`` is the context to
-    wrap the socket in, or None for plain TCP.
+    wrap the socket in, or None for plain TCP, ``server_name`` the name the
+    broker's certificate must carry when not ``host``. A message whose
+    payload exceeds ``max_payload`` is taken as ``Skipped`` (no payload);
+    MQTT 5 asks the broker for packets of at most ``guard_size(max_payload)``.
     """
     loop = asyncio.get_running_loop()
     try:
@@ -496,7 +439,13 @@ async def connect(
         # just as the connection is made, drops the new transport unclosed.
         async with asyncio.timeout(reply_within):
             _, conn = await loop.create_connection(
-                lambda: Connection(v5, reply_within), host, port, ssl=tls
+                lambda: Connection(
+                    v5, reply_within, max_payload=max_payload, max_inbox_bytes=max_inbox_bytes
+                ),
+                host,
+                port,
+                ssl=tls,
+                server_hostname=(server_name or host) if tls is not None else None,
             )
     except (OSError, TimeoutError) as exc:
         raise MqttError(f"cannot reach the broker at {host}:{port}: {exc}") from None
@@ -509,6 +458,7 @@ async def connect(
             password=password,
             session_expiry=session_expiry if (v5 and persistent) else None,
             receive_maximum=receive_maximum if v5 else None,
+            maximum_packet_size=guard_size(max_payload) if v5 else None,
         )
     except BaseException:
         await conn.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from reliabilityd.backoff import Backoff
 from reliabilityd.broker import Connection, MqttError, connect
@@ -19,6 +20,7 @@ __all__ = ["Publisher"]
 BACKOFF_START = 0.2
 BACKOFF_MAX = 15.0
 TIMEOUT = 10.0
+STABLE = 2 * BACKOFF_MAX
 
 
 class Publisher:
@@ -41,7 +43,7 @@ class Publisher:
         conn = self._conn
         if conn is None or not conn.is_open:
             raise MqttError("the publisher is not connected to the broker")
-        await conn.publish(topic, payload, retain=retain)
+        await conn.publish(topic, payload, retain=retain and conn.retain_available)
 
     def publish(self, topic: str, payload: bytes, *, retain: bool = True) -> None:
         self._pending[topic] = (payload, retain)
@@ -51,17 +53,23 @@ class Publisher:
         pace = Backoff(BACKOFF_START, BACKOFF_MAX)
         while not stop.is_set():
             conn: Connection | None = None
+            connected_at: float | None = None
             try:
                 conn = await connect(
                     self.config, identifier=self.identifier, persistent=False, reply_within=TIMEOUT
                 )
-                pace.reset()
+                connected_at = time.monotonic()
                 self._conn = conn
+                if not conn.retain_available:
+                    # Retained or not is the broker's call; a state nobody
+                    # keeps still reaches whoever is subscribed now.
+                    emit(logging.WARNING, "publisher_no_retain", identifier=self.identifier)
                 while not stop.is_set():
                     while self._pending:
                         topic = next(iter(self._pending))
                         payload, retain = self._pending[topic]
-                        await conn.publish(topic, payload, retain=retain)
+                        keep = retain and conn.retain_available
+                        await conn.publish(topic, payload, retain=keep)
                         # A newer payload may have arrived meanwhile: keep it.
                         if self._pending.get(topic) == (payload, retain):
                             del self._pending[topic]
@@ -70,6 +78,10 @@ class Publisher:
                     if not conn.is_open:
                         raise MqttError(str(conn.error or "the connection was closed"))
             except MqttError as exc:
+                # Reset the pace only after a connection that lasted: one taken
+                # over at once (another client with this id) must not spin.
+                if connected_at is not None and time.monotonic() - connected_at >= STABLE:
+                    pace.reset()
                 emit(logging.WARNING, "publisher_disconnected", error=exc)
             finally:
                 self._conn = None

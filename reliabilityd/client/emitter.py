@@ -20,8 +20,8 @@ their PUBACK at once (and never more than the broker's Receive Maximum);
 ``flush`` waits until everything accepted is acknowledged, and ``close`` (or
 leaving the ``with`` block) flushes first.
 
-A background thread runs the connection (``reliabilityd.mqtt_client``) on
-its own event loop, so the same object serves plain code (``with
+A loop thread (``client._bridge``) runs the connection
+(``reliabilityd._mqtt``), so the same object serves plain code (``with
 Emitter(url) as e``) and asyncio code (``async with Emitter(url) as e`` and
 ``await e.aemit(...)``). The session is clean: everything worth resending is
 in this process's memory, so the broker keeps nothing for an emitter that
@@ -34,48 +34,25 @@ import asyncio
 import concurrent.futures
 import contextlib
 import itertools
-import os
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable
 from types import TracebackType
-from typing import Any, Literal, TypedDict, TypeVar, Unpack
-
-import msgspec
+from typing import Literal, TypeVar, Unpack
 
 from reliabilityd.backoff import Backoff
 from reliabilityd.broker import Connection, MqttError, Refused, connect
 from reliabilityd.client._bridge import LoopThread
-from reliabilityd.config import MqttConfig, parse_mqtt_url
+from reliabilityd.client._encode import EventExtras, encode_event
+from reliabilityd.config import MqttConfig, TlsConfig, parse_mqtt_url, tls_context
 from reliabilityd.errors import ReliabilitydError
-from reliabilityd.events import Outcome, TrialEvent, validate
+from reliabilityd.events import Outcome
 
 T = TypeVar("T")
 
 DEFAULT_TOPIC = "reliability/trials/emit"
-_OUTCOMES = ("pass", "fail", "error", "skip")
-
-
-# uuid4's version (4) and variant (RFC 4122) bits, set on 128 random bits.
-_UUID4_KEEP = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
-_UUID4_SET = (4 << 76) | (0x8000 << 48)
-
-
-def _uuid4_hex() -> str:
-    """``uuid.uuid4().hex`` without building a UUID object (a third of emit's time)."""
-    return f"{int.from_bytes(os.urandom(16)) & _UUID4_KEEP | _UUID4_SET:032x}"
-
-
-class EventExtras(TypedDict, total=False):
-    """An event's optional fields, as ``emit`` and ``aemit`` take them."""
-
-    trial: str | None  # unique per (suite, task); default: a new UUID
-    ts: float | None  # Unix seconds; default: now
-    labels: dict[str, Any] | None
-    # Also record the trial in the suite's import ledger (see ``TrialEvent.ledger``).
-    ledger: bool
 
 
 class EmitterError(ReliabilitydError):
@@ -92,7 +69,7 @@ class Emitter:
     ``reconnect_delay`` caps the wait between connection attempts (capped
     exponential backoff from a tenth of a second); ``protocol`` pins the MQTT
     version, else 5 is tried first and 3.1.1 when the broker refuses 5;
-    ``keepalive`` is the MQTT keep-alive in seconds.
+    ``keepalive`` is the MQTT keep-alive in seconds; ``tls`` is ``[mqtt.tls]``, for mqtts://.
     """
 
     def __init__(
@@ -110,6 +87,7 @@ class Emitter:
         reconnect_delay: float = 1.0,
         protocol: Literal["5", "3.1.1"] | None = None,
         keepalive: int = 30,
+        tls: TlsConfig | None = None,
     ) -> None:
         if max_pending < 1 or batch_size < 1 or max_inflight < 1:
             raise ValueError("max_pending, batch_size and max_inflight must be at least 1")
@@ -118,6 +96,11 @@ class Emitter:
         if protocol not in (None, "5", "3.1.1"):
             raise ValueError(f"protocol must be '5' or '3.1.1', got {protocol!r}")
         self.endpoint = parse_mqtt_url(mqtt_url)
+        self.tls = tls or TlsConfig()
+        if tls is not None and not self.endpoint.tls:
+            raise ValueError("tls is set, but the URL is mqtt://: use mqtts:// for TLS")
+        if tls is not None:
+            tls_context(MqttConfig(url=mqtt_url, tls=tls))  # TlsProblem is a ValueError
         self.url = mqtt_url
         self.topic = topic
         self.client_id = client_id or f"reliabilityd-emitter-{uuid.uuid4().hex[:12]}"
@@ -221,7 +204,7 @@ class Emitter:
         Raises ValueError for an event the daemon would reject, EmitterFull
         when the queue stays full for ``block_timeout`` seconds.
         """
-        encoded, trial_id = self._encode(suite, task, outcome, **extras)
+        encoded, trial_id = encode_event(suite, task, outcome, **extras)
         self._accept(encoded, self.block_timeout)
         return trial_id
 
@@ -229,7 +212,7 @@ class Emitter:
         self, suite: str, task: str, outcome: Outcome, **extras: Unpack[EventExtras]
     ) -> str:
         """``emit`` for asyncio code: a full queue is awaited, not blocked on."""
-        encoded, trial_id = self._encode(suite, task, outcome, **extras)
+        encoded, trial_id = encode_event(suite, task, outcome, **extras)
         if not self._accept(encoded, 0.0, raise_full=False):
             await asyncio.to_thread(self._accept, encoded, self.block_timeout)
         return trial_id
@@ -261,34 +244,6 @@ class Emitter:
     def acknowledged(self) -> int:
         """Events the broker has acknowledged since this emitter started."""
         return self._acked
-
-    def _encode(
-        self,
-        suite: str,
-        task: str,
-        outcome: str,
-        *,
-        trial: str | None = None,
-        ts: float | None = None,
-        labels: dict[str, Any] | None = None,
-        ledger: bool = False,
-    ) -> tuple[bytes, str]:
-        if outcome not in _OUTCOMES:
-            raise ValueError(f"outcome must be one of {', '.join(_OUTCOMES)}, got {outcome!r}")
-        trial_id = trial if trial is not None else _uuid4_hex()
-        event = TrialEvent(
-            suite=suite,
-            task=task,
-            trial=trial_id,
-            outcome=outcome,  # type: ignore[arg-type]  # checked above
-            ts=time.time() if ts is None else ts,
-            labels=labels,
-            ledger=ledger,
-        )
-        problem = validate(event)
-        if problem:
-            raise ValueError(problem)
-        return msgspec.json.encode(event), trial_id
 
     def _accept(self, encoded: bytes, timeout: float, *, raise_full: bool = True) -> bool:
         if self._bridge is None:
@@ -402,7 +357,9 @@ class Emitter:
         versions: list[Literal["5", "3.1.1"]] = [self.protocol] if self.protocol else ["5", "3.1.1"]
         error: MqttError | None = None
         for version in versions:
-            config = MqttConfig(url=self.url, protocol=version, keepalive=self.keepalive)
+            config = MqttConfig(
+                url=self.url, protocol=version, keepalive=self.keepalive, tls=self.tls
+            )
             try:
                 conn = await connect(config, identifier=self.client_id, persistent=False)
             except MqttError as exc:

@@ -44,4 +44,31 @@ async def _check(config: Config, store: Store) -> int:
         )
         return 1
     print(f"healthy: instance {instance!r} beat {age:.1f} s ago")
+    for line in _mqtt_notes(info.get("mqtt"), config.mqtt.client_id):
+        print(line)
     return 0
+
+
+def _mqtt_notes(watch: object, client_id: str) -> list[str]:
+    """What ``check`` says of the broker session, from the heartbeat's ``mqtt`` part."""
+    if not isinstance(watch, dict):
+        return []
+    notes = []
+    lost, taken = watch.get("sessions_lost") or 0, watch.get("takeovers") or 0
+    if lost:
+        notes.append(
+            f"warning: the broker had lost this instance's MQTT session on {lost} reconnect(s), "
+            f"last {_ago(watch.get('session_lost_at'))}: the QoS 1 messages it had queued are "
+            "gone (check the broker's persistence and mqtt.session_expiry)"
+        )
+    if taken:
+        notes.append(
+            f"warning: the MQTT session of client id {client_id!r} was taken over {taken} "
+            f"time(s), last {_ago(watch.get('taken_over_at'))}: another client connects with "
+            "this mqtt.client_id"
+        )
+    return notes
+
+
+def _ago(at: object) -> str:
+    return f"{time.time() - at:.0f} s ago" if isinstance(at, int | float) else "at an unknown time"

@@ -39,6 +39,7 @@ from reliabilityd.errors import ConfigError
 from reliabilityd.events import Rejected, TrialEvent, decode_many
 from reliabilityd.logs import RateLimited, emit
 from reliabilityd.sources import configured as configured_sources
+from reliabilityd.sources import mqtt
 from reliabilityd.store import Applied, Store, StreamCursor, connect
 
 T = TypeVar("T")
@@ -76,8 +77,13 @@ class Daemon:
         self.http_listening = asyncio.Event()
         self.http = sinks.Http()
         configured = sinks.configured(config, self.store, self.publisher, self.http)
+        # What the MQTT consumer saw of its broker session (lost, taken over).
+        self.mqtt_watch = mqtt.Watch()
         self.metrics = Metrics(
-            sinks=configured, is_paused=self.is_paused, last_commit_at=lambda: self.last_commit_at
+            sinks=configured,
+            is_paused=self.is_paused,
+            last_commit_at=lambda: self.last_commit_at,
+            mqtt_watch=self.mqtt_watch,
         )
         self.sinks = self.metrics.count_sink_failures(configured)
         self.outbox = Outbox(config, self.store, self.sinks, self.instance)
@@ -134,9 +140,19 @@ class Daemon:
             self.health.ok("ingest")
             return result
 
-    def decode(self, payloads: Sequence[tuple[bytes, str]]) -> Decoded:
-        """Decode a batch of (payload, source) pairs: good events by suite, the rejected."""
-        good, rejected = decode_many(payloads, self.config.ingest.max_payload)
+    def decode(
+        self, payloads: Sequence[tuple[bytes, str]], skipped: Sequence[tuple[int, str]] = ()
+    ) -> Decoded:
+        """Decode a batch of (payload, source) pairs: good events by suite, the rejected.
+
+        ``skipped`` are the (size, source) of messages whose bodies were not
+        read (over ``ingest.max_payload``): each is dead-lettered with its size.
+        """
+        limit = self.config.ingest.max_payload
+        good, rejected = decode_many(payloads, limit)
+        for size, source in skipped:
+            reason = f"payload of {size} bytes exceeds ingest.max_payload ({limit}): not read"
+            rejected.append((Rejected(b"", reason), source))
         by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
         for event in good:
             by_suite[event.suite].append(event)
@@ -268,6 +284,7 @@ class Daemon:
                         "committed_events": self.committed_events,
                         "paused_since": since,
                         "redis_error": self.health.reason if since is not None else None,
+                        "mqtt": self.mqtt_watch.info() if self.config.mqtt.enabled else None,
                     },
                 )
             except REDIS_ERRORS as exc:
@@ -304,7 +321,9 @@ class Daemon:
                         decode=self.decode,
                         commit_decoded=self.commit_decoded,
                         commit=self.commit,
+                        max_payload=cfg.ingest.max_payload,
                         subscribed=self.subscribed,
+                        watch=self.mqtt_watch,
                     )
                 ]
                 loops: dict[str, Callable[[], Awaitable[None]]] = {

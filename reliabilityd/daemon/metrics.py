@@ -25,12 +25,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import msgspec
 import redis.exceptions
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from reliabilityd.alerting.notify import parse_time
 from reliabilityd.alerting.rules import AlertState, Rule
 from reliabilityd.alerting.sinks import Note, Sink
+from reliabilityd.sources.mqtt import Watch
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Applied, Store
 
@@ -140,6 +141,38 @@ class SuiteCollector(Collector):
         yield outbox
 
 
+class MqttCollector(Collector):
+    """The MQTT consumer's session counters, read from its ``Watch`` at scrape time."""
+
+    def __init__(self, watch: Watch) -> None:
+        self.watch = watch
+
+    def collect(self) -> Iterator[Metric]:
+        w = self.watch
+        for name, text, value in (
+            (
+                "reliabilityd_mqtt_sessions_lost",
+                "Reconnects on which the broker no longer had this process's persistent session"
+                " (the QoS 1 messages it had queued are lost)",
+                w.sessions_lost,
+            ),
+            (
+                "reliabilityd_mqtt_takeovers",
+                "Connections ended because another client took the session over (DISCONNECT"
+                " 0x8E, or closed right after CONNACK)",
+                w.takeovers,
+            ),
+            (
+                "reliabilityd_mqtt_skipped",
+                "MQTT messages over ingest.max_payload, acknowledged and dead-lettered unread",
+                w.skipped,
+            ),
+        ):
+            family = CounterMetricFamily(name, text)
+            family.add_metric([], float(value))
+            yield family
+
+
 async def read_view(store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -> SuiteView:
     """The newest snapshot of every suite, every alert state and outbox depth."""
     suites = await store.reads.suites()
@@ -177,6 +210,7 @@ class Metrics:
         sinks: Iterable[str] = (),
         is_paused: Callable[[], bool] = lambda: False,
         last_commit_at: Callable[[], float] = time.time,
+        mqtt_watch: Watch | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -241,6 +275,7 @@ class Metrics:
         age.set_function(lambda: max(0.0, time.time() - last_commit_at()))
         self.suites = SuiteCollector()
         r.register(self.suites)
+        r.register(MqttCollector(mqtt_watch or Watch()))
 
     # --- hooks the daemon calls --------------------------------------------
 

@@ -11,7 +11,7 @@ lives with the daemon's HTTP port.)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
@@ -38,10 +38,12 @@ def configured(
     store: Store,
     instance: str,
     *,
-    decode: Callable[[Sequence[tuple[bytes, str]]], D],
+    decode: mqtt.Decode[D],
     commit_decoded: Callable[[D, asyncio.Event], Awaitable[None]],
     commit: streams.Commit,
+    max_payload: int,
     subscribed: asyncio.Event | None = None,
+    watch: mqtt.Watch | None = None,
 ) -> list[Source]:
     """The sources ``config`` turns on, wired to the daemon's decode and commit.
 
@@ -57,7 +59,9 @@ def configured(
             decode,
             commit_decoded,
             max_batch=batch,
+            max_payload=max_payload,
             subscribed=subscribed,
+            watch=watch,
         )
         out.append(Source("mqtt-consumer", run))
     if config.stream.enabled:

@@ -59,7 +59,7 @@ def test_the_emitter_publishes_without_them(mosquitto: Mosquitto) -> None:
 
 
 @pytest.mark.parametrize(
-    ("what", "needs"), [("ingest", "gmqtt and aiomqtt"), ("import", "aiomqtt")]
+    ("what", "needs"), [("ingest", "gmqtt, aiomqtt, paho-mqtt"), ("import", "aiomqtt")]
 )
 def test_a_benchmark_without_its_baselines_says_so_in_one_line(what: str, needs: str) -> None:
     proc = run_without_dev_clients(

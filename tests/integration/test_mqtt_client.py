@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from reliabilityd.broker import Connection, Message, MqttError, connect
-from reliabilityd.config import MqttConfig
+from reliabilityd.config import MqttConfig, TlsConfig
 from reliabilityd.sources.mqtt import consume
 from tests.support.helpers import wait_until
 from tests.support.servers import Mosquitto, free_port
@@ -241,13 +241,14 @@ async def test_tls_and_credentials_from_an_mqtts_url(
     tls_broker: tuple[int, Path], prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """mqtts://user:password@host:port verifies the broker's certificate and logs in."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     port, ca = tls_broker
     url = f"mqtts://agent:s3cr3t@127.0.0.1:{port}"
     cfg = MqttConfig(url=url, topic=f"{prefix}/t", client_id=f"{prefix}-c")
     # Without our CA the certificate is not trusted: no connection.
     with pytest.raises(MqttError, match="CERTIFICATE_VERIFY_FAILED"):
         await connect(cfg, identifier=cfg.client_id, persistent=False)
-    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    cfg = msgspec.structs.replace(cfg, tls=TlsConfig(ca_file=str(ca)))
     wrong = msgspec.structs.replace(cfg, url=f"mqtts://agent:nope@127.0.0.1:{port}")
     with pytest.raises(MqttError, match="refused"):
         await connect(wrong, identifier=cfg.client_id, persistent=False)
@@ -279,7 +280,7 @@ async def test_the_consumer_overlaps_decoding_with_a_commit_and_acknowledges_in_
     batches: list[list[bytes]] = []
     gates = [asyncio.Event() for _ in range(10)]
 
-    def decode(items: Sequence[tuple[bytes, str]]) -> int:
+    def decode(items: Sequence[tuple[bytes, str]], skipped: Sequence[tuple[int, str]]) -> int:
         batches.append([payload for payload, _ in items])
         log.append(("decode", len(batches) - 1))
         return len(batches) - 1
