@@ -37,6 +37,7 @@ side: nothing is extrapolated.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TypedDict
 
 import msgspec
 import numpy as np
@@ -50,6 +51,7 @@ from reliabilityd.stats.intervals import interval as value_interval
 __all__ = [
     "DEFAULT_MIN_SHARED",
     "PER_TASK_LIMIT",
+    "CompareOptions",
     "Comparison",
     "Difference",
     "MovedTask",
@@ -169,6 +171,17 @@ class Comparison(msgspec.Struct, frozen=True, omit_defaults=True):
         """The moved tasks whose value fell, most first."""
         rows = sorted((m for m in self.moved if m.change < 0), key=lambda m: (m.change, m.task))
         return rows if top is None else rows[:top]
+
+
+class CompareOptions(TypedDict, total=False):
+    """``compare()``'s keyword options, for APIs that pass them through (``Client.compare``)."""
+
+    confidence: float
+    n_boot: int
+    seed: int
+    interval: str
+    min_shared: int
+    top: int
 
 
 def _check_args(
