@@ -72,7 +72,7 @@ study-pages: $(STAMP)
 	$(PY) -m studies.pages
 
 ## The compare study: coverage of the paired difference interval and false "worse" verdicts
-## (docs/statistics.md); about 12 minutes on a busy 2-core machine.
+## (docs/statistics.md); about 8 minutes on a shared 2-core machine.
 study-compare: $(STAMP)
 	$(PY) -m studies.compare --out compare.jsonl
 
