@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: demo test check lint typecheck unit bench bench-stats bench-ci bench-ingest bench-import bench-http \
-	study-pages study-coverage servers clean
+	study-pages study-coverage study-compare servers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,11 @@ bench-import: $(STAMP) servers
 ## False pages per day and detection delay of the alert rules (pagesim), as a README table.
 study-pages: $(STAMP)
 	$(PY) -m studies.pages
+
+## The compare study: coverage of the paired difference interval and false "worse" verdicts
+## (docs/statistics.md); about 8 minutes on a shared 2-core machine.
+study-compare: $(STAMP)
+	$(PY) -m studies.compare --out compare.jsonl
 
 bench-http: $(STAMP) servers
 	$(PY) -m benchmarks.bench_http

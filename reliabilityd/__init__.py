@@ -6,6 +6,8 @@ The statistics core is importable on its own::
     from reliabilityd import estimate
     pass_hat_k(5, 3, 2)                      # 0.3, never the plug-in 0.36
     estimate([(5, 3), (5, 5)], k=2).ci       # cluster-bootstrap CI over tasks
+    compare(old, new, k=5).difference().ci   # paired CI of new - old ({task: (n, c)} each)
+    assert_pass_hat_k(tasks, 5, 0.8)         # AssertionError unless the lower bound is >= 0.8
 
 ``Emitter`` publishes trial events from agents (imported on first use, so
 the statistics core stays free of MQTT)::
@@ -18,8 +20,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from reliabilityd.stats.compare import Comparison, Difference, Side, compare
 from reliabilityd.stats.estimate import Estimate, estimate, estimate_metrics
 from reliabilityd.stats.estimators import pass_at_k, pass_hat_k
+from reliabilityd.stats.gate import assert_pass_hat_k
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.intervals import INTERVALS
 from reliabilityd.stats.lottery import LotteryCase, lottery_cases
@@ -28,10 +32,15 @@ __all__ = [
     "INTERVALS",
     "AsyncClient",
     "Client",
+    "Comparison",
+    "Difference",
     "Emitter",
     "Estimate",
     "Histogram",
     "LotteryCase",
+    "Side",
+    "assert_pass_hat_k",
+    "compare",
     "estimate",
     "estimate_metrics",
     "lottery_cases",

@@ -1,4 +1,16 @@
-"""What every verb shares: loading the config, the Redis options, argument types."""
+"""What every verb shares: the exit codes, loading the config, the Redis options, argument types.
+
+One exit-code table for the whole command line (docs/querying.md):
+
+====  ==================================================================
+0     success, or the gate passed
+1     a failing verdict (the gate failed, the daemon is unhealthy), or the
+      command could not do what was asked (no such task, declined)
+2     usage or configuration error (argparse's own code too)
+3     undecided: the data cannot decide yet, or the number is UNKNOWN
+4     Redis or the MQTT broker unreachable or unusable
+====  ==================================================================
+"""
 
 from __future__ import annotations
 
@@ -7,7 +19,24 @@ import sys
 
 from reliabilityd.config import Config
 
-__all__ = ["Exit", "add_redis_options", "load_config", "positive", "say"]
+__all__ = [
+    "EXIT_FAIL",
+    "EXIT_OK",
+    "EXIT_UNDECIDED",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "Exit",
+    "add_redis_options",
+    "load_config",
+    "positive",
+    "say",
+]
+
+EXIT_OK = 0
+EXIT_FAIL = 1
+EXIT_USAGE = 2
+EXIT_UNDECIDED = 3
+EXIT_UNREACHABLE = 4
 
 
 class Exit(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from reliabilityd.cli._common import load_config, say
+from reliabilityd.cli._common import EXIT_UNREACHABLE, EXIT_USAGE, load_config, say
 
 __all__ = ["add_parsers"]
 
@@ -58,7 +58,7 @@ def _emit(args: argparse.Namespace) -> int:
             topic = topic[:-1] + "emit"  # a topic the daemon's subscription covers
         if "+" in topic or "#" in topic:
             say(f"emit: cannot publish to {topic!r}; give --topic")
-            return 2
+            return EXIT_USAGE
     else:
         url = args.mqtt or os.environ.get("RELIABILITYD_MQTT_URL") or cfg.mqtt.url
         topic = args.topic or DEFAULT_TOPIC
@@ -66,9 +66,12 @@ def _emit(args: argparse.Namespace) -> int:
         with Emitter(url, topic=topic, connect_timeout=args.timeout) as emitter:
             trial = emitter.emit(args.suite, args.task, args.outcome, trial=args.trial)
             emitter.flush(args.timeout)
-    except (EmitterError, ValueError) as exc:
+    except EmitterError as exc:
         say(f"emit: {exc}")
-        return 1
+        return EXIT_UNREACHABLE
+    except ValueError as exc:
+        say(f"emit: {exc}")
+        return EXIT_USAGE
     print(trial)
     return 0
 
@@ -116,4 +119,4 @@ def _import(args: argparse.Namespace) -> int:
         return exc.exit_code
     except (OSError, RedisError) as exc:
         say(f"import: cannot reach Redis at {url}: {exc}")
-        return 1
+        return EXIT_UNREACHABLE

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 
 from reliabilityd.cli import forecast as forecast_verb
-from reliabilityd.cli._common import add_redis_options, load_config, positive, say
+from reliabilityd.cli._common import (
+    EXIT_UNREACHABLE,
+    add_redis_options,
+    load_config,
+    positive,
+    say,
+)
 
 __all__ = ["add_parsers"]
 
@@ -94,4 +100,4 @@ def _query(args: argparse.Namespace) -> int:
         return asyncio.run(run())
     except redis.exceptions.RedisError as exc:
         say(f"Redis at {url} answered: {exc}")
-        return 1
+        return EXIT_UNREACHABLE

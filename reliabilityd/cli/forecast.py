@@ -52,11 +52,11 @@ async def forecast(
     hours: float = HOURS,
     out: Callable[[str], None] = print,
 ) -> int:
-    """Print each (suite, rule)'s expected false pages per day; 0, or 1 when none could be."""
+    """Print each (suite, rule)'s expected false pages per day; 2 when no rule is configured."""
     rules = config.rules()
     if not rules:
         out("no alert rule is configured: give the daemon's config with -c")
-        return 1
+        return 2  # a configuration error (EXIT_USAGE)
     suites = [suite] if suite is not None else await store.reads.suites()
     printed = 0
     for name in suites:

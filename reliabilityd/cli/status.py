@@ -113,7 +113,7 @@ async def status(
     if suite is not None:
         if suite not in suites:
             print(f"reliabilityd: no suite named {suite!r} in Redis", file=sys.stderr)
-            return 1
+            return 2  # a usage error (EXIT_USAGE): the suite named does not exist
         suites = [suite]
     now = time.time()
     summaries = [await client.summary(s) for s in suites]

@@ -11,6 +11,7 @@ not only the configured ones.
         rel.suites()                       # ['deploy-bot', ...]
         rel.snapshot("deploy-bot")         # the daemon's last Snapshot, or None
         rel.estimate("deploy-bot", 8)      # pass^8 with its CI, computed now
+        rel.compare("bot-v1", "bot-v2", 5) # paired candidate - baseline over shared tasks
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import msgspec
 
 from reliabilityd.alerting.rules import AlertState
 from reliabilityd.client._bridge import LoopThread
+from reliabilityd.stats.compare import CompareOptions, Comparison, Side, compare
 from reliabilityd.stats.estimate import Estimate, EstimateOptions, estimate
 from reliabilityd.stats.estimators import Metric
 from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
@@ -92,6 +94,31 @@ class AsyncClient:
         state = await self.store.reads.read_state(suite)
         return estimate(state.hist, k, metric, **options)
 
+    async def compare(
+        self,
+        baseline: str | Side,
+        candidate: str | Side,
+        k: int,
+        metric: Metric = "pass^k",
+        **options: Unpack[CompareOptions],
+    ) -> Comparison:
+        """candidate - baseline in pass^k and pass@k over the tasks both sides have.
+
+        A side is a suite name or a ``Side``. Reads every task of both sides
+        (a tool, not a hot path). ``options`` are ``compare()``'s: confidence,
+        n_boot, seed, interval, min_shared, top.
+        """
+        sides = [s if isinstance(s, Side) else Side(s) for s in (baseline, candidate)]
+        counts = [await self.store.reads.task_counts(side.suite) for side in sides]
+        return compare(
+            counts[0],
+            counts[1],
+            k,
+            metric,
+            names=(sides[0].label, sides[1].label),
+            **options,
+        )
+
     async def tasks(self, suite: str) -> dict[str, tuple[int, int]]:
         """Every task's (n trials, c passes). Reads the whole suite: a tool, not a hot path."""
         return await self.store.reads.task_counts(suite)
@@ -155,6 +182,16 @@ class Client:
         self, suite: str, k: int, metric: Metric = "pass^k", **options: Unpack[EstimateOptions]
     ) -> Estimate:
         return self._bridge.call(self._async.estimate(suite, k, metric, **options))
+
+    def compare(
+        self,
+        baseline: str | Side,
+        candidate: str | Side,
+        k: int,
+        metric: Metric = "pass^k",
+        **options: Unpack[CompareOptions],
+    ) -> Comparison:
+        return self._bridge.call(self._async.compare(baseline, candidate, k, metric, **options))
 
     def tasks(self, suite: str) -> dict[str, tuple[int, int]]:
         return self._bridge.call(self._async.tasks(suite))

@@ -9,11 +9,16 @@ from reliabilityd.config import Config
 from reliabilityd.daemon._recompute import REDIS_ERRORS
 from reliabilityd.store import Store, connect
 
-__all__ = ["check"]
+__all__ = ["UNREACHABLE", "check"]
+
+# The command line's exit code for "Redis unreachable or unusable"
+# (reliabilityd.cli._common.EXIT_UNREACHABLE; the daemon layer cannot import it).
+UNREACHABLE = 4
 
 
 async def check(config: Config) -> int:
-    """0 when this instance's heartbeat is fresh and its ingest is not paused, 1 otherwise."""
+    """0 when this instance's heartbeat is fresh and its ingest is not paused, 1 when it is not,
+    4 when Redis itself is unreachable or unusable."""
     store = Store(
         connect(config.redis.url, cluster=config.redis.cluster, timeout=3.0), config.redis.prefix
     )
@@ -21,7 +26,7 @@ async def check(config: Config) -> int:
         return await _check(config, store)
     except REDIS_ERRORS as exc:
         print(f"unhealthy: Redis unusable, ingest paused: {describe(exc)}")
-        return 1
+        return UNREACHABLE
     finally:
         await store.client.aclose()
 

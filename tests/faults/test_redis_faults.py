@@ -163,7 +163,7 @@ async def test_redis_refusing_writes_mid_stream_pauses_ingest_and_counts_exactly
         assert daemon.committed_events == sum(truth.trials(s) for s in truth.outcomes)
         await wait_until(_logged(caplog, "event=redis_recovered"), 10)
     for code, out in checks:
-        assert code == 1
+        assert code == (4 if "Redis unusable" in out else 1), out
         assert "unhealthy" in out
         assert words in out or "OOM" in out or "READONLY" in out, out
 
@@ -224,7 +224,7 @@ async def test_a_ten_second_outage_mid_stream(
         await outage[0]
         await assert_exact(store, truth, events)
     ((code, out),) = results
-    assert code == 1
+    assert code == 4
     assert "Redis unusable" in out
 
 

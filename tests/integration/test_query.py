@@ -143,7 +143,7 @@ def test_status_table_json_and_on_demand_k(
     assert "UNKNOWN (20 of 20 tasks short)" in k7
 
     code, _, err = cli(capsys, "status", "nope", *where)
-    assert code == 1
+    assert code == 2
     assert "no suite named 'nope'" in err
 
 

@@ -1,0 +1,217 @@
+"""Verbs that decide: ``compare`` (two sides, paired) and ``gate`` (an exit code for pipelines).
+
+``compare BASELINE CANDIDATE`` prints candidate - baseline in pass^k and
+pass@k over the tasks both suites have; exit 0, or 3 when UNKNOWN.
+``gate SUITE --at-least X`` exits 0 when the interval's lower bound is at
+least X, 1 when its upper bound is below X, 3 when the data cannot decide
+yet (or UNKNOWN); ``gate CANDIDATE --compare BASELINE --margin M`` does the
+same for "candidate - baseline >= -M". A suite that does not exist is a
+usage error (2): a typo must not read as "not decided yet".
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import msgspec
+
+from reliabilityd.cli._common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_UNDECIDED,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    add_redis_options,
+    load_config,
+    positive,
+    say,
+)
+from reliabilityd.config import Config
+from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, Comparison, Side
+from reliabilityd.stats.estimators import METRICS
+
+__all__ = ["add_parsers"]
+
+EXIT_OF = {"pass": EXIT_OK, "fail": EXIT_FAIL, "undecided": EXIT_UNDECIDED}
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {value}")
+    return value
+
+
+def _stats_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--k", type=positive, help="default: the largest configured k (5)")
+    p.add_argument("--metric", choices=METRICS, default="pass^k")
+    p.add_argument("--interval", choices=("gaffke", "percentile"), help="default: the config's")
+    p.add_argument("--json", action="store_true", help="one JSON document (for CI annotations)")
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cmp = add_redis_options(
+        sub.add_parser("compare", help="candidate - baseline, paired over the tasks both have")
+    )
+    cmp.add_argument("baseline", help="the baseline suite")
+    cmp.add_argument("candidate", help="the candidate suite")
+    _stats_options(cmp)
+    cmp.add_argument("--min-shared", type=positive, default=DEFAULT_MIN_SHARED)
+    cmp.add_argument("--top", type=positive, default=5, help="tasks that moved most to list")
+    cmp.set_defaults(handler=_run)
+    gate = add_redis_options(
+        sub.add_parser("gate", help="exit 0 pass, 1 fail, 3 undecided: a threshold or a comparison")
+    )
+    gate.add_argument("suite", help="the suite judged (the candidate with --compare)")
+    _stats_options(gate)
+    what = gate.add_mutually_exclusive_group(required=True)
+    what.add_argument("--at-least", type=_fraction, help="pass when the lower bound reaches this")
+    what.add_argument("--compare", metavar="BASELINE", help="judge SUITE against this suite")
+    gate.add_argument(
+        "--margin",
+        type=_fraction,
+        default=0.0,
+        help="with --compare: pass when candidate - baseline >= -margin (default 0)",
+    )
+    gate.add_argument("--min-shared", type=positive, default=DEFAULT_MIN_SHARED)
+    gate.set_defaults(handler=_run)
+
+
+def _pct(x: float | None) -> str:
+    return "UNKNOWN" if x is None else f"{100 * x:.1f}%"
+
+
+def _pp(x: float) -> str:
+    return f"{100 * x:+.1f} pp"
+
+
+def describe_comparison(cmp: Comparison) -> list[str]:
+    lines = [
+        f"{cmp.candidate!r} against {cmp.baseline!r}, k={cmp.k}: {cmp.shared} shared tasks "
+        f"({cmp.only_baseline} only in {cmp.baseline!r}, "
+        f"{cmp.only_candidate} only in {cmp.candidate!r})"
+    ]
+    if cmp.unknown_reason is not None:
+        lines.append(f"  {cmp.unknown_reason}")
+        return lines
+    for diff in cmp.differences.values():
+        assert diff.value is not None
+        assert diff.ci is not None
+        lines.append(
+            f"  {diff.label:7s} {_pct(diff.baseline)} -> {_pct(diff.candidate)}  "
+            f"difference {_pp(diff.value)}, {diff.confidence:.0%} CI "
+            f"[{_pp(diff.ci[0])}, {_pp(diff.ci[1])}] ({diff.interval}): {diff.direction}"
+        )
+    if cmp.moved:
+        label = cmp.difference().label
+        lines.append(f"  moved most ({label}; n/c on each side):")
+        width = max(len(m.task) for m in cmp.moved)
+        for m in cmp.moved:
+            lines.append(
+                f"    {m.task:{width}s}  {m.baseline_c}/{m.baseline_n} -> "
+                f"{m.candidate_c}/{m.candidate_n}  {_pct(m.baseline)} -> {_pct(m.candidate)} "
+                f"({_pp(m.change)})"
+            )
+    return lines
+
+
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import redis.exceptions
+
+    cfg = load_config(args.config)
+    url = args.redis or cfg.redis.url
+    prefix = args.prefix or cfg.redis.prefix
+    try:
+        return asyncio.run(_decide(args, cfg, url, prefix))
+    except (redis.exceptions.RedisError, OSError) as exc:
+        say(f"Redis at {url} answered: {exc}")
+        return EXIT_UNREACHABLE
+
+
+async def _decide(args: argparse.Namespace, cfg: Config, url: str, prefix: str) -> int:
+    from reliabilityd.client import AsyncClient
+    from reliabilityd.stats.gate import judge_at_least, judge_not_worse
+
+    k = args.k if args.k is not None else max(cfg.stats.k)
+    if args.command == "compare":
+        baseline, candidate = args.baseline, args.candidate
+    else:
+        baseline, candidate = args.compare, args.suite
+    async with AsyncClient(url, prefix=prefix, cluster=cfg.redis.cluster) as client:
+        known = set(await client.suites())
+        for name in (baseline, candidate):
+            if name is not None and name not in known:
+                say(f"no suite named {name!r} in Redis")
+                return EXIT_USAGE
+        interval = args.interval or cfg.suite_interval(candidate)
+        conf, n_boot, seed = cfg.stats.confidence, cfg.stats.n_boot, cfg.stats.seed
+        if baseline is None:
+            est = await client.estimate(
+                candidate,
+                k,
+                args.metric,
+                min_coverage=cfg.suite_settings(candidate)[1],
+                confidence=conf,
+                n_boot=n_boot,
+                seed=seed,
+                interval=interval,
+            )
+            verdict = judge_at_least(est, args.at_least)
+            doc: dict[str, Any] = {
+                "verdict": verdict,
+                "suite": candidate,
+                "metric": args.metric,
+                "at_least": args.at_least,
+                "estimate": est,
+            }
+            label = args.metric.replace("k", str(k))
+            text = (
+                f"{label} of {candidate!r}: {est.unknown_reason}"
+                if est.ci is None
+                else f"{label} of {candidate!r} = {_pct(est.value)}, {est.confidence:.0%} CI "
+                f"[{_pct(est.ci[0])}, {_pct(est.ci[1])}] ({est.interval}) over {est.tasks} tasks; "
+                f"threshold {_pct(args.at_least)}"
+            )
+            lines = [f"{verdict}: {text}"]
+        else:
+            cmp = await client.compare(
+                Side(baseline),
+                Side(candidate),
+                k,
+                args.metric,
+                min_shared=args.min_shared,
+                top=getattr(args, "top", 5),
+                confidence=conf,
+                n_boot=n_boot,
+                seed=seed,
+                interval=interval,
+            )
+            if args.command == "compare":
+                if args.json:
+                    print(msgspec.json.encode(cmp).decode())
+                else:
+                    print("\n".join(describe_comparison(cmp)))
+                return EXIT_UNDECIDED if cmp.unknown else EXIT_OK
+            verdict = judge_not_worse(cmp.difference(), args.margin)
+            doc = {
+                "verdict": verdict,
+                "suite": candidate,
+                "baseline": baseline,
+                "metric": args.metric,
+                "margin": args.margin,
+                "comparison": cmp,
+            }
+            lines = [
+                f"{verdict}: {candidate!r} must not be worse than {baseline!r} by more than "
+                f"{_pp(args.margin).lstrip('+')}",
+                *describe_comparison(cmp),
+            ]
+    code = EXIT_OF[verdict]
+    if args.json:
+        print(msgspec.json.encode({**doc, "exit_code": code}).decode())
+    else:
+        print("\n".join(lines))
+    return code
