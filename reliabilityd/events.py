@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -25,7 +26,31 @@ import msgspec
 Outcome = Literal["pass", "fail", "error", "skip"]
 MAX_NAME_BYTES = 200
 _SHORT = MAX_NAME_BYTES // 4
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# What no name may hold, because some consumer of names refuses it or because it
+# hides what a name says (docs/security.md):
+# - C0 and C1 controls;
+# - surrogates and the 66 noncharacters (U+FDD0-U+FDEF, U+xFFFE and U+xFFFF in
+#   every plane): not valid in an MQTT topic, mosquitto disconnects a client
+#   that publishes one;
+# - format characters (Unicode category Cf: zero-width characters, bidirectional
+#   controls, the soft hyphen, tags) and the line and paragraph separators:
+#   invisible, they make two names that look the same count as two suites.
+# The Cf list is Unicode 15's (tests/unit/test_names.py checks that it holds
+# every Cf character of the running Python's unicodedata).
+_MQTT_BAD = "\ud800-\udfff\ufdd0-\ufdef" + "".join(
+    f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(17)
+)
+_FORMAT = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f\u2028\u2029"
+)
+NAME_FORBIDDEN = re.compile(f"[\x00-\x1f\x7f-\x9f{_MQTT_BAD}{_FORMAT}]")
+# Several names joined by NUL: the same test without NUL, plus white space at
+# either end of any of them.
+_JOINED_BAD = re.compile(f"[\x01-\x1f\x7f-\x9f{_MQTT_BAD}{_FORMAT}]|\x00\\s|\\s\x00")
+MQTT_FORBIDDEN = re.compile(f"[\x00-\x1f\x7f-\x9f{_MQTT_BAD}]")
 _SUITE_FORBIDDEN = re.compile(r"[{}/+#]")
 _JSON_START = frozenset(b"{[")
 _WHITESPACE = b" \t\r\n"
@@ -64,28 +89,63 @@ _MSGPACK_ARRAY = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
 _mp_one = msgspec.msgpack.Decoder(TrialEvent)
 
 
+def _char_problem(field: str, value: str) -> str | None:
+    found = NAME_FORBIDDEN.search(value)
+    if found is None:
+        return None
+    char = found.group()
+    code = ord(char)
+    if code <= 0x1F or 0x7F <= code <= 0x9F:
+        kind, why = "a control character", ""
+    elif 0xD800 <= code <= 0xDFFF:
+        kind, why = "a surrogate", " (not valid UTF-8; MQTT refuses it)"
+    elif 0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE:
+        kind, why = "a Unicode noncharacter", " (MQTT refuses it in a topic)"
+    else:
+        kind, why = "an invisible format character", " (zero-width, bidirectional control or alike)"
+    return f"{field} contains {kind} U+{code:04X}{why}"
+
+
 def _name_problem(field: str, value: str, *, suite: bool = False) -> str | None:
     if not value:
         return f"{field} is empty"
     if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         return f"{field} is longer than {MAX_NAME_BYTES} bytes of UTF-8"
-    if _CONTROL.search(value):
-        return f"{field} contains a control character"
+    problem = _char_problem(field, value)
+    if problem:
+        return problem
+    if value[0].isspace() or value[-1].isspace():
+        return f"{field} begins or ends with white space"
+    if not value.isascii() and not unicodedata.is_normalized("NFC", value):
+        return f"{field} is not in Unicode normalization form NFC (normalise it before sending)"
     if suite and _SUITE_FORBIDDEN.search(value):
         return "suite contains one of { } / + # (it lives in a Redis hash tag and MQTT topics)"
     return None
 
 
+def names_clean(names: Sequence[str]) -> bool:
+    """True when no name holds a forbidden character, edge white space or non-NFC text.
+
+    A few C-level scans over the names joined by NUL, however many there are.
+    """
+    joined = "\x00".join(names)
+    if joined.count("\x00") != len(names) - 1 or _JOINED_BAD.search(joined):
+        return False
+    if joined[:1].isspace() or joined[-1:].isspace():
+        return False
+    return joined.isascii() or unicodedata.is_normalized("NFC", joined)
+
+
 def validate(event: TrialEvent) -> str | None:
     """The reason an event is unusable, or None when it is fine."""
     suite, task, trial = event.suite, event.task, event.trial
-    # Fast path for the common case, one regex search for all three names:
+    # Fast path for the common case, one scan for all three names:
     # 50 characters are at most 200 bytes of UTF-8 (4 bytes per code point).
     if (
         0 < len(suite) <= _SHORT
         and 0 < len(task) <= _SHORT
         and 0 < len(trial) <= _SHORT
-        and not _CONTROL.search(suite + task + trial)
+        and names_clean((suite, task, trial))
         and not _SUITE_FORBIDDEN.search(suite)
         and (event.ts is None or math.isfinite(event.ts))
     ):
@@ -203,11 +263,7 @@ def all_valid(events: Sequence[TrialEvent]) -> bool:
     names = [name for e in events for name in (e.suite, e.task, e.trial)]
     if "" in names or max(map(len, names)) > _SHORT:
         return False
-    # A space is not in the control class: the joined names hold a control
-    # character only where a name does. Printable ASCII is the common case
-    # and the fastest test; anything else goes through the pattern.
-    joined = " ".join(names)
-    if not (joined.isascii() and joined.isprintable()) and _CONTROL.search(joined):
+    if not names_clean(names):
         return False
     if any(_SUITE_FORBIDDEN.search(suite) for suite in set(names[::3])):
         return False

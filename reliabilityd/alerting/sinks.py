@@ -19,7 +19,7 @@ import msgspec
 import redis.exceptions
 
 from reliabilityd.alerting.notify import BlindNotice, Notification, alertmanager_alert, blind_alert
-from reliabilityd.alerting.publisher import Publisher
+from reliabilityd.alerting.publisher import Publisher, TopicRefused
 from reliabilityd.broker import MqttError
 from reliabilityd.config import Config
 from reliabilityd.errors import ReliabilitydError
@@ -30,6 +30,10 @@ Note = Notification | BlindNotice
 
 class SinkError(ReliabilitydError):
     """A sink refused or could not take a notification; it will be retried."""
+
+
+class SinkRefused(SinkError):
+    """The sink refuses this note for good (an MQTT topic the broker refuses): set it aside."""
 
 
 class Sink(Protocol):
@@ -87,6 +91,8 @@ class MqttSink:
             topic = f"{self.topic}/{note.suite}/{note.rule}"
         try:
             await self.publisher.send(topic, msgspec.json.encode(note), retain=True)
+        except TopicRefused as exc:
+            raise SinkRefused(f"MQTT topic {topic!r} refused: {exc}") from exc
         except MqttError as exc:
             raise SinkError(f"MQTT publish to {topic} failed: {exc}") from exc
 

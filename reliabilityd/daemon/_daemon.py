@@ -80,6 +80,8 @@ class Daemon:
             sinks=configured, is_paused=self.is_paused, last_commit_at=lambda: self.last_commit_at
         )
         self.sinks = self.metrics.count_sink_failures(configured)
+        if self.publisher is not None:
+            self.publisher.on_refused = lambda _topic, _reason: self.metrics.publish_refused.inc()
         self.outbox = Outbox(config, self.store, self.sinks, self.instance)
         self.evaluator = Evaluator(config, self.store, self.outbox)
         self.blind = BlindWatch(
