@@ -52,7 +52,7 @@ NAME_FORBIDDEN = re.compile(f"[\x00-\x1f\x7f-\x9f{_MQTT_BAD}{_FORMAT}]")
 _JOINED_BAD = re.compile(f"[\x01-\x1f\x7f-\x9f{_MQTT_BAD}{_FORMAT}]|\x00\\s|\\s\x00")
 MQTT_FORBIDDEN = re.compile(f"[\x00-\x1f\x7f-\x9f{_MQTT_BAD}]")
 _SUITE_FORBIDDEN = re.compile(r"[{}/+#]")
-_JSON_START = frozenset(b"{[")
+_JSON_START = frozenset(b'{["-0123456789tfn')
 _WHITESPACE = b" \t\r\n"
 
 
@@ -78,6 +78,12 @@ class Rejected(msgspec.Struct, frozen=True):
 
     raw: bytes
     reason: str
+
+
+# Dead letters one payload yields at most, besides the one that counts the rest.
+MAX_LETTERS = 10
+# A rejected element past the first MAX_LETTERS of its payload (no copy, no reason of its own).
+UNREPORTED = Rejected(b"", "rejected (past the first elements of its payload given a reason)")
 
 
 _json_batch = msgspec.json.Decoder(TrialEvent | list[TrialEvent])
@@ -166,12 +172,19 @@ def _failure(exc: Exception) -> str:
     """A dead-letter reason for an exception msgspec (or anything under it) raised."""
     if isinstance(exc, msgspec.MsgspecError):
         return str(exc)
-    # RecursionError from nesting past the decoder's limit, or anything else:
-    # the type name tells an operator which class of input it was.
+    if isinstance(exc, RecursionError):
+        return "nested too deeply (RecursionError)"
+    # Anything else: the type name tells an operator which class of input it was.
     return f"{type(exc).__name__}: {exc}"
 
 
 def _is_json(payload: bytes) -> bool:
+    """JSON when the first byte after white space can start a JSON value.
+
+    A MessagePack trial event starts with a map or array byte (0x80 and up),
+    never with printable ASCII, so a number, string, ``null`` or ``true`` is
+    reported as the JSON it is.
+    """
     if payload[0] in _JSON_START:
         return True
     stripped = payload.lstrip(_WHITESPACE)
@@ -181,36 +194,86 @@ def _is_json(payload: bytes) -> bool:
 def _split(
     items: Iterable[msgspec.Raw],
     one: msgspec.json.Decoder[TrialEvent] | msgspec.msgpack.Decoder[TrialEvent],
-) -> tuple[list[TrialEvent], list[Rejected]]:
-    good: list[TrialEvent] = []
-    bad: list[Rejected] = []
+) -> list[TrialEvent | Rejected]:
+    """Each element's event or rejection, in order.
+
+    Only the first ``MAX_LETTERS`` rejected elements keep their bytes and
+    reason; each later one is the shared ``UNREPORTED`` marker, so a payload
+    of a million bad elements costs a million references, not a million
+    copies and reasons.
+    """
+    out: list[TrialEvent | Rejected] = []
+    bad = 0
     for index, item in enumerate(items):
         try:
             event = one.decode(item)
         except Exception as exc:  # any failure of one element rejects that element alone
-            bad.append(Rejected(bytes(item), f"element {index}: {_failure(exc)}"))
-            continue
-        problem = validate(event)
-        if problem:
-            bad.append(Rejected(bytes(item), f"element {index}: {problem}"))
+            problem: str | None = _failure(exc)
         else:
-            good.append(event)
-    return good, bad
+            problem = validate(event)
+            if problem is None:
+                out.append(event)
+                continue
+        bad += 1
+        reported = bad <= MAX_LETTERS
+        out.append(Rejected(bytes(item), f"element {index}: {problem}") if reported else UNREPORTED)
+    return out
+
+
+def letters(outcomes: Iterable[TrialEvent | Rejected]) -> list[Rejected]:
+    """The dead letters of one payload's elements: the first few, and one counting the rest."""
+    bad = [o for o in outcomes if isinstance(o, Rejected) and o is not UNREPORTED]
+    rest = sum(1 for o in outcomes if o is UNREPORTED) if len(bad) >= MAX_LETTERS else 0
+    if rest:
+        bad.append(
+            Rejected(
+                b"",
+                f"{rest} more rejected elements in the same payload (only the first "
+                f"{MAX_LETTERS} get their own dead letter)",
+            )
+        )
+    return bad
 
 
 def decode(payload: bytes, max_payload: int = 1 << 20) -> tuple[list[TrialEvent], list[Rejected]]:
-    """Decode a payload into good events and rejected pieces with their reasons; never raises."""
+    """Decode a payload into good events and rejected pieces with their reasons; never raises.
+
+    At most ``MAX_LETTERS`` + 1 rejected pieces per payload, however many bad
+    elements it holds (see ``letters``).
+    """
+    try:
+        whole, outcomes = _decode(payload, max_payload)
+    except Exception as exc:  # nothing that arrives from outside may stop the daemon
+        return [], [Rejected(bytes(payload), f"undecodable payload: {_failure(exc)}")]
+    if whole is not None:
+        return [], [whole]
+    good = [o for o in outcomes if isinstance(o, TrialEvent)]
+    return good, (letters(outcomes) if len(good) < len(outcomes) else [])
+
+
+def elements(payload: bytes, max_payload: int = 1 << 20) -> Outcomes:
+    """(whole, outcomes): the payload's rejection when nothing in it is an element
+    (not JSON or MessagePack, empty, ``[]``, too large), else each element's event
+    or rejection in order (a single object is one element). Never raises.
+
+    The same decoding as ``decode``: an element is valid here exactly when it
+    would count over MQTT. Past ``MAX_LETTERS`` rejected elements each further
+    one is ``UNREPORTED``.
+    """
     try:
         return _decode(payload, max_payload)
     except Exception as exc:  # nothing that arrives from outside may stop the daemon
-        return [], [Rejected(bytes(payload), f"undecodable payload: {_failure(exc)}")]
+        return Rejected(bytes(payload), f"undecodable payload: {_failure(exc)}"), []
 
 
-def _decode(payload: bytes, max_payload: int) -> tuple[list[TrialEvent], list[Rejected]]:
+Outcomes = tuple[Rejected | None, list[TrialEvent | Rejected]]
+
+
+def _decode(payload: bytes, max_payload: int) -> Outcomes:
     if len(payload) > max_payload:
-        return [], [Rejected(payload, f"payload of {len(payload)} bytes exceeds {max_payload}")]
+        return Rejected(payload, f"payload of {len(payload)} bytes exceeds {max_payload}"), []
     if not payload:
-        return [], [Rejected(payload, "empty payload")]
+        return Rejected(payload, "empty payload"), []
     is_json = _is_json(payload)
     batch = _json_batch if is_json else _mp_batch
     fmt = "JSON" if is_json else "MessagePack"
@@ -219,35 +282,43 @@ def _decode(payload: bytes, max_payload: int) -> tuple[list[TrialEvent], list[Re
     except msgspec.ValidationError:
         decoded = None  # some element is bad: find which below
     except msgspec.DecodeError as exc:
-        return [], [Rejected(payload, f"not valid {fmt}: {exc}")]
+        return Rejected(payload, f"not valid {fmt}: {exc}"), []
     except RecursionError:
         decoded = None  # nested too deep somewhere: split, so only the culprit is rejected
     if decoded is not None:
         if isinstance(decoded, list) and not decoded:
             # Acknowledged like any message, so it must leave a trace.
-            return [], [Rejected(payload, "empty array: no trial events")]
+            return Rejected(payload, "empty array: no trial events"), []
         if not isinstance(decoded, list):
             problem = validate(decoded)
-            return ([decoded], []) if problem is None else ([], [Rejected(payload, problem)])
+            return None, [decoded if problem is None else Rejected(payload, problem)]
         # A batch message gets the same whole-batch check as a batch of messages.
         if all_valid(decoded) or not any(validate(e) for e in decoded):
-            return decoded, []
+            return None, list(decoded)
     # Slow path: decode elements one by one.
     first = payload.lstrip(_WHITESPACE)[0] if is_json else payload[0]
-    if first in (b"["[0],) or (not is_json and first in _MSGPACK_ARRAY):
+    if first == 0x5B or (not is_json and first in _MSGPACK_ARRAY):  # '[' or a MessagePack array
         try:
             parts = (_json_list if is_json else _mp_list).decode(payload)
+        except RecursionError:
+            return Rejected(payload, f"{fmt} nested too deeply to decode (RecursionError)"), []
         except Exception as exc:
-            return [], [Rejected(payload, f"not valid {fmt}: {_failure(exc)}")]
-        return _split(parts, _json_one if is_json else _mp_one)
+            return Rejected(payload, f"not valid {fmt}: {_failure(exc)}"), []
+        if not parts:
+            return Rejected(payload, "empty array: no trial events"), []
+        return None, _split(parts, _json_one if is_json else _mp_one)
     try:
         event = (_json_one if is_json else _mp_one).decode(payload)
+    except msgspec.ValidationError as exc:
+        return None, [Rejected(payload, f"not a trial event ({fmt}): {exc}")]
+    except msgspec.DecodeError as exc:
+        return Rejected(payload, f"not valid {fmt}: {exc}"), []
+    except RecursionError:
+        return Rejected(payload, f"{fmt} nested too deeply to decode (RecursionError)"), []
     except Exception as exc:
-        return [], [Rejected(payload, f"not a trial event ({fmt}): {_failure(exc)}")]
+        return None, [Rejected(payload, f"not a trial event ({fmt}): {_failure(exc)}")]
     problem = validate(event)
-    if problem:
-        return [], [Rejected(payload, problem)]
-    return [event], []
+    return None, [event if problem is None else Rejected(payload, problem)]
 
 
 def all_valid(events: Sequence[TrialEvent]) -> bool:

@@ -194,7 +194,7 @@ class Daemon:
                 "deadletter",
                 source=source,
                 count=len(rejected),
-                reason=first.reason,
+                reason=first.reason[:300],
             )
             self.metrics.deadlettered(source for _, source in rejected)
         if not by_suite and cursor is None:

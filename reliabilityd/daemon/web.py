@@ -8,8 +8,10 @@
 * ``POST /v1/trials``: the MQTT wire format (``events.decode``), one object
   or an array, JSON or MessagePack. 200 only after Redis applied every
   element; 422 when some elements were rejected (the good ones are
-  committed all the same, each rejected one has its reason); 400 when the
-  body is not JSON or MessagePack at all; 413 past ``ingest.max_payload``; 401 without
+  committed all the same; the first ``events.MAX_LETTERS`` rejected ones
+  have their reason, and the dead letters are those MQTT would write); 400,
+  dead-lettered, when nothing in the body is an element (not JSON or
+  MessagePack, empty, ``[]``, nested too deeply); 413 past ``ingest.max_payload``; 401 without
   the bearer token when one is set; 503 with ``Retry-After`` while Redis is
   unusable (retrying is safe: trial ids make it idempotent).
 * ``GET /suites/<suite>``: the newest snapshot document (what alert
@@ -34,7 +36,7 @@ from aiohttp import web
 from reliabilityd.config import HttpConfig, parse_mqtt_url
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ReliabilitydError
-from reliabilityd.events import Rejected, TrialEvent, decode
+from reliabilityd.events import UNREPORTED, Rejected, TrialEvent, elements, letters
 from reliabilityd.store import Applied, Redis
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
@@ -92,61 +94,21 @@ class IngestResponse(msgspec.Struct):
     suites: dict[str, SuiteResult]
 
 
-_json_items = msgspec.json.Decoder(list[msgspec.Raw])
-_mp_items = msgspec.msgpack.Decoder(list[msgspec.Raw])
-_MSGPACK_ARRAY = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
+def decode_elements(
+    payload: bytes, max_payload: int
+) -> tuple[list[TrialEvent | Rejected], list[Rejected], bool]:
+    """(each element's event or rejection in order, the dead letters, whether any element).
 
-
-def _elements(payload: bytes) -> list[bytes] | None:
-    """The raw elements of an array payload, None when it is not one."""
-    stripped = payload.lstrip(b" \t\r\n")
-    try:
-        if stripped.startswith(b"["):
-            return [bytes(item) for item in _json_items.decode(payload)]
-        if payload and payload[0] in _MSGPACK_ARRAY:
-            return [bytes(item) for item in _mp_items.decode(payload)]
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    return None
-
-
-def _parses(payload: bytes) -> bool:
-    """True when the payload is well-formed JSON or MessagePack, whatever it holds."""
-    try:
-        if payload.lstrip(b" \t\r\n")[:1] in (b"{", b"["):
-            msgspec.json.decode(payload)
-        elif payload:
-            msgspec.msgpack.decode(payload)
-        else:
-            return False
-    except msgspec.DecodeError:
-        return False
-    return True
-
-
-def decode_elements(payload: bytes, max_payload: int) -> tuple[list[TrialEvent | Rejected], bool]:
-    """Each element's event or rejection, in order; the flag is False if nothing parsed.
-
-    Decoding is ``events.decode``'s, element by element only when the batch
-    has a bad one, so an element is valid here exactly when it would count
-    over MQTT.
+    ``events.elements`` decodes, so an element is valid here exactly when it
+    would count over MQTT, an element that is itself an array is rejected
+    whole, and the dead letters are the ones MQTT would write (a bounded
+    number per payload). False: nothing in the body is an element (not JSON
+    or MessagePack, empty, ``[]``, nested too deeply): a 400.
     """
-    good, bad = decode(payload, max_payload)
-    if not bad:
-        return list(good), True
-    items = _elements(payload)
-    if items is None:
-        # A single object that is not a valid event (422), or no JSON or
-        # MessagePack at all (400).
-        return list(bad), _parses(payload)
-    out: list[TrialEvent | Rejected] = []
-    for index, item in enumerate(items):
-        g, b = decode(item, max_payload)
-        if g:
-            out.append(g[0])
-        else:
-            out.append(Rejected(item, f"element {index}: {b[0].reason}"))
-    return out, True
+    whole, outcomes = elements(payload, max_payload)
+    if whole is not None:
+        return [], [whole], False
+    return outcomes, letters(outcomes), True
 
 
 async def probe(client: Redis, mqtt_url: str | None) -> dict[str, str]:
@@ -222,9 +184,8 @@ class Handlers:
             return self._answer(_json({"error": f"body exceeds {self.max_payload} bytes"}, 413))
         if self.backend.is_paused():
             return self._unavailable("ingest is paused: Redis is unavailable")
-        elements, decoded = decode_elements(payload, self.max_payload)
-        events = [e for e in elements if isinstance(e, TrialEvent)]
-        rejected = [e for e in elements if isinstance(e, Rejected)]
+        outcomes, rejected, decoded = decode_elements(payload, self.max_payload)
+        events = [e for e in outcomes if isinstance(e, TrialEvent)]
         if not decoded:
             # Not JSON or MessagePack at all: the answer does not depend on
             # Redis, and a retry would not help. Dead-lettered when Redis can.
@@ -239,21 +200,22 @@ class Handlers:
                 self.backend.ingest(events, rejected, SOURCE), self.config.commit_timeout
             )
         except (IngestUnavailable, TimeoutError) as exc:
-            return self._unavailable(f"not committed: {exc or 'Redis did not answer in time'}")
+            why = str(exc) or f"Redis did not answer within {self.config.commit_timeout} s"
+            return self._unavailable(f"not committed: {why}")
         body = IngestResponse(
             accepted=len(events),
-            rejected=len(rejected),
+            rejected=len(outcomes) - len(events),
             results=[
                 ElementResult(i, "accepted")
                 if isinstance(e, TrialEvent)
-                else ElementResult(i, "rejected", e.reason)
-                for i, e in enumerate(elements)
+                else ElementResult(i, "rejected", None if e is UNREPORTED else e.reason)
+                for i, e in enumerate(outcomes)
             ],
             suites={
                 a.suite: SuiteResult(a.counted, a.duplicates, a.errors, a.skips) for a in applied
             },
         )
-        return self._answer(_json(body, 422 if rejected else 200))
+        return self._answer(_json(body, 422 if len(events) < len(outcomes) else 200))
 
     async def metrics(self, request: web.Request) -> web.Response:
         await self.backend.refresh_metrics()
