@@ -23,6 +23,7 @@ from reliabilityd.alerting.publisher import Publisher, TopicRefused
 from reliabilityd.broker import MqttError
 from reliabilityd.config import Config
 from reliabilityd.errors import ReliabilitydError
+from reliabilityd.logs import redact
 from reliabilityd.store import Store
 
 Note = Notification | BlindNotice
@@ -61,11 +62,11 @@ class Http:
                 timeout=aiohttp.ClientTimeout(total=seconds),
             ) as response:
                 if not 200 <= response.status < 300:
-                    raise SinkError(f"{url} answered HTTP {response.status}")
+                    raise SinkError(f"{redact(url)} answered HTTP {response.status}")
         except TimeoutError:
-            raise SinkError(f"{url} did not answer within {seconds} s") from None
+            raise SinkError(f"{redact(url)} did not answer within {seconds} s") from None
         except aiohttp.ClientError as exc:
-            raise SinkError(f"{url} unreachable: {exc}") from None
+            raise SinkError(f"{redact(url)} unreachable: {redact(str(exc))}") from None
 
     async def close(self) -> None:
         if self._session is not None:

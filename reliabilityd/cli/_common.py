@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from reliabilityd.config import Config
+from reliabilityd.logs import redact
 
 __all__ = ["Exit", "add_redis_options", "load_config", "positive", "say"]
 
@@ -19,8 +20,8 @@ class Exit(Exception):
 
 
 def say(message: str) -> None:
-    """One line to standard error, prefixed with the program's name."""
-    print(f"reliabilityd: {message}", file=sys.stderr)
+    """One line to standard error, prefixed with the program's name; secrets masked."""
+    print(f"reliabilityd: {redact(message)}", file=sys.stderr)
 
 
 def load_config(path: str | None) -> Config:
