@@ -26,22 +26,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from reliabilityd.config import HttpConfig, parse_mqtt_url
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ReliabilitydError
 from reliabilityd.events import UNREPORTED, Rejected, TrialEvent, elements, letters
+from reliabilityd.logs import RateLimited, redact
 from reliabilityd.store import Applied, Redis
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
 SOURCE = "http"
 PROBE_TIMEOUT = 2.0  # seconds /readyz waits for Redis and for the broker
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 2\r\nContent-Length: 0\r\n"
+    b"Connection: close\r\n\r\n"
+)
 
 
 class IngestUnavailable(ReliabilitydError):
@@ -148,6 +155,7 @@ class Handlers:
         self.config = config
         self.max_payload = max_payload
         self.started_at = time.time()
+        self.inflight = asyncio.Semaphore(config.max_inflight)
 
     def _answer(self, response: web.Response) -> web.Response:
         self.backend.metrics.http_ingest.labels(str(response.status)).inc()
@@ -165,6 +173,14 @@ class Handlers:
         return self._answer(_json({"error": reason}, 503, **{"Retry-After": str(RETRY_AFTER)}))
 
     async def post_trials(self, request: web.Request) -> web.Response:
+        if self.inflight.locked():
+            return self._unavailable(
+                f"{self.config.max_inflight} requests in flight (http.max_inflight): retry"
+            )
+        async with self.inflight:
+            return await self._post_trials(request)
+
+    async def _post_trials(self, request: web.Request) -> web.Response:
         if not self._authorised(request):
             return self._answer(
                 _json(
@@ -179,9 +195,13 @@ class Handlers:
                 _json({"error": f"body of {length} bytes exceeds {self.max_payload}"}, 413)
             )
         try:
-            payload = await request.read()
+            async with asyncio.timeout(self.config.read_timeout):
+                payload = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return self._answer(_json({"error": f"body exceeds {self.max_payload} bytes"}, 413))
+        except TimeoutError:
+            timeout = self.config.read_timeout
+            return self._answer(_json({"error": f"body not sent within {timeout} s"}, 408))
         if self.backend.is_paused():
             return self._unavailable("ingest is paused: Redis is unavailable")
         outcomes, rejected, decoded = decode_elements(payload, self.max_payload)
@@ -234,7 +254,10 @@ class Handlers:
         )
 
     async def readyz(self, request: web.Request) -> web.Response:
-        problems = await self.backend.readiness()
+        if self.inflight.locked():
+            return _json({"status": "busy", "problems": {"http": "max_inflight reached"}}, 503)
+        async with self.inflight:
+            problems = await self.backend.readiness()
         if problems:
             return _json({"status": "unready", "problems": problems}, 503)
         return _json({"status": "ready"}, 200)
@@ -270,9 +293,13 @@ async def serve(
     listening: asyncio.Event | None = None,
 ) -> None:
     """Serve until stop is set; requests in flight get a moment to finish."""
-    runner = web.AppRunner(
-        make_app(backend, config, max_payload), access_log=None, shutdown_timeout=2.0
+    runner = _Runner(
+        make_app(backend, config, max_payload),
+        access_log=None,
+        shutdown_timeout=2.0,
+        keepalive_timeout=config.read_timeout,
     )
+    runner.limits = config
     await runner.setup()
     try:
         await web.TCPSite(runner, config.host, config.port).start()
@@ -282,3 +309,84 @@ async def serve(
     finally:
         with contextlib.suppress(Exception):
             await asyncio.shield(runner.cleanup())
+
+
+_malformed = RateLimited()
+
+
+class _Handler(RequestHandler):
+    """aiohttp's connection handler with the limits of ``HttpConfig``.
+
+    A connection that has not completed a request within ``read_timeout``
+    (a slowloris, say) is closed; past ``max_connections`` a new connection
+    is answered 503 and closed; a malformed request is logged as one
+    rate-limited line with secrets masked, never a traceback, and answered
+    without echoing what was sent (it may hold a bearer token).
+    """
+
+    __slots__ = ("_deadline", "_limits", "_served")
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        limits: HttpConfig = getattr(self._manager, "limits")  # noqa: B009
+        self._limits = limits
+        self._served = 0
+        if self._manager is not None and len(self._manager.connections) > limits.max_connections:
+            if isinstance(transport, asyncio.WriteTransport):
+                transport.write(_BUSY)
+            self.force_close()
+            transport.close()
+            return
+        self._deadline = self._loop.call_later(limits.read_timeout, self._check_progress)
+
+    def _check_progress(self) -> None:
+        """Close a connection that completed no request since the last check and is not busy."""
+        if self._current_request is None and self._request_count == self._served:
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self._served = self._request_count
+        self._deadline = self._loop.call_later(self._limits.read_timeout, self._check_progress)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        deadline = getattr(self, "_deadline", None)
+        if deadline is not None:
+            deadline.cancel()
+        super().connection_lost(exc)
+
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500:
+            return super().handle_error(request, status, exc, message)
+        _malformed.emit(
+            logging.WARNING,
+            "http_malformed_request",
+            status=status,
+            peer=request.remote,
+            error=redact(f"{type(exc).__name__}: {exc}")[:200],
+        )
+        response = web.Response(status=status, text=f"{status}: malformed HTTP request\n")
+        response.force_close()
+        return response
+
+
+class _Server(web.Server):
+    limits: HttpConfig
+
+    def __call__(self) -> RequestHandler:
+        return _Handler(self, loop=self._loop, **self._kwargs)
+
+
+class _Runner(web.AppRunner):
+    limits: HttpConfig
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _Server  # the same server, making _Handler connections
+        server.limits = self.limits  # type: ignore[attr-defined]
+        return server
