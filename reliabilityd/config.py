@@ -214,6 +214,15 @@ class HttpConfig(Base):
     commit_timeout: PositiveFloat = 10.0
     # POST /v1/logs: OpenTelemetry evaluation events as trials.
     otlp: OtlpConfig = msgspec.field(default_factory=OtlpConfig)
+    # Seconds a connection may take to send a whole request (headers and body),
+    # and may stay idle between requests, before it is closed (slow clients).
+    read_timeout: PositiveFloat = 10.0
+    # Open connections at most; past it a new one is answered 503 and closed.
+    # Keep it well under the process's file limit (deploy/reliabilityd.service).
+    max_connections: PositiveInt = 256
+    # POST /v1/trials and /readyz requests handled at once; past it 503 with
+    # Retry-After, so HTTP load cannot take the Redis connections MQTT ingest uses.
+    max_inflight: PositiveInt = 32
 
 
 LOOPBACK_HOSTS = frozenset({"localhost", "::1"})

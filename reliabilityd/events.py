@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -25,9 +26,33 @@ import msgspec
 Outcome = Literal["pass", "fail", "error", "skip"]
 MAX_NAME_BYTES = 200
 _SHORT = MAX_NAME_BYTES // 4
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# What no name may hold, because some consumer of names refuses it or because it
+# hides what a name says (docs/security.md):
+# - C0 and C1 controls;
+# - surrogates and the 66 noncharacters (U+FDD0-U+FDEF, U+xFFFE and U+xFFFF in
+#   every plane): not valid in an MQTT topic, mosquitto disconnects a client
+#   that publishes one;
+# - format characters (Unicode category Cf: zero-width characters, bidirectional
+#   controls, the soft hyphen, tags) and the line and paragraph separators:
+#   invisible, they make two names that look the same count as two suites.
+# The Cf list is Unicode 15's (tests/unit/test_names.py checks that it holds
+# every Cf character of the running Python's unicodedata).
+_MQTT_BAD = "\ud800-\udfff\ufdd0-\ufdef" + "".join(
+    f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(17)
+)
+_FORMAT = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f\u2028\u2029"
+)
+NAME_FORBIDDEN = re.compile(f"[\x00-\x1f\x7f-\x9f{_MQTT_BAD}{_FORMAT}]")
+# Several names joined by NUL: the same test without NUL, plus white space at
+# either end of any of them.
+_JOINED_BAD = re.compile(f"[\x01-\x1f\x7f-\x9f{_MQTT_BAD}{_FORMAT}]|\x00\\s|\\s\x00")
+MQTT_FORBIDDEN = re.compile(f"[\x00-\x1f\x7f-\x9f{_MQTT_BAD}]")
 _SUITE_FORBIDDEN = re.compile(r"[{}/+#]")
-_JSON_START = frozenset(b"{[")
+_JSON_START = frozenset(b'{["-0123456789tfn')
 _WHITESPACE = b" \t\r\n"
 
 
@@ -60,6 +85,12 @@ class Rejected(msgspec.Struct, frozen=True):
     reason: str
 
 
+# Dead letters one payload yields at most, besides the one that counts the rest.
+MAX_LETTERS = 10
+# A rejected element past the first MAX_LETTERS of its payload (no copy, no reason of its own).
+UNREPORTED = Rejected(b"", "rejected (past the first elements of its payload given a reason)")
+
+
 _json_batch = msgspec.json.Decoder(TrialEvent | list[TrialEvent])
 _json_list = msgspec.json.Decoder(list[msgspec.Raw])
 _json_one = msgspec.json.Decoder(TrialEvent)
@@ -69,28 +100,63 @@ _MSGPACK_ARRAY = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
 _mp_one = msgspec.msgpack.Decoder(TrialEvent)
 
 
+def _char_problem(field: str, value: str) -> str | None:
+    found = NAME_FORBIDDEN.search(value)
+    if found is None:
+        return None
+    char = found.group()
+    code = ord(char)
+    if code <= 0x1F or 0x7F <= code <= 0x9F:
+        kind, why = "a control character", ""
+    elif 0xD800 <= code <= 0xDFFF:
+        kind, why = "a surrogate", " (not valid UTF-8; MQTT refuses it)"
+    elif 0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE:
+        kind, why = "a Unicode noncharacter", " (MQTT refuses it in a topic)"
+    else:
+        kind, why = "an invisible format character", " (zero-width, bidirectional control or alike)"
+    return f"{field} contains {kind} U+{code:04X}{why}"
+
+
 def _name_problem(field: str, value: str, *, suite: bool = False) -> str | None:
     if not value:
         return f"{field} is empty"
     if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         return f"{field} is longer than {MAX_NAME_BYTES} bytes of UTF-8"
-    if _CONTROL.search(value):
-        return f"{field} contains a control character"
+    problem = _char_problem(field, value)
+    if problem:
+        return problem
+    if value[0].isspace() or value[-1].isspace():
+        return f"{field} begins or ends with white space"
+    if not value.isascii() and not unicodedata.is_normalized("NFC", value):
+        return f"{field} is not in Unicode normalization form NFC (normalise it before sending)"
     if suite and _SUITE_FORBIDDEN.search(value):
         return "suite contains one of { } / + # (it lives in a Redis hash tag and MQTT topics)"
     return None
 
 
+def names_clean(names: Sequence[str]) -> bool:
+    """True when no name holds a forbidden character, edge white space or non-NFC text.
+
+    A few C-level scans over the names joined by NUL, however many there are.
+    """
+    joined = "\x00".join(names)
+    if joined.count("\x00") != len(names) - 1 or _JOINED_BAD.search(joined):
+        return False
+    if joined[:1].isspace() or joined[-1:].isspace():
+        return False
+    return joined.isascii() or unicodedata.is_normalized("NFC", joined)
+
+
 def validate(event: TrialEvent) -> str | None:
     """The reason an event is unusable, or None when it is fine."""
     suite, task, trial = event.suite, event.task, event.trial
-    # Fast path for the common case, one regex search for all three names:
+    # Fast path for the common case, one scan for all three names:
     # 50 characters are at most 200 bytes of UTF-8 (4 bytes per code point).
     if (
         0 < len(suite) <= _SHORT
         and 0 < len(task) <= _SHORT
         and 0 < len(trial) <= _SHORT
-        and not _CONTROL.search(suite + task + trial)
+        and names_clean((suite, task, trial))
         and not _SUITE_FORBIDDEN.search(suite)
         and (event.ts is None or math.isfinite(event.ts))
     ):
@@ -111,12 +177,19 @@ def _failure(exc: Exception) -> str:
     """A dead-letter reason for an exception msgspec (or anything under it) raised."""
     if isinstance(exc, msgspec.MsgspecError):
         return str(exc)
-    # RecursionError from nesting past the decoder's limit, or anything else:
-    # the type name tells an operator which class of input it was.
+    if isinstance(exc, RecursionError):
+        return "nested too deeply (RecursionError)"
+    # Anything else: the type name tells an operator which class of input it was.
     return f"{type(exc).__name__}: {exc}"
 
 
 def _is_json(payload: bytes) -> bool:
+    """JSON when the first byte after white space can start a JSON value.
+
+    A MessagePack trial event starts with a map or array byte (0x80 and up),
+    never with printable ASCII, so a number, string, ``null`` or ``true`` is
+    reported as the JSON it is.
+    """
     if payload[0] in _JSON_START:
         return True
     stripped = payload.lstrip(_WHITESPACE)
@@ -126,36 +199,86 @@ def _is_json(payload: bytes) -> bool:
 def _split(
     items: Iterable[msgspec.Raw],
     one: msgspec.json.Decoder[TrialEvent] | msgspec.msgpack.Decoder[TrialEvent],
-) -> tuple[list[TrialEvent], list[Rejected]]:
-    good: list[TrialEvent] = []
-    bad: list[Rejected] = []
+) -> list[TrialEvent | Rejected]:
+    """Each element's event or rejection, in order.
+
+    Only the first ``MAX_LETTERS`` rejected elements keep their bytes and
+    reason; each later one is the shared ``UNREPORTED`` marker, so a payload
+    of a million bad elements costs a million references, not a million
+    copies and reasons.
+    """
+    out: list[TrialEvent | Rejected] = []
+    bad = 0
     for index, item in enumerate(items):
         try:
             event = one.decode(item)
         except Exception as exc:  # any failure of one element rejects that element alone
-            bad.append(Rejected(bytes(item), f"element {index}: {_failure(exc)}"))
-            continue
-        problem = validate(event)
-        if problem:
-            bad.append(Rejected(bytes(item), f"element {index}: {problem}"))
+            problem: str | None = _failure(exc)
         else:
-            good.append(event)
-    return good, bad
+            problem = validate(event)
+            if problem is None:
+                out.append(event)
+                continue
+        bad += 1
+        reported = bad <= MAX_LETTERS
+        out.append(Rejected(bytes(item), f"element {index}: {problem}") if reported else UNREPORTED)
+    return out
+
+
+def letters(outcomes: Iterable[TrialEvent | Rejected]) -> list[Rejected]:
+    """The dead letters of one payload's elements: the first few, and one counting the rest."""
+    bad = [o for o in outcomes if isinstance(o, Rejected) and o is not UNREPORTED]
+    rest = sum(1 for o in outcomes if o is UNREPORTED) if len(bad) >= MAX_LETTERS else 0
+    if rest:
+        bad.append(
+            Rejected(
+                b"",
+                f"{rest} more rejected elements in the same payload (only the first "
+                f"{MAX_LETTERS} get their own dead letter)",
+            )
+        )
+    return bad
 
 
 def decode(payload: bytes, max_payload: int = 1 << 20) -> tuple[list[TrialEvent], list[Rejected]]:
-    """Decode a payload into good events and rejected pieces with their reasons; never raises."""
+    """Decode a payload into good events and rejected pieces with their reasons; never raises.
+
+    At most ``MAX_LETTERS`` + 1 rejected pieces per payload, however many bad
+    elements it holds (see ``letters``).
+    """
+    try:
+        whole, outcomes = _decode(payload, max_payload)
+    except Exception as exc:  # nothing that arrives from outside may stop the daemon
+        return [], [Rejected(bytes(payload), f"undecodable payload: {_failure(exc)}")]
+    if whole is not None:
+        return [], [whole]
+    good = [o for o in outcomes if isinstance(o, TrialEvent)]
+    return good, (letters(outcomes) if len(good) < len(outcomes) else [])
+
+
+def elements(payload: bytes, max_payload: int = 1 << 20) -> Outcomes:
+    """(whole, outcomes): the payload's rejection when nothing in it is an element
+    (not JSON or MessagePack, empty, ``[]``, too large), else each element's event
+    or rejection in order (a single object is one element). Never raises.
+
+    The same decoding as ``decode``: an element is valid here exactly when it
+    would count over MQTT. Past ``MAX_LETTERS`` rejected elements each further
+    one is ``UNREPORTED``.
+    """
     try:
         return _decode(payload, max_payload)
     except Exception as exc:  # nothing that arrives from outside may stop the daemon
-        return [], [Rejected(bytes(payload), f"undecodable payload: {_failure(exc)}")]
+        return Rejected(bytes(payload), f"undecodable payload: {_failure(exc)}"), []
 
 
-def _decode(payload: bytes, max_payload: int) -> tuple[list[TrialEvent], list[Rejected]]:
+Outcomes = tuple[Rejected | None, list[TrialEvent | Rejected]]
+
+
+def _decode(payload: bytes, max_payload: int) -> Outcomes:
     if len(payload) > max_payload:
-        return [], [Rejected(payload, f"payload of {len(payload)} bytes exceeds {max_payload}")]
+        return Rejected(payload, f"payload of {len(payload)} bytes exceeds {max_payload}"), []
     if not payload:
-        return [], [Rejected(payload, "empty payload")]
+        return Rejected(payload, "empty payload"), []
     is_json = _is_json(payload)
     batch = _json_batch if is_json else _mp_batch
     fmt = "JSON" if is_json else "MessagePack"
@@ -164,35 +287,43 @@ def _decode(payload: bytes, max_payload: int) -> tuple[list[TrialEvent], list[Re
     except msgspec.ValidationError:
         decoded = None  # some element is bad: find which below
     except msgspec.DecodeError as exc:
-        return [], [Rejected(payload, f"not valid {fmt}: {exc}")]
+        return Rejected(payload, f"not valid {fmt}: {exc}"), []
     except RecursionError:
         decoded = None  # nested too deep somewhere: split, so only the culprit is rejected
     if decoded is not None:
         if isinstance(decoded, list) and not decoded:
             # Acknowledged like any message, so it must leave a trace.
-            return [], [Rejected(payload, "empty array: no trial events")]
+            return Rejected(payload, "empty array: no trial events"), []
         if not isinstance(decoded, list):
             problem = validate(decoded)
-            return ([decoded], []) if problem is None else ([], [Rejected(payload, problem)])
+            return None, [decoded if problem is None else Rejected(payload, problem)]
         # A batch message gets the same whole-batch check as a batch of messages.
         if all_valid(decoded) or not any(validate(e) for e in decoded):
-            return decoded, []
+            return None, list(decoded)
     # Slow path: decode elements one by one.
     first = payload.lstrip(_WHITESPACE)[0] if is_json else payload[0]
-    if first in (b"["[0],) or (not is_json and first in _MSGPACK_ARRAY):
+    if first == 0x5B or (not is_json and first in _MSGPACK_ARRAY):  # '[' or a MessagePack array
         try:
             parts = (_json_list if is_json else _mp_list).decode(payload)
+        except RecursionError:
+            return Rejected(payload, f"{fmt} nested too deeply to decode (RecursionError)"), []
         except Exception as exc:
-            return [], [Rejected(payload, f"not valid {fmt}: {_failure(exc)}")]
-        return _split(parts, _json_one if is_json else _mp_one)
+            return Rejected(payload, f"not valid {fmt}: {_failure(exc)}"), []
+        if not parts:
+            return Rejected(payload, "empty array: no trial events"), []
+        return None, _split(parts, _json_one if is_json else _mp_one)
     try:
         event = (_json_one if is_json else _mp_one).decode(payload)
+    except msgspec.ValidationError as exc:
+        return None, [Rejected(payload, f"not a trial event ({fmt}): {exc}")]
+    except msgspec.DecodeError as exc:
+        return Rejected(payload, f"not valid {fmt}: {exc}"), []
+    except RecursionError:
+        return Rejected(payload, f"{fmt} nested too deeply to decode (RecursionError)"), []
     except Exception as exc:
-        return [], [Rejected(payload, f"not a trial event ({fmt}): {_failure(exc)}")]
+        return None, [Rejected(payload, f"not a trial event ({fmt}): {_failure(exc)}")]
     problem = validate(event)
-    if problem:
-        return [], [Rejected(payload, problem)]
-    return [event], []
+    return None, [event if problem is None else Rejected(payload, problem)]
 
 
 def all_valid(events: Sequence[TrialEvent]) -> bool:
@@ -208,11 +339,7 @@ def all_valid(events: Sequence[TrialEvent]) -> bool:
     names = [name for e in events for name in (e.suite, e.task, e.trial)]
     if "" in names or max(map(len, names)) > _SHORT:
         return False
-    # A space is not in the control class: the joined names hold a control
-    # character only where a name does. Printable ASCII is the common case
-    # and the fastest test; anything else goes through the pattern.
-    joined = " ".join(names)
-    if not (joined.isascii() and joined.isprintable()) and _CONTROL.search(joined):
+    if not names_clean(names):
         return False
     if any(_SUITE_FORBIDDEN.search(suite) for suite in set(names[::3])):
         return False

@@ -3,15 +3,44 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from typing import Any
 
 log = logging.getLogger("reliabilityd")
 
+# Secrets a message may carry: the userinfo and the query of a URL (a Redis or
+# broker password, a webhook key), credentials after an auth scheme, and the
+# value of an Authorization header.
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@?#]*@")
+_QUERY = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s?#'\"]*)\?[^\s#'\"]*")
+_SCHEME = re.compile(r"(?i)\b(bearer|basic|token|digest)(\s+)[^\s'\",]+")
+_HEADER = re.compile(
+    r"(?i)\b((?:proxy-)?authorization|x-api-key|api-key|cookie)(['\"]?\s*[:=]\s*['\"]?)"
+    r"(?!bearer\b|basic\b|token\b|digest\b)[^\s'\",]+"
+)
+MASK = "***"
+
+
+def redact(text: str) -> str:
+    """``text`` with URL userinfo and queries, auth credentials and header values masked."""
+    if "://" in text:
+        text = _USERINFO.sub(rf"\1{MASK}@", text)
+        text = _QUERY.sub(rf"\1?{MASK}", text)
+    text = _SCHEME.sub(rf"\1\2{MASK}", text)
+    return _HEADER.sub(rf"\1\2{MASK}", text)
+
+
+class RedactingFormatter(logging.Formatter):
+    """Formats as usual, then masks secrets in the whole line (tracebacks included)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
 
 def _value(v: Any) -> str:
-    text = str(v)
+    text = redact(str(v))
     if not text or any(ch in text for ch in ' "=\n'):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     return text
@@ -29,7 +58,7 @@ def emit(level: int, event: str, **fields: Any) -> None:
 def setup(level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
-        logging.Formatter("ts=%(asctime)s level=%(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S%z")
+        RedactingFormatter("ts=%(asctime)s level=%(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S%z")
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]

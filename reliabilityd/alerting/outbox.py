@@ -7,8 +7,9 @@ an entry leaves the outbox only after its sink accepted it. A sink that is
 down is retried with capped backoff in its own task, so it never blocks
 ingest or the other sinks; a daemon that dies mid-delivery leaves the entry
 for the next lease holder. An entry that does not decode (written by another
-version, say) can never be delivered: it is moved to the outbox dead-letter
-stream with its reason, and the outbox goes on.
+version, say), or that its sink refuses for good (``SinkRefused``: an MQTT
+topic the broker will not take), can never be delivered: it is moved to the
+outbox dead-letter stream with its reason, and the outbox goes on.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import msgspec
 import redis.exceptions
 
 from reliabilityd.alerting.notify import Notification
-from reliabilityd.alerting.sinks import Sink, SinkError, attempt
+from reliabilityd.alerting.sinks import Sink, SinkError, SinkRefused, attempt
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import Config
 from reliabilityd.logs import RateLimited, emit, kv, log
@@ -91,6 +92,15 @@ class Outbox:
                     )
                     continue
                 failed = await attempt(self.sinks[sink], note, LEASE_TTL / 2)
+                if isinstance(failed, SinkRefused):
+                    # Refused for good (a topic the broker will never take):
+                    # retrying it at the head would block this outbox for ever.
+                    reason = str(failed)
+                    emit(logging.WARNING, "outbox_entry_set_aside", sink=sink, reason=reason)
+                    await self.store.alerts.outbox_set_aside(
+                        suite, rule, sink, head, reason, maxlen=OUTBOX_DEADLETTER_MAXLEN
+                    )
+                    continue
                 if failed is not None:
                     delay = pace.next_delay()
                     emit(

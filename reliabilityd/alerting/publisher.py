@@ -1,6 +1,14 @@
 """The retained MQTT publisher: snapshots and alert states, with its own connection.
 
 Shared by the daemon's snapshot topics and the MQTT alert sink.
+
+A topic the broker refuses is set aside with its reason, never retried at the
+head of the queue: a topic MQTT forbids (``topic_problem``) is refused before
+it is sent; a PUBACK with an error reason code (an ACL, say) refuses it at
+once; and a topic in flight each time the broker dropped the connection,
+``STRIKES`` times in a row, is taken to be the cause (mosquitto disconnects a
+client that publishes a topic it finds malformed). Between strikes the topic
+goes to the back of the queue, so every other topic still goes out.
 """
 
 from __future__ import annotations
@@ -8,19 +16,47 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from reliabilityd.backoff import Backoff
-from reliabilityd.broker import Connection, MqttError, connect
+from reliabilityd.broker import Connection, MqttError, Refused, connect
 from reliabilityd.config import MqttConfig
+from reliabilityd.events import MQTT_FORBIDDEN
 from reliabilityd.logs import emit
 
-__all__ = ["Publisher"]
+__all__ = ["Publisher", "TopicRefused", "topic_problem"]
 
 # Reconnect pacing: 0.2 s doubling to 15 s (the one Backoff).
 BACKOFF_START = 0.2
 BACKOFF_MAX = 15.0
 TIMEOUT = 10.0
 STABLE = 2 * BACKOFF_MAX
+# Disconnects in a row with the same topic in flight before it is set aside.
+STRIKES = 3
+# Refused topics remembered (newest kept): a bound, not a limit anyone meets.
+MAX_REFUSED = 1000
+MAX_TOPIC_BYTES = 65535
+
+
+class TopicRefused(MqttError):
+    """The broker refuses this topic (or MQTT forbids it): retrying cannot help."""
+
+
+def topic_problem(topic: str) -> str | None:
+    """Why MQTT forbids ``topic`` as a PUBLISH topic, or None when it is valid."""
+    if not topic:
+        return "the topic is empty"
+    if len(topic.encode("utf-8", "surrogatepass")) > MAX_TOPIC_BYTES:
+        return f"the topic is longer than {MAX_TOPIC_BYTES} bytes"
+    if "+" in topic or "#" in topic:
+        return "the topic holds a wildcard (+ or #)"
+    found = MQTT_FORBIDDEN.search(topic)
+    if found is not None:
+        return (
+            f"the topic holds U+{ord(found.group()):04X} (a control character, surrogate or "
+            "noncharacter, which MQTT forbids)"
+        )
+    return None
 
 
 class Publisher:
@@ -28,7 +64,8 @@ class Publisher:
 
     Only the newest payload per topic is kept while the broker is away, so the
     backlog is bounded by the number of topics; a retained message is a state,
-    not a log.
+    not a log. One publish is in flight at a time, so a disconnect names the
+    topic that was in flight.
     """
 
     def __init__(self, config: MqttConfig, identifier: str) -> None:
@@ -37,15 +74,78 @@ class Publisher:
         self._pending: dict[str, tuple[bytes, bool]] = {}
         self._wake = asyncio.Event()
         self._conn: Connection | None = None
+        self._lock = asyncio.Lock()
+        self._strikes: dict[str, int] = {}
+        # Topics set aside, with the reason (visible: tests, metrics, logs).
+        self.refused: dict[str, str] = {}
+        # Called with (topic, reason) when a topic is set aside (the daemon counts it).
+        self.on_refused: Callable[[str, str], None] | None = None
+
+    def _refuse(self, topic: str, reason: str) -> None:
+        self._pending.pop(topic, None)
+        self._strikes.pop(topic, None)
+        if topic not in self.refused:
+            emit(logging.WARNING, "publish_topic_refused", topic=repr(topic), reason=reason)
+            if self.on_refused is not None:
+                self.on_refused(topic, reason)
+        self.refused[topic] = reason
+        while len(self.refused) > MAX_REFUSED:
+            del self.refused[next(iter(self.refused))]
+
+    def _check(self, topic: str) -> None:
+        reason = self.refused.get(topic)
+        if reason is None:
+            problem = topic_problem(topic)
+            if problem is None:
+                return
+            self._refuse(topic, problem)
+            reason = problem
+        raise TopicRefused(f"{topic!r} is set aside: {reason}")
+
+    async def _publish(self, conn: Connection, topic: str, payload: bytes, retain: bool) -> None:
+        """One publish at a time; a refusal or a drop with it in flight counts against it."""
+        async with self._lock:
+            try:
+                await conn.publish(topic, payload, retain=retain)
+            except Refused as exc:
+                self._refuse(topic, str(exc))
+                raise TopicRefused(str(exc)) from exc
+            except MqttError:
+                if not conn.is_open:
+                    self._strike(topic, conn)
+                raise
+        self._strikes.pop(topic, None)
+
+    def _strike(self, topic: str, conn: Connection) -> None:
+        strikes = self._strikes.get(topic, 0) + 1
+        if strikes >= STRIKES:
+            self._refuse(
+                topic,
+                f"the broker dropped the connection {strikes} times in a row while this "
+                f"topic was in flight (last: {conn.error})",
+            )
+            return
+        self._strikes[topic] = strikes
+        if topic in self._pending:  # to the back of the queue: the others go first
+            self._pending[topic] = self._pending.pop(topic)
 
     async def send(self, topic: str, payload: bytes, *, retain: bool = True) -> None:
-        """Publish now at QoS 1 and wait for the broker's PUBACK; MqttError when away."""
+        """Publish now at QoS 1 and wait for the broker's PUBACK; MqttError when away.
+
+        TopicRefused when the topic is set aside (retrying cannot help).
+        """
+        self._check(topic)
         conn = self._conn
         if conn is None or not conn.is_open:
             raise MqttError("the publisher is not connected to the broker")
-        await conn.publish(topic, payload, retain=retain and conn.retain_available)
+        await self._publish(conn, topic, payload, retain and conn.retain_available)
 
     def publish(self, topic: str, payload: bytes, *, retain: bool = True) -> None:
+        """Queue the newest payload for ``topic``; a set-aside topic is dropped."""
+        try:
+            self._check(topic)
+        except TopicRefused:
+            return
         self._pending[topic] = (payload, retain)
         self._wake.set()
 
@@ -68,8 +168,11 @@ class Publisher:
                     while self._pending:
                         topic = next(iter(self._pending))
                         payload, retain = self._pending[topic]
-                        keep = retain and conn.retain_available
-                        await conn.publish(topic, payload, retain=keep)
+                        try:
+                            keep = retain and conn.retain_available
+                            await self._publish(conn, topic, payload, keep)
+                        except TopicRefused:
+                            continue  # set aside: the next topic
                         # A newer payload may have arrived meanwhile: keep it.
                         if self._pending.get(topic) == (payload, retain):
                             del self._pending[topic]

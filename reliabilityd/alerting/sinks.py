@@ -19,10 +19,11 @@ import msgspec
 import redis.exceptions
 
 from reliabilityd.alerting.notify import BlindNotice, Notification, alertmanager_alert, blind_alert
-from reliabilityd.alerting.publisher import Publisher
+from reliabilityd.alerting.publisher import Publisher, TopicRefused
 from reliabilityd.broker import MqttError
 from reliabilityd.config import Config
 from reliabilityd.errors import ReliabilitydError
+from reliabilityd.logs import redact
 from reliabilityd.store import Store
 
 Note = Notification | BlindNotice
@@ -30,6 +31,10 @@ Note = Notification | BlindNotice
 
 class SinkError(ReliabilitydError):
     """A sink refused or could not take a notification; it will be retried."""
+
+
+class SinkRefused(SinkError):
+    """The sink refuses this note for good (an MQTT topic the broker refuses): set it aside."""
 
 
 class Sink(Protocol):
@@ -57,11 +62,11 @@ class Http:
                 timeout=aiohttp.ClientTimeout(total=seconds),
             ) as response:
                 if not 200 <= response.status < 300:
-                    raise SinkError(f"{url} answered HTTP {response.status}")
+                    raise SinkError(f"{redact(url)} answered HTTP {response.status}")
         except TimeoutError:
-            raise SinkError(f"{url} did not answer within {seconds} s") from None
+            raise SinkError(f"{redact(url)} did not answer within {seconds} s") from None
         except aiohttp.ClientError as exc:
-            raise SinkError(f"{url} unreachable: {exc}") from None
+            raise SinkError(f"{redact(url)} unreachable: {redact(str(exc))}") from None
 
     async def close(self) -> None:
         if self._session is not None:
@@ -87,6 +92,8 @@ class MqttSink:
             topic = f"{self.topic}/{note.suite}/{note.rule}"
         try:
             await self.publisher.send(topic, msgspec.json.encode(note), retain=True)
+        except TopicRefused as exc:
+            raise SinkRefused(f"MQTT topic {topic!r} refused: {exc}") from exc
         except MqttError as exc:
             raise SinkError(f"MQTT publish to {topic} failed: {exc}") from exc
 

@@ -18,6 +18,7 @@ import argparse
 import sys
 
 from reliabilityd.config import Config
+from reliabilityd.logs import redact
 
 __all__ = [
     "EXIT_FAIL",
@@ -48,8 +49,8 @@ class Exit(Exception):
 
 
 def say(message: str) -> None:
-    """One line to standard error, prefixed with the program's name."""
-    print(f"reliabilityd: {message}", file=sys.stderr)
+    """One line to standard error, prefixed with the program's name; secrets masked."""
+    print(f"reliabilityd: {redact(message)}", file=sys.stderr)
 
 
 def load_config(path: str | None) -> Config:

@@ -86,6 +86,8 @@ class Daemon:
             mqtt_watch=self.mqtt_watch,
         )
         self.sinks = self.metrics.count_sink_failures(configured)
+        if self.publisher is not None:
+            self.publisher.on_refused = lambda _topic, _reason: self.metrics.publish_refused.inc()
         self.outbox = Outbox(config, self.store, self.sinks, self.instance)
         self.evaluator = Evaluator(config, self.store, self.outbox)
         self.blind = BlindWatch(
@@ -208,7 +210,7 @@ class Daemon:
                 "deadletter",
                 source=source,
                 count=len(rejected),
-                reason=first.reason,
+                reason=first.reason[:300],
             )
             self.metrics.deadlettered(source for _, source in rejected)
         if not by_suite and cursor is None:

@@ -243,6 +243,11 @@ class Metrics:
         )
         for sink in sinks:
             self.sink_failures.labels(sink)
+        self.publish_refused = Counter(
+            "reliabilityd_publish_refused",
+            "MQTT topics the publisher set aside because the broker refuses them (see the log)",
+            registry=r,
+        )
         self.commit_seconds = Histogram(
             "reliabilityd_commit_duration_seconds",
             "From a decoded batch to Redis having applied it, retries included",

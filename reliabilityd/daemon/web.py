@@ -8,8 +8,10 @@
 * ``POST /v1/trials``: the MQTT wire format (``events.decode``), one object
   or an array, JSON or MessagePack. 200 only after Redis applied every
   element; 422 when some elements were rejected (the good ones are
-  committed all the same, each rejected one has its reason); 400 when the
-  body is not JSON or MessagePack at all; 413 past ``ingest.max_payload``; 401 without
+  committed all the same; the first ``events.MAX_LETTERS`` rejected ones
+  have their reason, and the dead letters are those MQTT would write); 400,
+  dead-lettered, when nothing in the body is an element (not JSON or
+  MessagePack, empty, ``[]``, nested too deeply); 413 past ``ingest.max_payload``; 401 without
   the bearer token when one is set; 503 with ``Retry-After`` while Redis is
   unusable (retrying is safe: trial ids make it idempotent).
 * ``POST /v1/logs`` (with ``http.otlp.enabled``): OTLP/HTTP logs, protobuf or
@@ -33,23 +35,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from reliabilityd.config import HttpConfig, parse_mqtt_url
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ReliabilitydError
-from reliabilityd.events import Rejected, TrialEvent, decode
+from reliabilityd.events import UNREPORTED, Rejected, TrialEvent, elements, letters
+from reliabilityd.logs import RateLimited, redact
 from reliabilityd.store import Applied, Redis
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
 SOURCE = "http"
 OTLP_SOURCE = "otlp"
 PROBE_TIMEOUT = 2.0  # seconds /readyz waits for Redis and for the broker
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 2\r\nContent-Length: 0\r\n"
+    b"Connection: close\r\n\r\n"
+)
 
 
 class IngestUnavailable(ReliabilitydError):
@@ -102,61 +111,21 @@ class IngestResponse(msgspec.Struct):
     suites: dict[str, SuiteResult]
 
 
-_json_items = msgspec.json.Decoder(list[msgspec.Raw])
-_mp_items = msgspec.msgpack.Decoder(list[msgspec.Raw])
-_MSGPACK_ARRAY = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
+def decode_elements(
+    payload: bytes, max_payload: int
+) -> tuple[list[TrialEvent | Rejected], list[Rejected], bool]:
+    """(each element's event or rejection in order, the dead letters, whether any element).
 
-
-def _elements(payload: bytes) -> list[bytes] | None:
-    """The raw elements of an array payload, None when it is not one."""
-    stripped = payload.lstrip(b" \t\r\n")
-    try:
-        if stripped.startswith(b"["):
-            return [bytes(item) for item in _json_items.decode(payload)]
-        if payload and payload[0] in _MSGPACK_ARRAY:
-            return [bytes(item) for item in _mp_items.decode(payload)]
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    return None
-
-
-def _parses(payload: bytes) -> bool:
-    """True when the payload is well-formed JSON or MessagePack, whatever it holds."""
-    try:
-        if payload.lstrip(b" \t\r\n")[:1] in (b"{", b"["):
-            msgspec.json.decode(payload)
-        elif payload:
-            msgspec.msgpack.decode(payload)
-        else:
-            return False
-    except msgspec.DecodeError:
-        return False
-    return True
-
-
-def decode_elements(payload: bytes, max_payload: int) -> tuple[list[TrialEvent | Rejected], bool]:
-    """Each element's event or rejection, in order; the flag is False if nothing parsed.
-
-    Decoding is ``events.decode``'s, element by element only when the batch
-    has a bad one, so an element is valid here exactly when it would count
-    over MQTT.
+    ``events.elements`` decodes, so an element is valid here exactly when it
+    would count over MQTT, an element that is itself an array is rejected
+    whole, and the dead letters are the ones MQTT would write (a bounded
+    number per payload). False: nothing in the body is an element (not JSON
+    or MessagePack, empty, ``[]``, nested too deeply): a 400.
     """
-    good, bad = decode(payload, max_payload)
-    if not bad:
-        return list(good), True
-    items = _elements(payload)
-    if items is None:
-        # A single object that is not a valid event (422), or no JSON or
-        # MessagePack at all (400).
-        return list(bad), _parses(payload)
-    out: list[TrialEvent | Rejected] = []
-    for index, item in enumerate(items):
-        g, b = decode(item, max_payload)
-        if g:
-            out.append(g[0])
-        else:
-            out.append(Rejected(item, f"element {index}: {b[0].reason}"))
-    return out, True
+    whole, outcomes = elements(payload, max_payload)
+    if whole is not None:
+        return [], [whole], False
+    return outcomes, letters(outcomes), True
 
 
 async def probe(client: Redis, mqtt_url: str | None) -> dict[str, str]:
@@ -196,6 +165,7 @@ class Handlers:
         self.config = config
         self.max_payload = max_payload
         self.started_at = time.time()
+        self.inflight = asyncio.Semaphore(config.max_inflight)
 
     def _answer(self, response: web.Response) -> web.Response:
         self.backend.metrics.http_ingest.labels(str(response.status)).inc()
@@ -213,6 +183,14 @@ class Handlers:
         return self._answer(_json({"error": reason}, 503, **{"Retry-After": str(RETRY_AFTER)}))
 
     async def post_trials(self, request: web.Request) -> web.Response:
+        if self.inflight.locked():
+            return self._unavailable(
+                f"{self.config.max_inflight} requests in flight (http.max_inflight): retry"
+            )
+        async with self.inflight:
+            return await self._post_trials(request)
+
+    async def _post_trials(self, request: web.Request) -> web.Response:
         if not self._authorised(request):
             return self._answer(
                 _json(
@@ -227,14 +205,17 @@ class Handlers:
                 _json({"error": f"body of {length} bytes exceeds {self.max_payload}"}, 413)
             )
         try:
-            payload = await request.read()
+            async with asyncio.timeout(self.config.read_timeout):
+                payload = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return self._answer(_json({"error": f"body exceeds {self.max_payload} bytes"}, 413))
+        except TimeoutError:
+            timeout = self.config.read_timeout
+            return self._answer(_json({"error": f"body not sent within {timeout} s"}, 408))
         if self.backend.is_paused():
             return self._unavailable("ingest is paused: Redis is unavailable")
-        elements, decoded = decode_elements(payload, self.max_payload)
-        events = [e for e in elements if isinstance(e, TrialEvent)]
-        rejected = [e for e in elements if isinstance(e, Rejected)]
+        outcomes, rejected, decoded = decode_elements(payload, self.max_payload)
+        events = [e for e in outcomes if isinstance(e, TrialEvent)]
         if not decoded:
             # Not JSON or MessagePack at all: the answer does not depend on
             # Redis, and a retry would not help. Dead-lettered when Redis can.
@@ -249,21 +230,22 @@ class Handlers:
                 self.backend.ingest(events, rejected, SOURCE), self.config.commit_timeout
             )
         except (IngestUnavailable, TimeoutError) as exc:
-            return self._unavailable(f"not committed: {exc or 'Redis did not answer in time'}")
+            why = str(exc) or f"Redis did not answer within {self.config.commit_timeout} s"
+            return self._unavailable(f"not committed: {why}")
         body = IngestResponse(
             accepted=len(events),
-            rejected=len(rejected),
+            rejected=len(outcomes) - len(events),
             results=[
                 ElementResult(i, "accepted")
                 if isinstance(e, TrialEvent)
-                else ElementResult(i, "rejected", e.reason)
-                for i, e in enumerate(elements)
+                else ElementResult(i, "rejected", None if e is UNREPORTED else e.reason)
+                for i, e in enumerate(outcomes)
             ],
             suites={
                 a.suite: SuiteResult(a.counted, a.duplicates, a.errors, a.skips) for a in applied
             },
         )
-        return self._answer(_json(body, 422 if rejected else 200))
+        return self._answer(_json(body, 422 if len(events) < len(outcomes) else 200))
 
     async def post_logs(self, request: web.Request) -> web.Response:
         from reliabilityd.integrations import otlp
@@ -327,7 +309,10 @@ class Handlers:
         )
 
     async def readyz(self, request: web.Request) -> web.Response:
-        problems = await self.backend.readiness()
+        if self.inflight.locked():
+            return _json({"status": "busy", "problems": {"http": "max_inflight reached"}}, 503)
+        async with self.inflight:
+            problems = await self.backend.readiness()
         if problems:
             return _json({"status": "unready", "problems": problems}, 503)
         return _json({"status": "ready"}, 200)
@@ -365,9 +350,13 @@ async def serve(
     listening: asyncio.Event | None = None,
 ) -> None:
     """Serve until stop is set; requests in flight get a moment to finish."""
-    runner = web.AppRunner(
-        make_app(backend, config, max_payload), access_log=None, shutdown_timeout=2.0
+    runner = _Runner(
+        make_app(backend, config, max_payload),
+        access_log=None,
+        shutdown_timeout=2.0,
+        keepalive_timeout=config.read_timeout,
     )
+    runner.limits = config
     await runner.setup()
     try:
         await web.TCPSite(runner, config.host, config.port).start()
@@ -377,3 +366,84 @@ async def serve(
     finally:
         with contextlib.suppress(Exception):
             await asyncio.shield(runner.cleanup())
+
+
+_malformed = RateLimited()
+
+
+class _Handler(RequestHandler):
+    """aiohttp's connection handler with the limits of ``HttpConfig``.
+
+    A connection that has not completed a request within ``read_timeout``
+    (a slowloris, say) is closed; past ``max_connections`` a new connection
+    is answered 503 and closed; a malformed request is logged as one
+    rate-limited line with secrets masked, never a traceback, and answered
+    without echoing what was sent (it may hold a bearer token).
+    """
+
+    __slots__ = ("_deadline", "_limits", "_served")
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        limits: HttpConfig = getattr(self._manager, "limits")  # noqa: B009
+        self._limits = limits
+        self._served = 0
+        if self._manager is not None and len(self._manager.connections) > limits.max_connections:
+            if isinstance(transport, asyncio.WriteTransport):
+                transport.write(_BUSY)
+            self.force_close()
+            transport.close()
+            return
+        self._deadline = self._loop.call_later(limits.read_timeout, self._check_progress)
+
+    def _check_progress(self) -> None:
+        """Close a connection that completed no request since the last check and is not busy."""
+        if self._current_request is None and self._request_count == self._served:
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self._served = self._request_count
+        self._deadline = self._loop.call_later(self._limits.read_timeout, self._check_progress)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        deadline = getattr(self, "_deadline", None)
+        if deadline is not None:
+            deadline.cancel()
+        super().connection_lost(exc)
+
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500:
+            return super().handle_error(request, status, exc, message)
+        _malformed.emit(
+            logging.WARNING,
+            "http_malformed_request",
+            status=status,
+            peer=request.remote,
+            error=redact(f"{type(exc).__name__}: {exc}")[:200],
+        )
+        response = web.Response(status=status, text=f"{status}: malformed HTTP request\n")
+        response.force_close()
+        return response
+
+
+class _Server(web.Server):
+    limits: HttpConfig
+
+    def __call__(self) -> RequestHandler:
+        return _Handler(self, loop=self._loop, **self._kwargs)
+
+
+class _Runner(web.AppRunner):
+    limits: HttpConfig
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _Server  # the same server, making _Handler connections
+        server.limits = self.limits  # type: ignore[attr-defined]
+        return server

@@ -33,6 +33,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 import zipfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -42,12 +43,13 @@ from typing import Any
 import msgspec
 
 from reliabilityd.errors import ReliabilitydError
-from reliabilityd.events import MAX_NAME_BYTES, Outcome
+from reliabilityd.events import MAX_NAME_BYTES, NAME_FORBIDDEN, Outcome
 
 FORMATS = ("tau-bench", "tau2-bench", "inspect", "multivon")
 MAX_RUN_BYTES = 100
-# Control characters, and lone surrogates (JSON can carry them; UTF-8 cannot).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+# What no name may hold (events.NAME_FORBIDDEN: control and invisible format
+# characters, surrogates, noncharacters).
+_CONTROL = NAME_FORBIDDEN
 _SUITE_FORBIDDEN = re.compile(r"[{}/+#]")
 _ZIP_MAGIC = b"PK\x03\x04"
 _EPS = 1e-6
@@ -96,18 +98,19 @@ def _fit(name: str, limit: int = MAX_NAME_BYTES) -> str:
 def suite_name(raw: str) -> str:
     """A valid suite name for ``raw``.
 
-    ``{ } / + #`` and control characters become ``_`` (so ``openai/gpt-4o``
+    The name is normalised to NFC; ``{ } / + #`` and the characters no name
+    may hold (``events.NAME_FORBIDDEN``) become ``_`` (so ``openai/gpt-4o``
     is ``openai_gpt-4o``), surrounding white space goes, and a name over 200
     bytes of UTF-8 keeps its first 191 bytes plus ``~`` and 8 hex digits of
     a hash of the whole name, so long names stay distinct.
     """
-    name = _CONTROL.sub("_", _SUITE_FORBIDDEN.sub("_", raw)).strip()
+    name = _CONTROL.sub("_", _SUITE_FORBIDDEN.sub("_", unicodedata.normalize("NFC", raw))).strip()
     return _fit(name) if name else "imported"
 
 
 def task_name(raw: str) -> str:
-    """A valid task name: control characters (newlines of a prompt) become spaces; cut as above."""
-    name = _CONTROL.sub(" ", raw).strip()
+    """A valid task name: NFC; forbidden characters (newlines of a prompt) become spaces; cut."""
+    name = _CONTROL.sub(" ", unicodedata.normalize("NFC", raw)).strip()
     return _fit(name) if name else "(empty)"
 
 

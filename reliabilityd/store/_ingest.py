@@ -25,6 +25,8 @@ from reliabilityd.store.keys import Keys, digests
 _OUTCOME_CODE = {"pass": "p", "fail": "f", "error": "e", "skip": "s"}
 # Events per EVAL: bounds how long one script call holds Redis.
 CHUNK = 2000
+# Dead letters per round trip (each at most a few KiB): the same bound for bad input.
+DEADLETTER_CHUNK = 200
 
 
 def _runs(events: Sequence[TrialEvent]) -> list[tuple[bool, Sequence[TrialEvent]]]:
@@ -198,31 +200,39 @@ class Ingest:
         return [Applied(suite, *acc) for suite, acc in totals.items()]
 
     async def deadletter(
-        self, rejected: Iterable[tuple[Rejected, str]], *, maxlen: int, keep_bytes: int = 2048
+        self,
+        rejected: Iterable[tuple[Rejected, str]],
+        *,
+        maxlen: int,
+        keep_bytes: int = 2048,
+        keep_reason: int = 1024,
     ) -> int:
-        """Append (rejected input, source) pairs to the capped dead-letter stream, one trip.
+        """Append (rejected input, source) pairs to the capped dead-letter stream.
 
-        At least once: a retry after a reply lost to a Redis crash may write
-        (and count) a batch's letters again, which a diagnostic log can bear.
+        In round trips of at most ``DEADLETTER_CHUNK`` entries, each entry at
+        most ``keep_bytes`` of payload and ``keep_reason`` characters of
+        reason, so no batch of bad input holds Redis for long. At least once:
+        a retry after a reply lost to a Redis crash may write (and count) a
+        batch's letters again, which a diagnostic log can bear.
         """
         items = list(rejected)
-        if not items:
-            return 0
-        pipe = self.client.pipeline(transaction=False)
         now = repr(time.time())
-        for item, source in items:
-            pipe.xadd(
-                self.keys.deadletter,
-                {
-                    "payload": item.raw[:keep_bytes],
-                    "truncated": int(len(item.raw) > keep_bytes),
-                    "reason": item.reason,
-                    "source": source,
-                    "time": now,
-                },
-                maxlen=maxlen,
-                approximate=True,
-            )
-        pipe.hincrby(self.keys.stats, "deadletters", len(items))
-        await pipe.execute()
+        for start in range(0, len(items), DEADLETTER_CHUNK):
+            chunk = items[start : start + DEADLETTER_CHUNK]
+            pipe = self.client.pipeline(transaction=False)
+            for item, source in chunk:
+                pipe.xadd(
+                    self.keys.deadletter,
+                    {
+                        "payload": item.raw[:keep_bytes],
+                        "truncated": int(len(item.raw) > keep_bytes),
+                        "reason": item.reason[:keep_reason],
+                        "source": source,
+                        "time": now,
+                    },
+                    maxlen=maxlen,
+                    approximate=True,
+                )
+            pipe.hincrby(self.keys.stats, "deadletters", len(chunk))
+            await pipe.execute()
         return len(items)

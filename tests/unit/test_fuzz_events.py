@@ -11,21 +11,34 @@ and bad elements).
 from __future__ import annotations
 
 import math
+import unicodedata
 from typing import Any
 
 import msgspec
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
+from hypothesis.internal.charmap import CategoryName
 
 from reliabilityd.events import MAX_NAME_BYTES, TrialEvent, decode, decode_many, validate
 
 OUTCOMES = ("pass", "fail", "error", "skip")
-NAME_CHARS = st.characters(codec="utf-8", exclude_categories=("Cc", "Cs"))
-GOOD_NAME = st.text(NAME_CHARS, min_size=1, max_size=40)
-GOOD_SUITE = st.text(
-    st.characters(codec="utf-8", exclude_categories=("Cc", "Cs"), exclude_characters="{}/+#"),
-    min_size=1,
-    max_size=40,
+# A valid name: no control, format or surrogate character, no noncharacter
+# (Cn, with the unassigned code points), no line or paragraph separator; NFC,
+# with no white space at either end.
+_EXCLUDED: tuple[CategoryName, ...] = ("Cc", "Cf", "Cs", "Cn", "Zl", "Zp")
+
+
+def _name(chars: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    return (
+        st.text(chars, min_size=1, max_size=40)
+        .map(lambda text: unicodedata.normalize("NFC", text).strip())
+        .filter(lambda text: 0 < len(text.encode()) <= MAX_NAME_BYTES)
+    )
+
+
+GOOD_NAME = _name(st.characters(codec="utf-8", exclude_categories=_EXCLUDED))
+GOOD_SUITE = _name(
+    st.characters(codec="utf-8", exclude_categories=_EXCLUDED, exclude_characters="{}/+#")
 )
 
 

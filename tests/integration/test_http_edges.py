@@ -1,0 +1,184 @@
+"""The edges of the HTTP port and the output, against a real daemon and redis-server:
+slow and idle clients are closed, connections and requests in flight are bounded,
+and no secret appears in any output or log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from reliabilityd.alerting.sinks import Http, SinkError
+from reliabilityd.config import Config, HttpConfig
+from tests.support.helpers import wait_until
+from tests.support.http import event, get, http_config, post, serving
+from tests.support.servers import RedisServer, free_port
+
+MARKER = "Sekr1tMarker"
+
+
+def _with_http(cfg: Config, **changes: float) -> Config:
+    return msgspec.structs.replace(cfg, http=msgspec.structs.replace(cfg.http, **changes))
+
+
+async def _exchange(port: int, data: bytes, wait: float = 5.0) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        async with asyncio.timeout(wait):
+            return await reader.read()
+    finally:
+        writer.close()
+
+
+async def test_half_sent_requests_and_idle_sockets_are_closed_after_the_read_timeout(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    cfg = _with_http(http_config(redis_server, prefix), read_timeout=1.0)
+    async with serving(cfg) as (_, base):
+        port = cfg.http.port
+        conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(60)]
+        for i, (_, writer) in enumerate(conns):
+            if i % 2:  # half of them a request never finished, half nothing at all
+                writer.write(b"POST /v1/trials HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        # Health and ingest keep answering meanwhile.
+        assert (await get(base, "/healthz"))[0] == 200
+        assert (await post(base, [event("t", "1")]))[0] == 200
+        # EOF: the daemon closed each of them (aiohttp alone keeps them an hour).
+        async with asyncio.timeout(30):
+            for reader, _ in conns:
+                await reader.read()
+        for _, writer in conns:
+            writer.close()
+
+
+async def test_past_max_connections_a_new_one_is_answered_503_and_closed(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    cfg = _with_http(http_config(redis_server, prefix), max_connections=10, read_timeout=2.0)
+    async with serving(cfg) as (_, base):
+        port = cfg.http.port
+        idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(10)]
+        answer = await _exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 503")
+        assert b"Retry-After: 2" in answer
+        for _, writer in idle:
+            writer.close()
+
+        async def healthy() -> bool:
+            return (await get(base, "/healthz"))[0] == 200
+
+        await wait_until(healthy, 10)
+
+
+async def test_requests_in_flight_past_the_limit_are_503_with_retry_after(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    cfg = _with_http(http_config(redis_server, prefix), max_inflight=2, read_timeout=3.0)
+    async with serving(cfg) as (_, base):
+        port = cfg.http.port
+        body = msgspec.json.encode([event("t", "1")])
+        head = (
+            b"POST /v1/trials HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)
+        )
+        # Two requests whose bodies are slow to come hold both places.
+        slow = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        for _, writer in slow:
+            writer.write(head)
+            await writer.drain()
+        await asyncio.sleep(0.3)
+        status, answer, headers = await post(base, [event("t", "2")])
+        assert status == 503
+        assert headers["Retry-After"] == "2"
+        assert "max_inflight" in answer["error"]
+        for reader, writer in slow:
+            writer.write(body)
+            await writer.drain()
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+            writer.close()
+        assert (await post(base, [event("t", "2")]))[0] == 200
+
+
+# --- secrets ------------------------------------------------------------------
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "reliabilityd", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    assert proc.returncode != 0, (args, proc.stdout, proc.stderr)
+    return proc.stdout + proc.stderr
+
+
+def test_no_command_prints_the_redis_password_or_a_query_key(tmp_path: Path) -> None:
+    dead = f"redis://user:{MARKER}@127.0.0.1:{free_port()}/0"
+    results = tmp_path / "results.json"
+    results.write_text('{"format": "nothing"}')
+    outputs = [
+        _cli("status", "--redis", dead),
+        _cli("tasks", "--redis", dead, "suite"),
+        _cli("cases", "--redis", dead, "suite"),
+        _cli("reset", "--redis", dead, "--yes", "suite"),
+        _cli("forget", "--redis", dead, "--yes", "suite", "task"),
+        _cli("import", str(tmp_path / "missing.json"), env={"RELIABILITYD_REDIS_URL": dead}),
+    ]
+    for out in outputs:
+        assert out.strip()
+        assert MARKER not in out, out
+    assert any("redis://***@127.0.0.1" in out for out in outputs)
+
+
+async def test_a_failed_sink_delivery_names_the_url_without_its_secrets(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    http = Http()
+    url = f"http://hook:{MARKER}@127.0.0.1:{free_port()}/hook?key={MARKER}"
+    try:
+        with pytest.raises(SinkError) as err:
+            await http.post_json(url, b"{}", 2.0)
+    finally:
+        await http.close()
+    assert MARKER not in str(err.value)
+    assert "http://***@127.0.0.1" in str(err.value)
+
+
+async def test_a_malformed_header_line_is_one_warning_without_the_token(
+    redis_server: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = http_config(redis_server, prefix, token=MARKER)
+    caplog.set_level(logging.DEBUG)
+    async with serving(cfg) as (_, base):
+        port = cfg.http.port
+        for _ in range(5):
+            answer = await _exchange(
+                port,
+                b"POST /v1/trials HTTP/1.1\r\nHost: x\r\nAuthorization Bearer "
+                + MARKER.encode()
+                + b"\r\nContent-Length: 0\r\n\r\n",
+            )
+            assert answer.split(b" ", 2)[1] == b"400"
+            assert MARKER.encode() not in answer
+        assert (await get(base, "/healthz"))[0] == 200
+    text = caplog.text
+    assert MARKER not in text
+    lines = [r for r in caplog.records if "http_malformed_request" in r.getMessage()]
+    assert len(lines) == 1  # rate-limited: one line for the five
+    assert all(r.exc_info is None for r in caplog.records if r.name.startswith("aiohttp"))
+
+
+def test_the_http_limits_have_defaults() -> None:
+    http = HttpConfig()
+    assert (http.read_timeout, http.max_connections, http.max_inflight) == (10.0, 256, 32)

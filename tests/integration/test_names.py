@@ -1,0 +1,206 @@
+"""Names against real mosquitto and redis-server: every accepted name yields valid
+topics and keys, and a topic the broker refuses never silences the others."""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import time
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.internal.charmap import CategoryName
+from redis.crc import key_slot
+
+from reliabilityd.alerting import publisher as publisher_mod
+from reliabilityd.alerting.publisher import STRIKES, Publisher
+from reliabilityd.broker import connect
+from reliabilityd.config import MqttConfig
+from reliabilityd.events import TrialEvent, validate
+from reliabilityd.store.keys import Keys
+from tests.support.alerting import SUITE, Phase, alert_config, collect, phase_message
+from tests.support.alertmanager import Receiver
+from tests.support.daemon import running, store_for
+from tests.support.helpers import publish, wait_until
+from tests.support.servers import Mosquitto, RedisServer
+
+
+async def test_a_noncharacter_suite_is_dead_lettered_and_another_suites_alert_arrives(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        async with (
+            collect(mosquitto.port, f"{prefix}/alerts/#") as alerts,
+            collect(mosquitto.port, f"{prefix}/snapshot/#") as snapshots,
+            running(cfg) as daemon,
+            store_for(cfg) as store,
+        ):
+            for bad in ("bad\uffff", "bad\ufdd0", "bad\U0001fffe", "bad\u200b", "bad\u202e"):
+                raw = msgspec.json.encode(
+                    {"suite": bad, "task": "t", "trial": "1", "outcome": "pass"}
+                )
+                await publish(mosquitto.port, f"{prefix}/trials/x", [raw])
+            flaky = Phase.events(range(20), flaky=True)
+            await publish(mosquitto.port, f"{prefix}/trials/a", phase_message(flaky))
+
+            async def firing() -> bool:
+                return any(m.get("state") == "firing" for m in alerts)
+
+            await wait_until(firing, 30)
+            assert any(m.get("suite") == SUITE for m in snapshots)
+            letters = await store.reads.deadletters()
+            assert len(letters) == 5
+            assert all(d.reason.startswith("suite contains a") for d in letters)
+            assert await store.reads.suites() == [SUITE]
+            assert daemon.publisher is not None
+            assert daemon.publisher.refused == {}
+
+
+def _config(broker: Mosquitto) -> MqttConfig:
+    return MqttConfig(url=broker.url, client_id="pub-test")
+
+
+async def _received(broker: Mosquitto, topic: str, within: float = 10.0) -> bytes:
+    async with collect(broker.port, topic) as got:
+
+        async def arrived() -> bool:
+            return bool(got)
+
+        await wait_until(arrived, within)
+        return msgspec.json.encode(got[0])
+
+
+async def test_a_topic_the_broker_drops_us_for_is_set_aside_and_the_rest_go_out(
+    private_mosquitto: Mosquitto, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without the local check the noncharacter topic reaches mosquitto, which
+    # disconnects the publisher each time it sees it.
+    monkeypatch.setattr(publisher_mod, "topic_problem", lambda topic: None)
+    pub = Publisher(_config(private_mosquitto), f"{prefix}-pub")
+    refused: list[tuple[str, str]] = []
+    pub.on_refused = lambda topic, reason: refused.append((topic, reason))
+    stop = asyncio.Event()
+    task = asyncio.create_task(pub.run(stop))
+    try:
+        bad = f"{prefix}/snapshot/bad\uffff"
+        pub.publish(bad, b'{"n": 0}')
+        for i in range(5):
+            pub.publish(f"{prefix}/snapshot/good{i}", msgspec.json.encode({"n": i}))
+
+        async def set_aside() -> bool:
+            return bad in pub.refused
+
+        await wait_until(set_aside, 30)
+        assert f"{STRIKES} times in a row" in pub.refused[bad]
+        assert refused == [(bad, pub.refused[bad])]
+        for i in range(5):
+            assert msgspec.json.decode(
+                await _received(private_mosquitto, f"{prefix}/snapshot/good{i}")
+            ) == {"n": i}
+        # A later payload for the set-aside topic is dropped; the others still go out.
+        pub.publish(bad, b'{"n": 1}')
+        pub.publish(f"{prefix}/snapshot/good0", b'{"n": 10}')
+        got = await _received(private_mosquitto, f"{prefix}/snapshot/good0")
+        assert msgspec.json.decode(got) == {"n": 10}
+        with pytest.raises(publisher_mod.TopicRefused):
+            await pub.send(bad, b"{}")
+        # The connection stays up from here on.
+        conn = pub._conn
+        await asyncio.sleep(1.0)
+        assert conn is not None
+        assert conn is pub._conn
+        assert conn.is_open
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def test_a_topic_mqtt_forbids_is_refused_before_it_is_sent(
+    private_mosquitto: Mosquitto, prefix: str
+) -> None:
+    pub = Publisher(_config(private_mosquitto), f"{prefix}-pub")
+    stop = asyncio.Event()
+    task = asyncio.create_task(pub.run(stop))
+    try:
+        for topic in (f"{prefix}/a\ufdd0", f"{prefix}/a+b", f"{prefix}/\x00", ""):
+            pub.publish(topic, b"{}")
+            assert topic in pub.refused
+        pub.publish(f"{prefix}/ok", b'{"ok": 1}')
+        assert msgspec.json.decode(await _received(private_mosquitto, f"{prefix}/ok")) == {"ok": 1}
+        assert "noncharacter" in pub.refused[f"{prefix}/a\ufdd0"]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+# --- the name fuzzer --------------------------------------------------------
+
+CATEGORIES: tuple[CategoryName, ...] = (
+    "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps", "Pe",
+    "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Co", "Cn",
+)  # fmt: skip
+SEPARATORS = " /+#{}:.$-_\t\u00a0\u200b\u2028\ufeff\ufffe\uffff\ufdd0\U0010ffff"
+pieces = st.sampled_from(CATEGORIES).flatmap(
+    lambda category: st.text(st.characters(categories=[category]), min_size=1, max_size=8)
+)
+names = st.lists(
+    pieces | st.sampled_from(SEPARATORS) | st.text(st.sampled_from(SEPARATORS), max_size=3),
+    min_size=1,
+    max_size=12,
+).map("".join) | st.text(min_size=1, max_size=80)
+
+
+def _suite_keys(keys: Keys, suite: str) -> list[str]:
+    return [
+        *(keys.suite(suite, name) for name in ("meta", "tasks", "hist", "lottery", "snapshot")),
+        keys.dedup_bucket(suite, 60, 1234),
+        keys.imported(suite),
+        keys.imports(suite),
+        keys.alert(suite, "rule"),
+        keys.outbox(suite, "rule", "mqtt"),
+        keys.outbox_lease(suite, "rule", "mqtt"),
+        keys.am_resend(suite, "rule"),
+    ]
+
+
+async def test_every_accepted_name_has_topics_mosquitto_takes_and_keys_in_its_slot(
+    private_mosquitto: Mosquitto, prefix: str
+) -> None:
+    conn = await connect(_config(private_mosquitto), identifier=f"{prefix}-fuzz", persistent=False)
+    keys = Keys(prefix)
+    loop = asyncio.get_running_loop()
+    seen = {"accepted": 0, "rejected": 0}
+
+    @settings(
+        max_examples=600,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    @given(suite=names, task=names)
+    def check(suite: str, task: str) -> None:
+        event = TrialEvent(suite, task, "1", "pass")
+        if validate(event) is not None:
+            seen["rejected"] += 1
+            return
+        seen["accepted"] += 1
+        for topic in (f"{prefix}/snapshot/{suite}", f"{prefix}/alerts/{suite}/rule"):
+            future = asyncio.run_coroutine_threadsafe(
+                conn.publish(topic, b"{}", retain=False), loop
+            )
+            future.result(10)
+            assert conn.is_open, f"mosquitto dropped us for {topic!r}: {conn.error}"
+        slot = binascii.crc_hqx(suite.encode(), 0) % 16384
+        for key in _suite_keys(keys, suite):
+            assert key_slot(key.encode()) == slot, key
+
+    try:
+        started = time.monotonic()
+        await asyncio.to_thread(check)
+        print(f"names: {seen} in {time.monotonic() - started:.1f} s")
+        assert seen["accepted"] > 50
+        assert seen["rejected"] > 50
+    finally:
+        await conn.close()
