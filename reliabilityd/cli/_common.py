@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
 from reliabilityd.config import Config
 
-__all__ = ["Exit", "add_redis_options", "load_config", "positive", "say"]
+__all__ = [
+    "Exit",
+    "RedisTarget",
+    "add_redis_options",
+    "load_config",
+    "positive",
+    "redis_target",
+    "say",
+]
 
 
 class Exit(Exception):
@@ -47,3 +56,29 @@ def add_redis_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--redis", help="Redis URL, when there is no config file")
     p.add_argument("--prefix", help="key prefix (default: the config's, else rel)")
     return p
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """The Redis a command asks, and how it was found (for messages)."""
+
+    url: str
+    prefix: str
+    config: Config
+    found_by: str
+
+    def describe(self) -> str:
+        """`redis://127.0.0.1:6379/0 (the default)`: said whenever it finds nothing there."""
+        prefix = "" if self.prefix == "rel" else f", prefix {self.prefix!r}"
+        return f"{self.url} ({self.found_by}{prefix})"
+
+
+def redis_target(args: argparse.Namespace) -> RedisTarget:
+    """The Redis of a command with ``add_redis_options``: --redis, the config's, the default."""
+    cfg = load_config(args.config)
+    prefix = args.prefix or cfg.redis.prefix
+    if args.redis:
+        return RedisTarget(args.redis, prefix, cfg, "--redis")
+    if args.config:
+        return RedisTarget(cfg.redis.url, prefix, cfg, f"from {args.config}")
+    return RedisTarget(cfg.redis.url, prefix, cfg, "the default")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from reliabilityd.cli import _daemon, _ingest, _query
+from reliabilityd.cli import _daemon, _ingest, _oncall, _query
 from reliabilityd.cli._common import Exit
 
 __all__ = ["build_parser", "main"]
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     _daemon.add_parsers(sub)
     _query.add_parsers(sub)
     _ingest.add_parsers(sub)
+    _oncall.add_parsers(sub)
     return parser
 
 

@@ -16,6 +16,7 @@ from datetime import datetime
 import msgspec
 
 from reliabilityd.alerting.rules import AlertState, Rule
+from reliabilityd.cli._oncall import rejected_summary
 from reliabilityd.client._client import AsyncClient, SuiteSummary
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.estimators import METRICS
@@ -107,12 +108,14 @@ async def status(
     rules: Sequence[Rule],
     as_json: bool,
     n_boot: int = 2000,
+    where: str = "this Redis",
     out: Callable[[str], None] = print,
 ) -> int:
+    """Print the suites' numbers and alerts; 1 when the suite asked for is not there."""
     suites = await client.suites()
     if suite is not None:
         if suite not in suites:
-            print(f"reliabilityd: no suite named {suite!r} in Redis", file=sys.stderr)
+            missing(suite, where)
             return 1
         suites = [suite]
     now = time.time()
@@ -139,8 +142,11 @@ async def status(
                 docs.append(s.snapshot if s.snapshot is not None else {"suite": s.suite})
         out(msgspec.json.encode(docs[0] if suite is not None else docs).decode())
         return 0
+    rejected = rejected_summary(await client.store.reads.rejected_counts(now), suite)
     if not summaries:
-        out("no suites yet: nothing has been counted in this Redis under this prefix")
+        out(f"no suites yet in {where}: nothing has been counted there under this prefix")
+        if rejected:
+            out(rejected)
         return 0
     rows = [r for s in summaries for r in status_rows(s, computed.get(s.suite), now)]
     out(
@@ -158,6 +164,10 @@ async def status(
             rows,
         )
     )
+    out(
+        "(RUNS: the fewest trials among the tasks estimated at that k; "
+        "tasks with fewer than k trials are left out)"
+    )
     alert_rows = []
     for s in summaries:
         names = [r.name for r in rules if fnmatch.fnmatchcase(s.suite, r.suite)]
@@ -167,7 +177,15 @@ async def status(
     if alert_rows:
         out("")
         out(_table(["SUITE", "RULE", "STATE", "SINCE", "REASON"], alert_rows))
+    if rejected:
+        out("")
+        out(rejected)
     return 0
+
+
+def missing(suite: str, where: str) -> None:
+    """What ``status`` and ``tasks`` say of a suite the Redis they asked does not have."""
+    print(f"reliabilityd: no suite named {suite!r} in {where}", file=sys.stderr)
 
 
 async def cases(

@@ -223,6 +223,7 @@ class Handlers:
         if self.backend.is_paused():
             return self._unavailable("ingest is paused: Redis is unavailable")
         elements, decoded = decode_elements(payload, self.max_payload)
+        source = f"{SOURCE}:{request.remote or 'unknown'}"  # dead letters name the client
         events = [e for e in elements if isinstance(e, TrialEvent)]
         rejected = [e for e in elements if isinstance(e, Rejected)]
         if not decoded:
@@ -230,13 +231,13 @@ class Handlers:
             # Redis, and a retry would not help. Dead-lettered when Redis can.
             with contextlib.suppress(IngestUnavailable, TimeoutError):
                 await asyncio.wait_for(
-                    self.backend.ingest([], rejected, SOURCE), self.config.commit_timeout
+                    self.backend.ingest([], rejected, source), self.config.commit_timeout
                 )
             reason = rejected[0].reason if rejected else "empty body"
             return self._answer(_json({"error": reason}, 400))
         try:
             applied = await asyncio.wait_for(
-                self.backend.ingest(events, rejected, SOURCE), self.config.commit_timeout
+                self.backend.ingest(events, rejected, source), self.config.commit_timeout
             )
         except (IngestUnavailable, TimeoutError) as exc:
             return self._unavailable(f"not committed: {exc or 'Redis did not answer in time'}")

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from redis.exceptions import RedisError
 
-from reliabilityd.events import Rejected, TrialEvent
+from reliabilityd.events import Rejected, TrialEvent, named_suite, reason_class
 from reliabilityd.logs import emit
 from reliabilityd.store import dedup
 from reliabilityd.store._base import Applied, Redis, StreamCursor
@@ -24,6 +24,9 @@ from reliabilityd.store.keys import Keys, digests
 _OUTCOME_CODE = {"pass": "p", "fail": "f", "error": "e", "skip": "s"}
 # Events per EVAL: bounds how long one script call holds Redis.
 CHUNK = 2000
+# The per-minute rejected counts live a little over the hour ``status`` reads.
+REJECTED_MINUTES = 60
+REJECTED_TTL = (REJECTED_MINUTES + 5) * 60
 
 
 class Ingest:
@@ -183,6 +186,10 @@ class Ingest:
     ) -> int:
         """Append (rejected input, source) pairs to the capped dead-letter stream, one trip.
 
+        Each letter carries the suite its payload names ("" when none), its
+        reason and reason class (``events.REASON_CLASSES``) and its source;
+        per-minute counts by suite (``rejected_minute``) keep the last hour's
+        totals without reading the stream.
         At least once: a retry after a reply lost to a Redis crash may write
         (and count) a batch's letters again, which a diagnostic log can bear.
         """
@@ -190,14 +197,20 @@ class Ingest:
         if not items:
             return 0
         pipe = self.client.pipeline(transaction=False)
-        now = repr(time.time())
+        clock = time.time()
+        now = repr(clock)
+        by_suite: dict[str, int] = {}
         for item, source in items:
+            suite = named_suite(item.raw) or ""
+            by_suite[suite] = by_suite.get(suite, 0) + 1
             pipe.xadd(
                 self.keys.deadletter,
                 {
                     "payload": item.raw[:keep_bytes],
                     "truncated": int(len(item.raw) > keep_bytes),
                     "reason": item.reason,
+                    "class": reason_class(item.reason),
+                    "suite": suite,
                     "source": source,
                     "time": now,
                 },
@@ -205,5 +218,9 @@ class Ingest:
                 approximate=True,
             )
         pipe.hincrby(self.keys.stats, "deadletters", len(items))
+        minute = self.keys.rejected_minute(int(clock // 60))
+        for suite, count in by_suite.items():
+            pipe.hincrby(minute, suite, count)
+        pipe.expire(minute, REJECTED_TTL)
         await pipe.execute()
         return len(items)

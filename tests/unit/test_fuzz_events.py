@@ -17,7 +17,7 @@ import msgspec
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from reliabilityd.events import MAX_NAME_BYTES, TrialEvent, decode, decode_many, validate
+from reliabilityd.events import MAX_NAME_BYTES, MAX_TS, TrialEvent, decode, decode_many, validate
 
 OUTCOMES = ("pass", "fail", "error", "skip")
 NAME_CHARS = st.characters(codec="utf-8", exclude_categories=("Cc", "Cs"))
@@ -47,7 +47,8 @@ good_events = st.builds(
     GOOD_NAME,
     GOOD_NAME,
     st.sampled_from(OUTCOMES),
-    st.none() | st.floats(allow_nan=False, allow_infinity=False),
+    # Unix seconds: anything at or past MAX_TS is a millisecond stamp, rejected.
+    st.none() | st.floats(min_value=-MAX_TS, max_value=MAX_TS, exclude_min=True, exclude_max=True),
 )
 
 numbers = (
