@@ -1,4 +1,4 @@
-"""What every verb shares: loading the config, the Redis options, argument types."""
+"""What every verb shares: loading the config, finding Redis, the options, argument types."""
 
 from __future__ import annotations
 
@@ -58,6 +58,9 @@ def add_redis_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
 @dataclass(frozen=True)
 class RedisTarget:
     """The Redis a command asks, and how it was found (for messages)."""
@@ -72,13 +75,70 @@ class RedisTarget:
         prefix = "" if self.prefix == "rel" else f", prefix {self.prefix!r}"
         return f"{self.url} ({self.found_by}{prefix})"
 
+    def configured(self) -> Config:
+        """The config with this Redis URL and prefix."""
+        import msgspec
+
+        redis = msgspec.structs.replace(self.config.redis, url=self.url, prefix=self.prefix)
+        return msgspec.structs.replace(self.config, redis=redis)
+
+
+def _config_names_redis(path: str) -> bool:
+    """Whether the config file itself sets ``[redis] url`` (not only the default)."""
+    import tomllib
+    from pathlib import Path
+
+    try:
+        doc = tomllib.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False  # load_config has said what is wrong with it
+    table = doc.get("redis")
+    return isinstance(table, dict) and "url" in table
+
+
+def _checked(url: str, found_by: str) -> str:
+    from urllib.parse import urlsplit
+
+    if urlsplit(url).scheme not in REDIS_SCHEMES:
+        say(
+            f"{url!r} ({found_by}) is not a Redis URL: redis://HOST:PORT/DB, rediss://... "
+            "or unix:///path/to/socket"
+        )
+        raise Exit(2)
+    return url
+
 
 def redis_target(args: argparse.Namespace) -> RedisTarget:
-    """The Redis of a command with ``add_redis_options``: --redis, the config's, the default."""
-    cfg = load_config(args.config)
-    prefix = args.prefix or cfg.redis.prefix
-    if args.redis:
-        return RedisTarget(args.redis, prefix, cfg, "--redis")
-    if args.config:
-        return RedisTarget(cfg.redis.url, prefix, cfg, f"from {args.config}")
-    return RedisTarget(cfg.redis.url, prefix, cfg, "the default")
+    """The Redis a command asks, the same way for every command.
+
+    In order: ``--redis``; ``$RELIABILITYD_REDIS_URL``; the ``-c`` config's
+    ``[redis] url`` when the file sets one; the embedded daemon running on the
+    default data directory (its ``endpoints.json``); ``redis://127.0.0.1:6379/0``.
+    """
+    import os
+
+    cfg = load_config(getattr(args, "config", None))
+    prefix = getattr(args, "prefix", None) or cfg.redis.prefix
+    flag = getattr(args, "redis", None)
+    env = os.environ.get("RELIABILITYD_REDIS_URL")
+    if flag:
+        url, found_by = flag, "--redis"
+    elif env:
+        url, found_by = env, "$RELIABILITYD_REDIS_URL"
+    elif args.config and _config_names_redis(args.config):
+        url, found_by = cfg.redis.url, f"from {args.config}"
+    elif (embedded := _embedded_redis()) is not None:
+        url, found_by = embedded
+    else:
+        url, found_by = cfg.redis.url, "the default"
+    return RedisTarget(_checked(url, found_by), prefix, cfg, found_by)
+
+
+def _embedded_redis() -> tuple[str, str] | None:
+    from reliabilityd.embedded import _servers as embedded
+
+    datadir = embedded.default_datadir()
+    ports = embedded.running_endpoints(datadir)
+    if ports is None:
+        return None
+    return f"redis://127.0.0.1:{ports.redis}/0", f"the embedded daemon in {datadir}"

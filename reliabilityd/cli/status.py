@@ -199,7 +199,17 @@ async def cases(
     return 0
 
 
-async def tasks(client: AsyncClient, suite: str, out: Callable[[str], None] = print) -> int:
+async def tasks(
+    client: AsyncClient,
+    suite: str,
+    *,
+    where: str = "this Redis",
+    out: Callable[[str], None] = print,
+) -> int:
+    """Every task's n and c; 1, as ``status``, when the suite is not there."""
+    if suite not in await client.suites():
+        missing(suite, where)
+        return 1
     counts = await client.tasks(suite)
     if not counts:
         out(f"no tasks counted in {suite!r}")
