@@ -23,6 +23,7 @@ from reliabilityd.stats.estimators import pass_at_k, pass_hat_k
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.intervals import INTERVALS
 from reliabilityd.stats.lottery import LotteryCase, lottery_cases
+from reliabilityd.stats.snapshot import MissingEstimate, Snapshot
 
 __all__ = [
     "INTERVALS",
@@ -32,6 +33,8 @@ __all__ = [
     "Estimate",
     "Histogram",
     "LotteryCase",
+    "MissingEstimate",
+    "Snapshot",
     "estimate",
     "estimate_metrics",
     "lottery_cases",

@@ -275,6 +275,12 @@ def _check(config: Config, path: str) -> None:
             "after the dedup record expired would be counted twice",
         )
     max_k = max([*config.stats.k, *(a.k for a in config.alerts)])
+    # Where the largest k comes from, for the window messages.
+    if max_k in config.stats.k:
+        k_from = f"k={max_k} (in $.stats.k)"
+    else:
+        i = next(i for i, a in enumerate(config.alerts) if a.k == max_k)
+        k_from = f"k={max_k} ($.alerts[{i}].k, rule {config.alerts[i].name!r})"
     names: set[str] = set()
     for i, alert in enumerate(config.alerts):
         if alert.name in names:
@@ -317,12 +323,14 @@ def _check(config: Config, path: str) -> None:
         )
     if 0 < config.stats.window < max_k:
         raise ConfigError(
-            path, "$.stats.window", f"window {config.stats.window} is shorter than k={max_k}"
+            path, "$.stats.window", f"window {config.stats.window} is shorter than {k_from}"
         )
     for i, override in enumerate(config.suites):
         if override.window is not None and 0 < override.window < max_k:
             raise ConfigError(
-                path, f"$.suites[{i}].window", f"window {override.window} is shorter than k={max_k}"
+                path,
+                f"$.suites[{i}].window",
+                f"window {override.window} is shorter than {k_from}",
             )
 
 

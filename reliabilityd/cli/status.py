@@ -192,6 +192,13 @@ async def cases(
     client: AsyncClient, suite: str, k: int, top: int, out: Callable[[str], None] = print
 ) -> int:
     rows = await client.cases(suite, k, top)
+    if not rows and k == 1:
+        # pass@1 and pass^1 are both c/n: no task has a gap at k=1, however it passes.
+        out(
+            f"no lottery cases at k=1 in {suite!r}: at k=1 pass@k and pass^k are equal, "
+            "so no task can be one; try --k 2 or more"
+        )
+        return 0
     if not rows:
         out(f"no lottery cases at k={k} in {suite!r}: no task with n >= {k} passes only sometimes")
         return 0

@@ -76,6 +76,18 @@ class EventExtras(TypedDict, total=False):
     labels: dict[str, Any] | None
 
 
+def _check_types(suite: object, task: object, trial: object, ts: object, labels: object) -> None:
+    """TypeError naming the field whose value has the wrong type (before validation)."""
+    for field, value in (("suite", suite), ("task", task), ("trial", trial)):
+        if not isinstance(value, str):
+            hint = f" (pass str({value!r}))" if isinstance(value, int | float) else ""
+            raise TypeError(f"{field} must be a str, got {type(value).__name__} {value!r}{hint}")
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)):
+        raise TypeError(f"ts must be Unix seconds (a float), got {type(ts).__name__} {ts!r}")
+    if labels is not None and not isinstance(labels, dict):
+        raise TypeError(f"labels must be a dict, got {type(labels).__name__}")
+
+
 class EmitterError(ReliabilitydError):
     """The emitter could not do what was asked; the message says what is pending."""
 
@@ -214,7 +226,9 @@ class Emitter:
         """Accept one trial outcome; returns its trial id (a new UUID when none is given).
 
         ``extras`` are the event's optional fields: ``trial``, ``ts``, ``labels``.
-        Raises ValueError for an event the daemon would reject, EmitterFull
+        Raises TypeError naming the field of a value of the wrong type (an
+        integer trial id), ValueError for an event the daemon would reject
+        (the daemon's own checks, a millisecond ``ts`` included), EmitterFull
         when the queue stays full for ``block_timeout`` seconds.
         """
         encoded, trial_id = self._encode(suite, task, outcome, **extras)
@@ -271,6 +285,7 @@ class Emitter:
         if outcome not in _OUTCOMES:
             raise ValueError(f"outcome must be one of {', '.join(_OUTCOMES)}, got {outcome!r}")
         trial_id = trial if trial is not None else _uuid4_hex()
+        _check_types(suite, task, trial_id, ts, labels)
         event = TrialEvent(
             suite=suite,
             task=task,
