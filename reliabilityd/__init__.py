@@ -27,6 +27,7 @@ from reliabilityd.stats.gate import assert_pass_hat_k
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.intervals import INTERVALS
 from reliabilityd.stats.lottery import LotteryCase, lottery_cases
+from reliabilityd.stats.snapshot import MissingEstimate, Snapshot
 
 __all__ = [
     "INTERVALS",
@@ -38,7 +39,9 @@ __all__ = [
     "Estimate",
     "Histogram",
     "LotteryCase",
+    "MissingEstimate",
     "Side",
+    "Snapshot",
     "assert_pass_hat_k",
     "compare",
     "estimate",

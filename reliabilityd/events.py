@@ -54,6 +54,9 @@ MQTT_FORBIDDEN = re.compile(f"[\x00-\x1f\x7f-\x9f{_MQTT_BAD}]")
 _SUITE_FORBIDDEN = re.compile(r"[{}/+#]")
 _JSON_START = frozenset(b'{["-0123456789tfn')
 _WHITESPACE = b" \t\r\n"
+# ``ts`` is Unix seconds. Any date after 1973 in milliseconds is past this
+# (which in seconds is the year 5138), so a millisecond stamp cannot pass.
+MAX_TS = 1e11
 
 
 class TrialEvent(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
@@ -158,19 +161,28 @@ def validate(event: TrialEvent) -> str | None:
         and 0 < len(trial) <= _SHORT
         and names_clean((suite, task, trial))
         and not _SUITE_FORBIDDEN.search(suite)
-        and (event.ts is None or math.isfinite(event.ts))
+        and (event.ts is None or -MAX_TS < event.ts < MAX_TS)
     ):
         return None
     return (
         _name_problem("suite", event.suite, suite=True)
         or _name_problem("task", event.task)
         or _name_problem("trial", event.trial)
-        or (
-            "ts is not a finite number"
-            if event.ts is not None and not math.isfinite(event.ts)
-            else None
-        )
+        or (_ts_problem(event.ts) if event.ts is not None else None)
     )
+
+
+def _ts_problem(ts: float) -> str | None:
+    if not math.isfinite(ts):
+        return "ts is not a finite number"
+    if ts >= MAX_TS:
+        return (
+            f"ts {ts:.0f} is not Unix seconds (milliseconds?): ts is seconds since "
+            f"1970-01-01 UTC, below 1e11"
+        )
+    if ts <= -MAX_TS:
+        return f"ts {ts:.0f} is not Unix seconds: ts is seconds since 1970-01-01 UTC"
+    return None
 
 
 def _failure(exc: Exception) -> str:
@@ -280,6 +292,10 @@ def _decode(payload: bytes, max_payload: int) -> Outcomes:
     if not payload:
         return Rejected(payload, "empty payload"), []
     is_json = _is_json(payload)
+    if not is_json and payload[0] < 0x80:
+        # A MessagePack event or array starts with a map or array byte (0x80
+        # and up); below that it is text, or a MessagePack scalar at best.
+        return Rejected(payload, _not_json(payload)), []
     batch = _json_batch if is_json else _mp_batch
     fmt = "JSON" if is_json else "MessagePack"
     try:
@@ -326,6 +342,24 @@ def _decode(payload: bytes, max_payload: int) -> Outcomes:
     return None, [event if problem is None else Rejected(payload, problem)]
 
 
+def _not_json(payload: bytes) -> str:
+    expected = "a trial event is a JSON object, an array of them, or MessagePack"
+    try:
+        _json_one.decode(payload)
+    except msgspec.ValidationError as exc:  # JSON, but a scalar
+        return f"not a trial event (JSON): {exc}"
+    except Exception:  # not JSON either: say what it looks like
+        pass
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    if not "".join(text.split()).isprintable() or not text.strip():
+        return f"not JSON, and not MessagePack (first byte 0x{payload[0]:02x}): {expected}"
+    start = text[:40] + ("..." if len(text) > 40 else "")
+    return f"not JSON: plain text {start!r}; {expected}"
+
+
 def all_valid(events: Sequence[TrialEvent]) -> bool:
     """True when ``validate`` passes every event; a few C-level scans per batch.
 
@@ -344,9 +378,11 @@ def all_valid(events: Sequence[TrialEvent]) -> bool:
     if any(_SUITE_FORBIDDEN.search(suite) for suite in set(names[::3])):
         return False
     stamps = [e.ts for e in events if e.ts is not None]
+    if not stamps:
+        return True
     # A sum of floats is finite only if each of them is (an overflow to inf
     # only sends the batch to the per-event check).
-    return math.isfinite(sum(stamps))
+    return math.isfinite(sum(stamps)) and min(stamps) > -MAX_TS and max(stamps) < MAX_TS
 
 
 def decode_many(
@@ -391,3 +427,58 @@ def decode_many(
         good.extend(events)
         bad.extend((item, source) for item in rejected)
     return good, bad
+
+
+# What kind of problem a rejection is: a small fixed set, fit for metric labels.
+REASON_CLASSES = (
+    "too_large",
+    "empty",
+    "undecodable",
+    "not_an_event",
+    "missing_field",
+    "invalid_field",
+    "other",
+)
+_ELEMENT = re.compile(r"^element \d+: ")
+
+
+def reason_class(reason: str) -> str:
+    """The class (one of ``REASON_CLASSES``) of a reason ``decode`` gave."""
+    text = _ELEMENT.sub("", reason, count=1)
+    if text.startswith("not a trial event ("):
+        text = text.partition("): ")[2]
+    if text.startswith("payload of ") and " exceeds " in text:
+        return "too_large"
+    if text.startswith(("empty payload", "empty array")):
+        return "empty"
+    if text.startswith(("not valid ", "not JSON", "undecodable payload", "RecursionError")):
+        return "undecodable"
+    if "malformed" in text or "truncated" in text or "Input data was truncated" in text:
+        return "undecodable"
+    if text.startswith("Object missing required field"):
+        return "missing_field"
+    if text.startswith("Expected `") and " - at `$" not in text:
+        return "not_an_event"  # the payload or element is no object at all
+    if " - at `$" in text or text.startswith(("suite ", "task ", "trial ", "ts ", "outcome ")):
+        return "invalid_field"
+    return "other"
+
+
+class _Named(msgspec.Struct):
+    suite: Any = None
+
+
+_json_named = msgspec.json.Decoder(_Named)
+_mp_named = msgspec.msgpack.Decoder(_Named)
+
+
+def named_suite(raw: bytes) -> str | None:
+    """The suite a rejected payload or element names, when it names a valid one."""
+    try:
+        named = (_json_named if _is_json(raw) else _mp_named).decode(raw)
+    except Exception:  # not an object, or not decodable: it names none
+        return None
+    suite = named.suite
+    if isinstance(suite, str) and _name_problem("suite", suite, suite=True) is None:
+        return suite
+    return None

@@ -111,7 +111,7 @@ class Evaluator:
         view = snap.rule(rule.name)
         est = view.estimate if view is not None and view.estimate is not None else None
         if est is None:
-            est = snap.estimate(rule.metric, rule.k)
+            est = snap.get(rule.metric, rule.k)
         if est is None:
             return  # no estimate with this k yet: no verdict
         if snap.version < current.snapshot_version:

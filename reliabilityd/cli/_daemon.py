@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from reliabilityd.cli._common import load_config, say
+from reliabilityd.cli._common import add_redis_options, load_config, redis_target, say
 
 __all__ = ["add_parsers"]
 
@@ -45,8 +45,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         run, data_dir_help="the embedded servers' data (default ~/.local/share/reliabilityd)"
     )
     run.set_defaults(handler=_run)
-    chk = sub.add_parser("check", help="exit 0 when this instance's heartbeat is fresh")
-    chk.add_argument("-c", "--config", required=True, help="TOML config file")
+    chk = add_redis_options(
+        sub.add_parser("check", help="exit 0 when this instance's heartbeat is fresh")
+    )
     chk.set_defaults(handler=_check)
 
 
@@ -87,4 +88,5 @@ def _check(args: argparse.Namespace) -> int:
 
     from reliabilityd.daemon import check
 
-    return asyncio.run(check(load_config(args.config)))
+    target = redis_target(args)
+    return asyncio.run(check(target.configured(), where=target.describe()))

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from reliabilityd.cli._common import EXIT_UNREACHABLE, EXIT_USAGE, load_config, say
+from reliabilityd.cli._common import (
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    load_config,
+    redis_target,
+    say,
+)
 
 __all__ = ["add_parsers"]
 
@@ -43,7 +49,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     imp.add_argument("--json", action="store_true", help="print the result as JSON")
     where = imp.add_mutually_exclusive_group()
     where.add_argument("-c", "--config", help="TOML config: Redis, key prefix, windows, dedup TTL")
-    where.add_argument("--redis", help="Redis URL (default $RELIABILITYD_REDIS_URL or localhost)")
+    where.add_argument(
+        "--redis",
+        help="Redis URL (default $RELIABILITYD_REDIS_URL, the config's, a running embedded "
+        "daemon's, else localhost)",
+    )
     imp.set_defaults(handler=_import)
 
 
@@ -86,18 +96,14 @@ def _import(args: argparse.Namespace) -> int:
     from reliabilityd.importers import ImportFileError, describe, import_file
     from reliabilityd.store import Store, connect
 
-    cfg = load_config(args.config)
-    url = (
-        cfg.redis.url
-        if args.config
-        else (args.redis or os.environ.get("RELIABILITYD_REDIS_URL") or cfg.redis.url)
-    )
+    target = redis_target(args)
+    cfg, url = target.config, target.url
 
     async def go() -> int:
         client = connect(url, cluster=cfg.redis.cluster, timeout=cfg.redis.timeout)
         try:
             report = await import_file(
-                Store(client, cfg.redis.prefix),
+                Store(client, target.prefix),
                 Path(args.file),
                 suite=args.suite,
                 fmt=args.format,
@@ -118,5 +124,5 @@ def _import(args: argparse.Namespace) -> int:
         say(f"import: {exc}")
         return exc.exit_code
     except (OSError, RedisError) as exc:
-        say(f"import: cannot reach Redis at {url}: {exc}")
+        say(f"import: cannot reach Redis at {target.describe()}: {exc}")
         return EXIT_UNREACHABLE

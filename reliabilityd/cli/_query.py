@@ -8,8 +8,8 @@ from reliabilityd.cli import forecast as forecast_verb
 from reliabilityd.cli._common import (
     EXIT_UNREACHABLE,
     add_redis_options,
-    load_config,
     positive,
+    redis_target,
     say,
 )
 
@@ -53,9 +53,8 @@ def _query(args: argparse.Namespace) -> int:
     from reliabilityd.cli import status
     from reliabilityd.client import AsyncClient
 
-    cfg = load_config(args.config)
-    url = args.redis or cfg.redis.url
-    prefix = args.prefix or cfg.redis.prefix
+    target = redis_target(args)
+    cfg, url, prefix = target.config, target.url, target.prefix
     if args.command == "reset" and not status.confirm(
         f"Delete every count, dedup record, snapshot and alert state of suite {args.suite!r}?",
         args.yes,
@@ -76,12 +75,13 @@ def _query(args: argparse.Namespace) -> int:
                     rules=cfg.rules(),
                     as_json=args.json,
                     n_boot=cfg.stats.n_boot,
+                    where=target.describe(),
                 )
             if args.command == "cases":
                 k = args.k if args.k is not None else max(cfg.stats.k)
                 return await status.cases(client, args.suite, k, args.top)
             if args.command == "tasks":
-                return await status.tasks(client, args.suite)
+                return await status.tasks(client, args.suite, where=target.describe())
             if args.command == "forecast":
                 return await forecast_verb.forecast(
                     client.store, cfg, args.suite, pace=args.pace, hours=args.hours
@@ -98,6 +98,9 @@ def _query(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(run())
+    except redis.exceptions.ConnectionError as exc:
+        say(f"cannot reach Redis at {target.describe()}: {exc}")
+        return EXIT_UNREACHABLE
     except redis.exceptions.RedisError as exc:
-        say(f"Redis at {url} answered: {exc}")
+        say(f"Redis at {target.describe()} answered: {exc}")
         return EXIT_UNREACHABLE

@@ -16,6 +16,7 @@ from datetime import datetime
 import msgspec
 
 from reliabilityd.alerting.rules import AlertState, Rule
+from reliabilityd.cli._oncall import rejected_summary
 from reliabilityd.client._client import AsyncClient, SuiteSummary
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.estimators import METRICS
@@ -107,12 +108,14 @@ async def status(
     rules: Sequence[Rule],
     as_json: bool,
     n_boot: int = 2000,
+    where: str = "this Redis",
     out: Callable[[str], None] = print,
 ) -> int:
+    """Print the suites' numbers and alerts; 2 when the suite asked for is not there."""
     suites = await client.suites()
     if suite is not None:
         if suite not in suites:
-            print(f"reliabilityd: no suite named {suite!r} in Redis", file=sys.stderr)
+            missing(suite, where)
             return 2  # a usage error (EXIT_USAGE): the suite named does not exist
         suites = [suite]
     now = time.time()
@@ -139,8 +142,11 @@ async def status(
                 docs.append(s.snapshot if s.snapshot is not None else {"suite": s.suite})
         out(msgspec.json.encode(docs[0] if suite is not None else docs).decode())
         return 0
+    rejected = rejected_summary(await client.store.reads.rejected_counts(now), suite)
     if not summaries:
-        out("no suites yet: nothing has been counted in this Redis under this prefix")
+        out(f"no suites yet in {where}: nothing has been counted there under this prefix")
+        if rejected:
+            out(rejected)
         return 0
     rows = [r for s in summaries for r in status_rows(s, computed.get(s.suite), now)]
     out(
@@ -158,6 +164,10 @@ async def status(
             rows,
         )
     )
+    out(
+        "(RUNS: the fewest trials among the tasks estimated at that k; "
+        "tasks with fewer than k trials are left out)"
+    )
     alert_rows = []
     for s in summaries:
         names = [r.name for r in rules if fnmatch.fnmatchcase(s.suite, r.suite)]
@@ -167,13 +177,28 @@ async def status(
     if alert_rows:
         out("")
         out(_table(["SUITE", "RULE", "STATE", "SINCE", "REASON"], alert_rows))
+    if rejected:
+        out("")
+        out(rejected)
     return 0
+
+
+def missing(suite: str, where: str) -> None:
+    """What ``status`` and ``tasks`` say of a suite the Redis they asked does not have."""
+    print(f"reliabilityd: no suite named {suite!r} in {where}", file=sys.stderr)
 
 
 async def cases(
     client: AsyncClient, suite: str, k: int, top: int, out: Callable[[str], None] = print
 ) -> int:
     rows = await client.cases(suite, k, top)
+    if not rows and k == 1:
+        # pass@1 and pass^1 are both c/n: no task has a gap at k=1, however it passes.
+        out(
+            f"no lottery cases at k=1 in {suite!r}: at k=1 pass@k and pass^k are equal, "
+            "so no task can be one; try --k 2 or more"
+        )
+        return 0
     if not rows:
         out(f"no lottery cases at k={k} in {suite!r}: no task with n >= {k} passes only sometimes")
         return 0
@@ -181,7 +206,17 @@ async def cases(
     return 0
 
 
-async def tasks(client: AsyncClient, suite: str, out: Callable[[str], None] = print) -> int:
+async def tasks(
+    client: AsyncClient,
+    suite: str,
+    *,
+    where: str = "this Redis",
+    out: Callable[[str], None] = print,
+) -> int:
+    """Every task's n and c; 2, as ``status``, when the suite is not there."""
+    if suite not in await client.suites():
+        missing(suite, where)
+        return 2  # a usage error (EXIT_USAGE): the suite named does not exist
     counts = await client.tasks(suite)
     if not counts:
         out(f"no tasks counted in {suite!r}")

@@ -35,6 +35,18 @@ class EventExtras(TypedDict, total=False):
     ledger: bool
 
 
+def _check_types(suite: object, task: object, trial: object, ts: object, labels: object) -> None:
+    """TypeError naming the field whose value has the wrong type (before validation)."""
+    for field, value in (("suite", suite), ("task", task), ("trial", trial)):
+        if not isinstance(value, str):
+            hint = f" (pass str({value!r}))" if isinstance(value, int | float) else ""
+            raise TypeError(f"{field} must be a str, got {type(value).__name__} {value!r}{hint}")
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)):
+        raise TypeError(f"ts must be Unix seconds (a float), got {type(ts).__name__} {ts!r}")
+    if labels is not None and not isinstance(labels, dict):
+        raise TypeError(f"labels must be a dict, got {type(labels).__name__}")
+
+
 def encode_event(
     suite: str,
     task: str,
@@ -49,6 +61,7 @@ def encode_event(
     if outcome not in _OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(_OUTCOMES)}, got {outcome!r}")
     trial_id = trial if trial is not None else _uuid4_hex()
+    _check_types(suite, task, trial_id, ts, labels)
     event = TrialEvent(
         suite=suite,
         task=task,

@@ -200,8 +200,10 @@ class Emitter:
 
         ``extras`` are the event's optional fields: ``trial``, ``ts``, ``labels``,
         and ``ledger``, which also records the trial in the suite's import
-        ledger (``TrialEvent.ledger``).
-        Raises ValueError for an event the daemon would reject, EmitterFull
+        ledger (``TrialEvent.ledger``). Raises TypeError naming the field of a
+        value of the wrong type (an integer trial id), ValueError for an event
+        the daemon would reject (the daemon's own checks, a millisecond ``ts``
+        included), EmitterFull
         when the queue stays full for ``block_timeout`` seconds.
         """
         encoded, trial_id = encode_event(suite, task, outcome, **extras)

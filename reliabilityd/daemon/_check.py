@@ -16,22 +16,26 @@ __all__ = ["UNREACHABLE", "check"]
 UNREACHABLE = 4
 
 
-async def check(config: Config) -> int:
-    """0 when this instance's heartbeat is fresh and its ingest is not paused, 1 when it is not,
-    4 when Redis itself is unreachable or unusable."""
+async def check(config: Config, *, where: str | None = None) -> int:
+    """0 when this instance's heartbeat is fresh and its ingest is not paused, 1 when it is
+    not, 4 when Redis itself is unreachable or unusable.
+
+    ``where`` names the Redis asked in the unhealthy lines (default: its URL).
+    """
     store = Store(
         connect(config.redis.url, cluster=config.redis.cluster, timeout=3.0), config.redis.prefix
     )
     try:
-        return await _check(config, store)
+        return await _check(config, store, where or config.redis.url)
     except REDIS_ERRORS as exc:
-        print(f"unhealthy: Redis unusable, ingest paused: {describe(exc)}")
+        asked = where or config.redis.url
+        print(f"unhealthy: Redis unusable, ingest paused: {describe(exc)} ({asked})")
         return UNREACHABLE
     finally:
         await store.client.aclose()
 
 
-async def _check(config: Config, store: Store) -> int:
+async def _check(config: Config, store: Store, where: str) -> int:
     instance = config.instance
     # A small write first: under OOM, READONLY or BUSY the daemon's ingest is
     # paused and it cannot even write its heartbeat; this names the reason.
@@ -39,7 +43,7 @@ async def _check(config: Config, store: Store) -> int:
     info = await store.admin.heartbeat_info(instance)
     age = None if info is None else max(0.0, time.time() - float(info.get("at", 0.0)))
     if info is None or age is None or age > config.daemon.heartbeat_ttl:
-        print(f"unhealthy: no fresh heartbeat for instance {instance!r}")
+        print(f"unhealthy: no fresh heartbeat for instance {instance!r} in {where}")
         return 1
     if info.get("paused_since") is not None:
         paused = time.time() - float(info["paused_since"])

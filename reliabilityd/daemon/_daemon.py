@@ -212,7 +212,7 @@ class Daemon:
                 count=len(rejected),
                 reason=first.reason[:300],
             )
-            self.metrics.deadlettered(source for _, source in rejected)
+            self.metrics.deadlettered(rejected)
         if not by_suite and cursor is None:
             return []
         windows = {suite: self.config.suite_settings(suite)[0] for suite in by_suite}

@@ -3,7 +3,8 @@
 Two kinds of numbers, aggregated differently across replicas:
 
 * **This process's work** (``reliabilityd_trials_total``, duplicates, dead
-  letters, commit and CI timings, sink failures, ``ingest_paused``,
+  letters (``reliabilityd_rejected_total``, by source and reason class),
+  commit and CI timings, sink failures, ``ingest_paused``,
   ``last_commit_age_seconds``): each replica counts what it did itself, so
   ``sum`` over replicas is the fleet (``rate`` handles restarts).
 * **A suite's state** (pass@k / pass^k with CI bounds, tasks, alert state,
@@ -31,6 +32,7 @@ from prometheus_client.registry import Collector
 from reliabilityd.alerting.notify import parse_time
 from reliabilityd.alerting.rules import AlertState, Rule
 from reliabilityd.alerting.sinks import Note, Sink
+from reliabilityd.events import REASON_CLASSES, Rejected, reason_class
 from reliabilityd.sources.mqtt import Watch
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Applied, Store
@@ -39,6 +41,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ALERT_STATES = ("inactive", "pending", "firing", "resolved")
 # Redis round trips are milliseconds; a commit that waits out an outage is seconds.
 COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+# The kinds of source a dead letter comes from (its source is "<kind>:<where>").
+SOURCES = ("mqtt", "stream", "http")
 CI_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -227,14 +231,16 @@ class Metrics:
             ["suite"],
             registry=r,
         )
-        self.deadletters = Counter(
-            "reliabilityd_deadletters",
-            "Payloads or elements this process dead-lettered, by source (mqtt, stream, http)",
-            ["source"],
+        self.rejected = Counter(
+            "reliabilityd_rejected",
+            "Payloads or elements this process dead-lettered, by source (mqtt, stream, http)"
+            " and reason class (" + ", ".join(REASON_CLASSES) + ")",
+            ["source", "reason"],
             registry=r,
         )
-        for source in ("mqtt", "stream", "http"):
-            self.deadletters.labels(source)
+        for source in SOURCES:
+            for reason in REASON_CLASSES:
+                self.rejected.labels(source, reason)
         self.sink_failures = Counter(
             "reliabilityd_sink_failures",
             "Notification deliveries a sink refused or did not take (each is retried)",
@@ -298,9 +304,12 @@ class Metrics:
             if a.duplicates:
                 self.duplicates.labels(a.suite).inc(a.duplicates)
 
-    def deadlettered(self, sources: Iterable[str]) -> None:
-        for source in sources:
-            self.deadletters.labels(source.split(":", 1)[0]).inc()
+    def deadlettered(self, rejected: Iterable[tuple[Rejected, str]]) -> None:
+        """Count dead letters by the kind of source ("mqtt:<topic>" is "mqtt") and reason class."""
+        for item, source in rejected:
+            kind = source.split(":", 1)[0]
+            label = kind if kind in SOURCES else "other"
+            self.rejected.labels(label, reason_class(item.reason)).inc()
 
     def count_sink_failures(self, sinks: Mapping[str, Sink]) -> dict[str, Sink]:
         """The same sinks, each counting the deliveries it raised on (timeouts included)."""

@@ -215,19 +215,20 @@ class Handlers:
         if self.backend.is_paused():
             return self._unavailable("ingest is paused: Redis is unavailable")
         outcomes, rejected, decoded = decode_elements(payload, self.max_payload)
+        source = f"{SOURCE}:{request.remote or 'unknown'}"  # dead letters name the client
         events = [e for e in outcomes if isinstance(e, TrialEvent)]
         if not decoded:
             # Not JSON or MessagePack at all: the answer does not depend on
             # Redis, and a retry would not help. Dead-lettered when Redis can.
             with contextlib.suppress(IngestUnavailable, TimeoutError):
                 await asyncio.wait_for(
-                    self.backend.ingest([], rejected, SOURCE), self.config.commit_timeout
+                    self.backend.ingest([], rejected, source), self.config.commit_timeout
                 )
             reason = rejected[0].reason if rejected else "empty body"
             return self._answer(_json({"error": reason}, 400))
         try:
             applied = await asyncio.wait_for(
-                self.backend.ingest(events, rejected, SOURCE), self.config.commit_timeout
+                self.backend.ingest(events, rejected, source), self.config.commit_timeout
             )
         except (IngestUnavailable, TimeoutError) as exc:
             why = str(exc) or f"Redis did not answer within {self.config.commit_timeout} s"

@@ -11,7 +11,8 @@ Each comes from the system when it is installed and runs (``redis-server``,
 
 Everything lives in one data directory that survives a restart::
 
-    <data-dir>/endpoints.json   the ports, served again on the next start
+    <data-dir>/endpoints.json   the ports (Redis, MQTT, HTTP), served again on the next
+                                start; the CLI reads it to find a running daemon
     <data-dir>/redis/           Redis's append-only file (deploy/redis.conf)
     <data-dir>/mqtt/            mosquitto's persistence file (rumqttd keeps none)
 
@@ -185,6 +186,7 @@ def _wait_loaded(url: str, timeout: float = 120.0) -> None:
 class Ports(msgspec.Struct):
     redis: int
     mqtt: int
+    http: int = 0
 
 
 def _bindable(port: int) -> bool:
@@ -216,10 +218,12 @@ class EmbeddedServers:
         mode: Mode = "auto",
         redis_port: int = 0,
         mqtt_port: int = 0,
+        http_port: int = 0,
     ) -> None:
         self.datadir = datadir
         self.mode = mode
-        self._want = Ports(redis=redis_port, mqtt=mqtt_port)
+        self._want = Ports(redis=redis_port, mqtt=mqtt_port, http=http_port)
+        self.ports: Ports | None = None
         self.redis: RedisServer | None = None
         self.broker: Mosquitto | IotcoreBroker | None = None
         self.redis_kind = ""
@@ -261,6 +265,9 @@ class EmbeddedServers:
         while not ports.mqtt or ports.mqtt == ports.redis:
             ports.mqtt = pick(self._want.mqtt, recorded.mqtt)
             recorded.mqtt = 0
+        while not ports.http or ports.http in (ports.redis, ports.mqtt):
+            ports.http = pick(self._want.http, recorded.http)
+            recorded.http = 0
         return ports
 
     def _take_lock(self) -> None:
@@ -307,6 +314,7 @@ class EmbeddedServers:
                 self.broker_kind = f"rumqttd ({broker_kind})"
                 self.broker = IotcoreBroker("rumqttd", self.datadir / "mqtt", ports.mqtt)
             self.broker.start()
+            self.ports = ports
             (self.datadir / "endpoints.json").write_bytes(msgspec.json.encode(ports))
         except BaseException:
             self.stop()
@@ -352,14 +360,21 @@ class EmbeddedServers:
     def mqtt_protocol(self) -> Literal["5", "3.1.1"]:
         return "3.1.1" if isinstance(self.broker, IotcoreBroker) else "5"
 
+    @property
+    def http_url(self) -> str:
+        assert self.ports is not None, "start() first"
+        return f"http://127.0.0.1:{self.ports.http}"
+
     def configure(self, config: Config) -> Config:
-        """The config with the URLs (and MQTT protocol) of these servers."""
+        """The config with the URLs (and MQTT protocol) of these servers and the HTTP port."""
+        assert self.ports is not None, "start() first"
         return msgspec.structs.replace(
             config,
             redis=msgspec.structs.replace(config.redis, url=self.redis_url),
             mqtt=msgspec.structs.replace(
                 config.mqtt, url=self.mqtt_url, protocol=self.mqtt_protocol
             ),
+            http=msgspec.structs.replace(config.http, port=self.ports.http),
         )
 
     def describe(self, topic: str = "reliability/trials/<anything>") -> list[str]:
@@ -370,8 +385,33 @@ class EmbeddedServers:
             f"agents publish to  {self.mqtt_url}  topic {topic}  "
             f"(MQTT {self.mqtt_protocol}, QoS 1; {self.broker_kind})",
             f"Redis is at        {self.redis_url}  ({self.redis_kind})",
+            f"HTTP is at         {self.http_url}  (POST /v1/trials, GET /suites/<suite>, /metrics)",
             f"data directory     {self.datadir}",
         ]
+
+
+def running_endpoints(datadir: Path) -> Ports | None:
+    """The ports of the embedded daemon serving ``datadir`` now; None when none runs there.
+
+    Running means its lock is held: a stale endpoints.json of a stopped
+    daemon names ports nothing may be listening on.
+    """
+    try:
+        ports = msgspec.json.decode((datadir / "endpoints.json").read_bytes(), type=Ports)
+        lock = (datadir / "lock").open("rb")
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    with lock:
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows): trust the file
+            return ports
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return ports  # held by the daemon
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    return None
 
 
 def default_datadir() -> Path:
@@ -395,10 +435,14 @@ async def _serve(servers: EmbeddedServers, config: Config) -> int:
     try:
         # Messages published before the first subscription have no session to go to:
         # tell agents where to publish only once there is one.
-        if config.mqtt.enabled:
-            waiter = asyncio.create_task(daemon.subscribed.wait())
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
+        async def ready() -> None:
+            await daemon.http_listening.wait()
+            if config.mqtt.enabled:
+                await daemon.subscribed.wait()
+
+        waiter = asyncio.create_task(ready())
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
         if not task.done():
             for line in servers.describe(config.mqtt.topic):
                 print(line, flush=True)
@@ -419,7 +463,8 @@ def run(config: Config, *, datadir: Path, mode: Mode = "auto", log_level: str = 
     from reliabilityd.errors import ReliabilitydError
 
     logs.setup(log_level)
-    servers = EmbeddedServers(datadir, mode=mode)
+    # The HTTP port is on in embedded mode: the config's port, else a free one (kept).
+    servers = EmbeddedServers(datadir, mode=mode, http_port=config.http.port)
     # A SIGTERM before the daemon's own handler is in place must still stop the servers.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

@@ -129,7 +129,7 @@ def plain(view: SuiteView, ks: Sequence[int], elapsed: float) -> str:
     else:
         parts += [f"tasks={snap.tasks}", f"trials={snap.trials}"]
         for metric, k in columns(ks):
-            parts.append(f"{label(metric, k)}={est_text(snap.estimate(metric, k))}")
+            parts.append(f"{label(metric, k)}={est_text(snap.get(metric, k))}")
         if snap.lottery.rows:
             top = snap.lottery.rows[0]
             parts.append(f"lottery={top.task!r}({top.c}/{top.n})")
@@ -186,7 +186,7 @@ def render(
         else:
             cells += [str(snap.tasks), str(snap.trials)]
             for metric, k in columns(ks):
-                est = snap.estimate(metric, k)
+                est = snap.get(metric, k)
                 text = est_text(est)
                 cells.append(Text(text, style="yellow" if text == "UNKNOWN" else ""))
                 if est is not None and est.unknown_reason:

@@ -254,14 +254,19 @@ async def import_events(
     return report
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def describe(report: ImportReport) -> str:
     """Human-readable lines for the CLI."""
     lines = [
         f"imported {report.file} ({report.format}) into "
         + (f"{len(report.suites)} suites" if report.suites else f"suite {report.suite!r}")
         + ", "
-        f"run {report.run!r}: {report.events} events, {report.counted} counted trials, "
-        f"{report.errors} errors, {report.skips} skips, {report.duplicates} duplicates, "
+        f"run {report.run!r}: {_n(report.events, 'event')}, "
+        f"{_n(report.counted, 'counted trial')}, {_n(report.errors, 'error')}, "
+        f"{_n(report.skips, 'skip')}, {_n(report.duplicates, 'duplicate')}, "
         f"{report.already} already imported before"
     ]
     if report.earlier is not None:

@@ -39,6 +39,13 @@ class RuleView(msgspec.Struct, frozen=True, omit_defaults=True):
     estimate: Estimate | None = None
 
 
+class MissingEstimate(KeyError):
+    """A snapshot has no estimate at the k asked for (the suite itself exists)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class Snapshot(msgspec.Struct, frozen=True):
     schema: int
     suite: str
@@ -65,11 +72,29 @@ class Snapshot(msgspec.Struct, frozen=True):
                 return view
         return None
 
-    def estimate(self, metric: str, k: int) -> Estimate | None:
+    def get(self, metric: str, k: int) -> Estimate | None:
+        """The estimate of ``metric`` at ``k``, None when the snapshot has none at that k."""
+        if metric not in ("pass@k", "pass^k"):
+            raise ValueError(f"metric must be 'pass@k' or 'pass^k', got {metric!r}")
         for est in self.pass_at_k if metric == "pass@k" else self.pass_hat_k:
             if est.k == k:
                 return est
         return None
+
+    def estimate(self, metric: str, k: int) -> Estimate:
+        """The estimate of ``metric`` at ``k``; ``MissingEstimate`` (a KeyError) when absent.
+
+        A snapshot holds the configured k only: a missing k is not a missing
+        suite. ``Client.estimate(suite, k)`` computes any k from the histogram.
+        """
+        est = self.get(metric, k)
+        if est is None:
+            have = ", ".join(str(e.k) for e in self.pass_hat_k) or "none"
+            raise MissingEstimate(
+                f"the snapshot of {self.suite!r} has {metric} at k = {have}, not k={k}: "
+                f"Client.estimate({self.suite!r}, {k}) computes it from the histogram"
+            )
+        return est
 
 
 class StatsSettings(msgspec.Struct, frozen=True):

@@ -48,6 +48,10 @@ class DeadLetter(msgspec.Struct, frozen=True):
     reason: str
     source: str
     time: float
+    # The suite the payload names, when it names a valid one.
+    suite: str | None = None
+    # The reason's class: one of events.REASON_CLASSES.
+    reason_class: str = "other"
 
 
 class StreamCursor(msgspec.Struct, frozen=True):

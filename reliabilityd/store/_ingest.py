@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from redis.exceptions import RedisError
 
-from reliabilityd.events import Rejected, TrialEvent
+from reliabilityd.events import Rejected, TrialEvent, named_suite, reason_class
 from reliabilityd.logs import emit
 from reliabilityd.store import dedup
 from reliabilityd.store._base import Applied, Redis, StreamCursor
@@ -27,6 +27,10 @@ _OUTCOME_CODE = {"pass": "p", "fail": "f", "error": "e", "skip": "s"}
 CHUNK = 2000
 # Dead letters per round trip (each at most a few KiB): the same bound for bad input.
 DEADLETTER_CHUNK = 200
+
+# The per-minute rejected counts live a little over the hour ``status`` reads.
+REJECTED_MINUTES = 60
+REJECTED_TTL = (REJECTED_MINUTES + 5) * 60
 
 
 def _runs(events: Sequence[TrialEvent]) -> list[tuple[bool, Sequence[TrialEvent]]]:
@@ -211,22 +215,32 @@ class Ingest:
 
         In round trips of at most ``DEADLETTER_CHUNK`` entries, each entry at
         most ``keep_bytes`` of payload and ``keep_reason`` characters of
-        reason, so no batch of bad input holds Redis for long. At least once:
-        a retry after a reply lost to a Redis crash may write (and count) a
-        batch's letters again, which a diagnostic log can bear.
+        reason, so no batch of bad input holds Redis for long. Each letter
+        carries the suite its payload names ("" when none), its reason and
+        reason class (``events.REASON_CLASSES``) and its source; per-minute
+        counts by suite (``rejected_minute``) keep the last hour's totals
+        without reading the stream. At least once: a retry after a reply lost
+        to a Redis crash may write (and count) a batch's letters again, which
+        a diagnostic log can bear.
         """
         items = list(rejected)
-        now = repr(time.time())
+        clock = time.time()
+        now = repr(clock)
         for start in range(0, len(items), DEADLETTER_CHUNK):
             chunk = items[start : start + DEADLETTER_CHUNK]
             pipe = self.client.pipeline(transaction=False)
+            by_suite: dict[str, int] = {}
             for item, source in chunk:
+                suite = named_suite(item.raw) or ""
+                by_suite[suite] = by_suite.get(suite, 0) + 1
                 pipe.xadd(
                     self.keys.deadletter,
                     {
                         "payload": item.raw[:keep_bytes],
                         "truncated": int(len(item.raw) > keep_bytes),
                         "reason": item.reason[:keep_reason],
+                        "class": reason_class(item.reason),
+                        "suite": suite,
                         "source": source,
                         "time": now,
                     },
@@ -234,5 +248,9 @@ class Ingest:
                     approximate=True,
                 )
             pipe.hincrby(self.keys.stats, "deadletters", len(chunk))
+            minute = self.keys.rejected_minute(int(clock // 60))
+            for suite, count in by_suite.items():
+                pipe.hincrby(minute, suite, count)
+            pipe.expire(minute, REJECTED_TTL)
             await pipe.execute()
         return len(items)

@@ -106,22 +106,61 @@ class Reads:
     async def deadletters(self, count: int = 100) -> list[DeadLetter]:
         """The oldest ``count`` dead letters still in the capped stream."""
         entries: Any = await self.client.xrange(self.keys.deadletter, count=count)
-        out = []
-        for entry_id, fields in entries:
-            f = {_text(k): v for k, v in fields.items()}
-            out.append(
-                DeadLetter(
-                    id=_text(entry_id),
-                    payload=bytes(f.get("payload", b"")),
-                    truncated=_text(f.get("truncated", b"0")) == "1",
-                    reason=_text(f.get("reason", b"")),
-                    source=_text(f.get("source", b"")),
-                    time=float(_text(f.get("time", b"0"))),
-                )
+        return [_deadletter(entry_id, fields) for entry_id, fields in entries]
+
+    async def recent_deadletters(
+        self, *, since: float, suite: str | None = None, limit: int = 20, page: int = 200
+    ) -> list[DeadLetter]:
+        """The newest dead letters written at or after ``since`` (Unix s), newest first.
+
+        With ``suite``, only the letters whose payload names it; the stream is
+        read backwards in pages of ``page`` until ``limit`` are found or
+        ``since`` is passed.
+        """
+        out: list[DeadLetter] = []
+        top = "+"
+        floor = str(max(0, int(since * 1000)))
+        while len(out) < limit:
+            entries: Any = await self.client.xrevrange(
+                self.keys.deadletter, max=top, min=floor, count=page
             )
-        return out
+            for entry_id, fields in entries:
+                letter = _deadletter(entry_id, fields)
+                if suite is None or letter.suite == suite:
+                    out.append(letter)
+            if len(entries) < page:
+                break
+            top = f"({_text(entries[-1][0])}"
+        return out[:limit]
+
+    async def rejected_counts(self, now: float, minutes: int = 60) -> dict[str | None, int]:
+        """Dead letters by named suite (None: none named) in the ``minutes`` up to ``now``."""
+        last = int(now // 60)
+        pipe = self.client.pipeline(transaction=False)
+        for minute in range(last - minutes + 1, last + 1):
+            pipe.hgetall(self.keys.rejected_minute(minute))
+        totals: dict[str | None, int] = {}
+        for counts in await pipe.execute():
+            for field, value in counts.items():
+                name = _text(field) or None
+                totals[name] = totals.get(name, 0) + int(value)
+        return totals
 
     async def deadletter_count(self) -> int:
         """Dead letters ever written (the stream itself is capped)."""
         raw: Any = await self.client.hget(self.keys.stats, "deadletters")
         return int(raw or 0)
+
+
+def _deadletter(entry_id: bytes | str, raw: dict[Any, Any]) -> DeadLetter:
+    f = {_text(k): v for k, v in raw.items()}
+    return DeadLetter(
+        id=_text(entry_id),
+        payload=bytes(f.get("payload", b"")),
+        truncated=_text(f.get("truncated", b"0")) == "1",
+        reason=_text(f.get("reason", b"")),
+        source=_text(f.get("source", b"")),
+        time=float(_text(f.get("time", b"0"))),
+        suite=_text(f.get("suite", b"")) or None,
+        reason_class=_text(f.get("class", b"other")),
+    )

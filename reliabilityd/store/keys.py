@@ -24,7 +24,8 @@ claim script can move a suite between them atomically::
     <p>:{/ci}:claims          zset  suite -> claim deadline (ms) of the replica recomputing it
 
 Outside any tag, written by separate idempotent commands: ``<p>:suites``,
-``<p>:deadletter``, ``<p>:outbox-deadletter``, ``<p>:stats``,
+``<p>:deadletter``, ``<p>:rejected:<minute>`` (dead letters by suite per minute),
+``<p>:outbox-deadletter``, ``<p>:stats``,
 ``<p>:heartbeat:<instance>``, ``<p>:stream-cursor:<stream>:<group>``,
 ``<p>:dedup-width`` (the bucket width, fixed by the first writer) and
 ``<p>:dedup-ttls`` (the writers' dedup TTLs): see dedup.py.
@@ -118,6 +119,10 @@ class Keys:
     @property
     def deadletter(self) -> str:
         return f"{self.prefix}:deadletter"
+
+    def rejected_minute(self, minute: int) -> str:
+        """Dead letters by suite ("" = none named) in one minute (Unix time // 60)."""
+        return f"{self.prefix}:rejected:{minute}"
 
     @property
     def outbox_deadletter(self) -> str:

@@ -63,7 +63,7 @@ async def test_rejected_elements_get_a_reason_each_and_the_good_ones_count(
         assert "outcome" in results[2]["reason"]
         assert await store.reads.task_counts("web") == {"t1": (2, 1)}
         letters = await store.reads.deadletters()
-        assert [d.source for d in letters] == ["http", "http"]
+        assert [d.source for d in letters] == ["http:127.0.0.1", "http:127.0.0.1"]
 
 
 async def test_a_body_that_does_not_decode_is_400_and_counts_nothing(

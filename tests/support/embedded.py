@@ -18,6 +18,7 @@ ENDPOINTS = re.compile(
     r"agents publish to\s+mqtt://127\.0\.0\.1:(\d+)\s.*\(MQTT ([0-9.]+), QoS 1; (.+)\)"
 )
 REDIS = re.compile(r"Redis is at\s+(redis://127\.0\.0\.1:(\d+)/0)\s+\((.+)\)")
+HTTP = re.compile(r"HTTP is at\s+(http://127\.0\.0\.1:\d+)\s")
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Endpoints:
     redis_url: str
     redis_port: int
     redis: str
+    http_url: str
 
 
 def broken_system_servers(tmp_path: Path) -> dict[str, str]:
@@ -74,15 +76,16 @@ def embedded_run(datadir: Path, env: dict[str, str], timeout: float = 60) -> Ite
     )
     try:
         assert proc.stdout is not None
-        mqtt = redis = None
+        mqtt = redis = http = None
         deadline = time.monotonic() + timeout
-        while (mqtt is None or redis is None) and time.monotonic() < deadline:
+        while (mqtt is None or redis is None or http is None) and time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
                 break
             mqtt = mqtt or ENDPOINTS.search(line)
             redis = redis or REDIS.search(line)
-        if mqtt is None or redis is None:
+            http = http or HTTP.search(line)
+        if mqtt is None or redis is None or http is None:
             proc.kill()
             _, err = proc.communicate(timeout=10)
             raise AssertionError(f"no endpoints printed; stderr:\n{err}")
@@ -93,6 +96,7 @@ def embedded_run(datadir: Path, env: dict[str, str], timeout: float = 60) -> Ite
             redis_url=redis[1],
             redis_port=int(redis[2]),
             redis=redis[3],
+            http_url=http[1],
         )
     finally:
         if proc.poll() is None:

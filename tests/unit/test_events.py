@@ -74,7 +74,7 @@ def test_names_at_the_limit_are_fine() -> None:
         (b"", "empty payload"),
         (b"{not json", "not valid JSON"),
         (b"[1,", "not valid JSON"),
-        (b"hello", "not a trial event (MessagePack)"),
+        (b"hello", "not JSON: plain text 'hello'"),
         (b"\xc1", "not valid MessagePack"),
         (b"42", "not a trial event"),
     ],

@@ -19,7 +19,7 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from hypothesis.internal.charmap import CategoryName
 
-from reliabilityd.events import MAX_NAME_BYTES, TrialEvent, decode, decode_many, validate
+from reliabilityd.events import MAX_NAME_BYTES, MAX_TS, TrialEvent, decode, decode_many, validate
 
 OUTCOMES = ("pass", "fail", "error", "skip")
 # A valid name: no control, format or surrogate character, no noncharacter
@@ -60,7 +60,8 @@ good_events = st.builds(
     GOOD_NAME,
     GOOD_NAME,
     st.sampled_from(OUTCOMES),
-    st.none() | st.floats(allow_nan=False, allow_infinity=False),
+    # Unix seconds: anything at or past MAX_TS is a millisecond stamp, rejected.
+    st.none() | st.floats(min_value=-MAX_TS, max_value=MAX_TS, exclude_min=True, exclude_max=True),
 )
 
 numbers = (

@@ -1,0 +1,62 @@
+"""Typed configuration, decoded from TOML by msgspec.
+
+Every key has a default documented in ``config.example.toml``; an unknown key
+or a bad value is a ``ConfigError`` naming the file and the field path
+(``$.stats.k[0]``), which the CLI turns into exit code 2. ``_model`` holds
+the tables and keys, ``_load`` the file loading and the checks across keys,
+``_mqtt`` the broker URL and TLS context.
+"""
+
+from __future__ import annotations
+
+from reliabilityd.config._load import ENV_OVERRIDES, load
+from reliabilityd.config._model import (
+    LOOPBACK_HOSTS,
+    AlertmanagerSinkConfig,
+    Config,
+    DaemonConfig,
+    HttpConfig,
+    IngestConfig,
+    MqttConfig,
+    MqttSinkConfig,
+    OtlpConfig,
+    RedisConfig,
+    RedisSinkConfig,
+    SinksConfig,
+    StatsConfig,
+    StoreConfig,
+    StreamConfig,
+    SuiteOverride,
+    TlsConfig,
+    WebhookSinkConfig,
+    is_loopback,
+)
+from reliabilityd.config._mqtt import MqttEndpoint, TlsProblem, parse_mqtt_url, tls_context
+
+__all__ = [
+    "ENV_OVERRIDES",
+    "LOOPBACK_HOSTS",
+    "AlertmanagerSinkConfig",
+    "Config",
+    "DaemonConfig",
+    "HttpConfig",
+    "IngestConfig",
+    "MqttConfig",
+    "MqttEndpoint",
+    "MqttSinkConfig",
+    "OtlpConfig",
+    "RedisConfig",
+    "RedisSinkConfig",
+    "SinksConfig",
+    "StatsConfig",
+    "StoreConfig",
+    "StreamConfig",
+    "SuiteOverride",
+    "TlsConfig",
+    "TlsProblem",
+    "WebhookSinkConfig",
+    "is_loopback",
+    "load",
+    "parse_mqtt_url",
+    "tls_context",
+]

@@ -1,0 +1,164 @@
+"""Loading a config file: TOML decoding, environment overrides, and the checks across keys."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import msgspec
+
+from reliabilityd.config._model import Config, OtlpConfig, TlsConfig, is_loopback
+from reliabilityd.config._mqtt import TlsProblem, parse_mqtt_url, tls_context
+from reliabilityd.errors import ConfigError
+
+
+def _check(config: Config, path: str) -> None:
+    try:
+        endpoint = parse_mqtt_url(config.mqtt.url)
+    except ValueError as exc:
+        raise ConfigError(path, "$.mqtt.url", str(exc)) from None
+    if config.mqtt.tls != TlsConfig():
+        if not endpoint.tls:
+            raise ConfigError(
+                path, "$.mqtt.tls", "is set, but mqtt.url is mqtt://: use mqtts:// for TLS"
+            )
+        try:
+            tls_context(config.mqtt)
+        except TlsProblem as exc:
+            raise ConfigError(path, f"$.mqtt.tls.{exc.field}", exc.message) from None
+    if urlsplit(config.redis.url).scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(path, "$.redis.url", "scheme must be redis://, rediss:// or unix://")
+    if not config.mqtt.topic:
+        raise ConfigError(path, "$.mqtt.topic", "must not be empty")
+    if "/" in config.mqtt.shared_group or "+" in config.mqtt.shared_group:
+        raise ConfigError(path, "$.mqtt.shared_group", "must not contain '/' or '+'")
+    if config.dedup_ttl <= config.mqtt.session_expiry:
+        raise ConfigError(
+            path,
+            "$.store.dedup_ttl",
+            f"must exceed mqtt.session_expiry ({config.mqtt.session_expiry} s): a redelivery "
+            "after the dedup record expired would be counted twice",
+        )
+    max_k = max([*config.stats.k, *(a.k for a in config.alerts)])
+    # Where the largest k comes from, for the window messages.
+    if max_k in config.stats.k:
+        k_from = f"k={max_k} (in $.stats.k)"
+    else:
+        i = next(i for i, a in enumerate(config.alerts) if a.k == max_k)
+        k_from = f"k={max_k} ($.alerts[{i}].k, rule {config.alerts[i].name!r})"
+    names: set[str] = set()
+    for i, alert in enumerate(config.alerts):
+        if alert.name in names:
+            raise ConfigError(path, f"$.alerts[{i}].name", f"duplicate rule name {alert.name!r}")
+        names.add(alert.name)
+        if alert.resolve_above is not None and alert.resolve_above < alert.below:
+            raise ConfigError(
+                path,
+                f"$.alerts[{i}].resolve_above",
+                f"{alert.resolve_above} is below `below` ({alert.below}): hysteresis needs "
+                "resolve_above >= below",
+            )
+        if alert.trigger == "detector" and alert.metric != "pass^k":
+            raise ConfigError(
+                path,
+                f"$.alerts[{i}].trigger",
+                'the detector watches pass^k; use trigger = "ci-low" for pass@k',
+            )
+        windowed = config.stats.window > 0 or any(o.window for o in config.suites)
+        if alert.trigger == "detector" and not windowed:
+            raise ConfigError(
+                path,
+                f"$.alerts[{i}].trigger",
+                "the detector reads each task's last outcomes: set stats.window (or a "
+                "[[suites]] window) for the suites it watches",
+            )
+    for field, url in (
+        ("$.sinks.alertmanager.url", config.sinks.alertmanager.url),
+        ("$.sinks.webhook.url", config.sinks.webhook.url),
+        ("$.external_url", config.external_url),
+    ):
+        if url and urlsplit(url).scheme not in ("http", "https"):
+            raise ConfigError(path, field, "must be an http:// or https:// URL")
+    if config.http.port and not is_loopback(config.http.host) and not config.http.token:
+        raise ConfigError(
+            path,
+            "$.http.token",
+            f"http.host {config.http.host!r} listens beyond loopback: set a bearer token "
+            "(http.token or RELIABILITYD_HTTP_TOKEN) or bind 127.0.0.1",
+        )
+    _check_otlp(config.http.otlp, path)
+    if 0 < config.stats.window < max_k:
+        raise ConfigError(
+            path, "$.stats.window", f"window {config.stats.window} is shorter than {k_from}"
+        )
+    for i, override in enumerate(config.suites):
+        if override.window is not None and 0 < override.window < max_k:
+            raise ConfigError(
+                path,
+                f"$.suites[{i}].window",
+                f"window {override.window} is shorter than {k_from}",
+            )
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def _check_otlp(otlp: OtlpConfig, path: str) -> None:
+    if otlp.enabled and not _importable("opentelemetry.proto"):
+        raise ConfigError(
+            path,
+            "$.http.otlp.enabled",
+            "POST /v1/logs needs the OTLP messages: pip install 'reliabilityd[otlp]'",
+        )
+    seen: dict[str, str] = {}
+    for field in ("pass_labels", "fail_labels", "error_labels", "skip_labels"):
+        for label in getattr(otlp, field):
+            other = seen.setdefault(label.lower(), field)
+            if other != field:
+                raise ConfigError(
+                    path, f"$.http.otlp.{field}", f"label {label!r} is also in {other}"
+                )
+    for field in ("suite", "task", "trial"):
+        if not getattr(otlp, field):
+            raise ConfigError(path, f"$.http.otlp.{field}", "needs at least one source")
+
+
+ENV_OVERRIDES = {
+    "RELIABILITYD_REDIS_URL": ("redis", "url"),
+    "RELIABILITYD_MQTT_URL": ("mqtt", "url"),
+    # Replicas built from one config file (compose, a Kubernetes StatefulSet)
+    # differ only by these: each needs its own broker session and heartbeat.
+    "RELIABILITYD_MQTT_CLIENT_ID": ("mqtt", "client_id"),
+    "RELIABILITYD_INSTANCE": ("daemon", "instance"),
+    "RELIABILITYD_HTTP_TOKEN": ("http", "token"),
+}
+
+
+def load(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> Config:
+    """Read, decode and check a config file; environment variables override the URLs."""
+    name = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(name, "", f"cannot read: {exc.strerror}") from None
+    try:
+        config = msgspec.toml.decode(raw, type=Config)
+    except msgspec.ValidationError as exc:
+        message, _, field = str(exc).rpartition(" - at `")
+        if not message:
+            raise ConfigError(name, "", str(exc)) from None
+        raise ConfigError(name, field.rstrip("`"), message) from None
+    except msgspec.DecodeError as exc:
+        raise ConfigError(name, "", f"not valid TOML: {exc}") from None
+    env = os.environ if environ is None else environ
+    for var, (table, key) in ENV_OVERRIDES.items():
+        if env.get(var):
+            setattr(getattr(config, table), key, env[var])
+    _check(config, name)
+    return config
