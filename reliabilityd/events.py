@@ -451,7 +451,9 @@ def reason_class(reason: str) -> str:
         return "too_large"
     if text.startswith(("empty payload", "empty array")):
         return "empty"
-    if text.startswith(("not valid ", "not JSON", "undecodable payload", "RecursionError")):
+    if text.startswith(
+        ("not valid ", "not JSON", "undecodable payload", "RecursionError", "JSON nested too")
+    ):
         return "undecodable"
     if "malformed" in text or "truncated" in text or "Input data was truncated" in text:
         return "undecodable"

@@ -79,7 +79,7 @@ def _emit(args: argparse.Namespace) -> int:
     except EmitterError as exc:
         say(f"emit: {exc}")
         return EXIT_UNREACHABLE
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:  # the event as given would be rejected
         say(f"emit: {exc}")
         return EXIT_USAGE
     print(trial)

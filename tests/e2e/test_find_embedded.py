@@ -60,7 +60,7 @@ def test_the_cli_finds_a_running_embedded_daemon(tmp_path: Path) -> None:
         # Missing suites: the same exit and message for status and tasks.
         for verb in ("status", "tasks"):
             done = cli(env, verb, "nobody")
-            assert done.returncode == 1
+            assert done.returncode == 2  # a usage error: no such suite
             assert done.stderr == f"reliabilityd: no suite named 'nobody' in {where}\n"
 
     # Stopped: the CLI no longer asks its Redis, and says which one it asked instead.

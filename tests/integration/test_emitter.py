@@ -211,7 +211,7 @@ async def test_emit_command_prints_the_trial_id(
     await counted(daemon_store, "cli", 1)
     assert await daemon_store.reads.task_counts("cli") == {"deploy service 0": (1, 1)}
     bad = ["emit", "a/b", "t", "pass", "--mqtt", mosquitto.url]
-    assert await asyncio.to_thread(main, bad) == 1
+    assert await asyncio.to_thread(main, bad) == 2  # a usage error: the event is invalid
     assert "suite contains" in capsys.readouterr().err
 
 

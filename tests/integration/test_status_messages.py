@@ -43,7 +43,7 @@ def test_status_and_tasks_on_a_missing_suite_exit_alike(
     )
     for verb in ("status", "tasks"):
         code, out, err = cli(capsys, verb, "nope", *where)
-        assert (code, out, err) == (1, "", said)
+        assert (code, out, err) == (2, "", said)  # a usage error, as the exit-code table says
     code, out, _ = cli(capsys, "status", *where)
     assert code == 0
     assert out == (
