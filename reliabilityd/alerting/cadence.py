@@ -309,8 +309,11 @@ def delays(
     tick: float = 5.0,
     interval: str = "gaffke",
     n_boot: int = 2000,
+    crossing: float | None = None,
 ) -> FloatArray:
     """Seconds from the truth crossing each rule's ``below`` to its first firing tick.
+
+    With ``crossing`` (seconds) every rule is timed from that moment instead.
 
     Shape (rules, reps); inf when a rule is not firing by ``horizon`` seconds
     after ``path.start``, negative when it fires before the crossing (on a
@@ -337,5 +340,6 @@ def delays(
             on = np.flatnonzero(got.firing[j][max(0, first - 1) :])
             if on.size:
                 at = (max(0, first - 1) + on[0] + 1) * tick
-                out[j, r] = max(at, path.start) - path.crossing(rule.below)
+                since = path.crossing(rule.below) if crossing is None else crossing
+                out[j, r] = max(at, path.start) - since
     return out
