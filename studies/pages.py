@@ -181,6 +181,59 @@ def _target(
     return "yes" if not misses else "no: " + ", ".join(misses)
 
 
+def _parse(row: str) -> tuple[int, str, float, int, list[tuple[float, float]], str]:
+    """(T, rule, pages/day, % firing, [(median, p90)] per shape, target) of one table row."""
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    pages, share = cells[4].replace("*", "").rstrip("%)").split(" (")
+    delays = [tuple(float(x) for x in c.split(" / ")) for c in cells[5:8]]
+    return (
+        int(cells[0]),
+        cells[3],
+        float(pages),
+        int(share),
+        [(d[0], d[1]) for d in delays],
+        cells[8],
+    )
+
+
+def _span(values: Sequence[float], unit: str = "") -> str:
+    lo, hi = min(values), max(values)
+    return f"{_fmt(lo)}{unit}" if lo == hi else f"{_fmt(lo)} to {_fmt(hi)}{unit}"
+
+
+def summary(lines: Sequence[str]) -> list[str]:
+    """Per size and rule, ranges over the make-up x rate cells of the study's rows."""
+    rows = [_parse(r) for r in lines if r.startswith("| ") and r[2].isdigit()]
+    out = [
+        "| T | rule | false pages/day at 0.85 | time firing | median delay, steps (min) | "
+        "median delay, drift (min) | target met, cells (on the steps) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    shown = ("ci-low percentile", "ci-low gaffke", "detector", "detector, below=0.80")
+    for tasks in sorted({r[0] for r in rows}):
+        for label in shown:
+            cells = [r for r in rows if r[0] == tasks and r[1] == label]
+            if not cells:
+                continue
+            met = ""
+            if label == "detector":
+                whole = sum(c[5] == "yes" for c in cells)
+                steps = sum(c[5] in ("yes", "no: drift") for c in cells)
+                met = f"{whole} of {len(cells)} (steps only: {steps})"
+            shares = [c[3] for c in cells]
+            share = (
+                f"{min(shares)}%"
+                if min(shares) == max(shares)
+                else f"{min(shares)} to {max(shares)}%"
+            )
+            out.append(
+                f"| {tasks} | {label} | {_span([c[2] for c in cells])} | {share} | "
+                f"{_span([d[0] for c in cells for d in c[4][:2]])} | "
+                f"{_span([c[4][2][0] for c in cells])} | {met} |"
+            )
+    return out
+
+
 def forecast_error(reps: int = 5, hours: float = 6.0, days: float = 2.0, seed: int = SEED) -> str:
     """The forecast from one window's c/n against a long simulation at the truth.
 
@@ -231,7 +284,8 @@ def main(*, quick: bool = False, seed: int | None = None) -> None:
     for name, (describe, _) in RATES.items():
         print(f"# rates {name}: {describe}")
     started = time.perf_counter()
-    run(grid, seed)
+    lines = run(grid, seed)
+    print("\n".join(["", "# summary over the make-up x rate cells of each size", *summary(lines)]))
     print(
         forecast_error(
             reps=3 if quick else 5,
