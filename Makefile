@@ -67,7 +67,7 @@ bench-ingest: $(STAMP) servers
 bench-import: $(STAMP) servers
 	$(PY) -m benchmarks.bench_import
 
-## False pages per day and detection delay of the alert rules (pagesim), as a README table.
+## False pages per day and detection delay of the alert rules at the daemon's cadence (docs/studies.md).
 study-pages: $(STAMP)
 	$(PY) -m studies.pages
 

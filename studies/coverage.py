@@ -397,6 +397,7 @@ def main(
     report: str = "",
     full: bool = False,
     compare: bool = False,
+    tasks: Sequence[int] = (),
 ) -> int:
     """``make study-coverage``: run the grid (or read a run) and print its tables."""
     import sys
@@ -418,7 +419,7 @@ def main(
 
         results = run(
             pops,
-            tasks=(20, 50) if quick else TASKS,
+            tasks=tasks or ((20, 50) if quick else TASKS),
             trials=(10,) if quick else TRIALS,
             reps=reps,
             seed=seed,
@@ -451,6 +452,7 @@ if __name__ == "__main__":
     parser.add_argument("--out", default="", help="also write every cell as JSON lines")
     parser.add_argument("--report", default="", help="print the tables of a JSON-lines file")
     parser.add_argument("--full", action="store_true", help="also print every cell")
+    parser.add_argument("--tasks", default="", help="suite sizes, comma-separated (e.g. 5,10)")
     parser.add_argument(
         "--compare", action="store_true", help="also measure BCa (not in the library)"
     )
@@ -465,5 +467,6 @@ if __name__ == "__main__":
             report=a.report,
             full=a.full,
             compare=a.compare,
+            tasks=tuple(int(t) for t in a.tasks.split(",")) if a.tasks else (),
         )
     )

@@ -124,6 +124,7 @@ class Evaluator:
             runs=est.runs,
             last_trial_at=parse_time(snap.last_trial_at),
             evidence=None if view is None else view.evidence,
+            level=None if view is None else view.level,
         )
         note_for = partial(
             build, self.config, rule=rule, suite=suite, estimate=est, snap=snap, now=now

@@ -1,18 +1,19 @@
 """The expected page rate of an alert rule at a suite's current data.
 
-What a rule would cost on-call if the suite stayed as it is now, for the
-daemon to store in the rule's state (``AlertState.expected_pages_per_day``)
-so on-call sees what a threshold costs before being woken by it. Pure: a
-simulation (``pagesim``) of the suite with its current per-task estimates
-taken as the truth.
+What a rule would cost on-call if the suite stayed as it is now, so on-call
+sees what a threshold costs before being woken by it (``reliabilityd
+forecast``). Pure: a simulation (``cadence``) of the suite with its current
+per-task estimates taken as the truth, judged at the daemon's cadence with
+the rule's own interval and trigger.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from reliabilityd.alerting.pagesim import Pages, false_pages
-from reliabilityd.alerting.rules import Rule
+from reliabilityd.alerting.cadence import Path, judge
+from reliabilityd.alerting.pagesim import Pages
+from reliabilityd.alerting.rules import AlertState, Rule
 from reliabilityd.stats.histogram import Histogram
 
 
@@ -25,6 +26,8 @@ def expected_false_pages(
     hours: float = 24.0,
     seed: int = 0,
     n_boot: int = 2000,
+    interval: str = "gaffke",
+    tick: float = 5.0,
 ) -> Pages:
     """What this rule would cost on-call if the suite stayed exactly as it is now.
 
@@ -32,11 +35,13 @@ def expected_false_pages(
     cell (n, c) of ``window_counts`` (the suite's windowed histogram) passes
     each trial with probability c / n, so a task that has not failed in its
     window never fails here, and the figure is a forecast under that
-    assumption, not a measurement. The suite is simulated for ``hours``
-    with its window, ``rounds_per_day`` trials per task per day (the
-    suite's own pace), and the rule judged after every round with
-    ``alerts.step``. Cost grows with tasks x rounds (x n_boot for a
-    ``ci-low`` rule): call it when a suite's version moves, not on every tick.
+    assumption, not a measurement (``make study-pages`` states its error
+    against a long simulation at the truth). The suite is simulated for
+    ``hours`` with its window, trials arriving at ``rounds_per_day`` per
+    task per day (the suite's own pace, as Poisson streams), and the rule
+    judged every ``tick`` seconds (the daemon's ``ci_interval``) with
+    ``rules.step`` on its own interval (``rule.interval``, else
+    ``interval``, the suite's) and trigger.
     """
     if window < rule.k:
         raise ValueError(f"the simulation needs a window of at least k={rule.k} trials")
@@ -45,13 +50,35 @@ def expected_false_pages(
     if window_counts.tasks == 0:
         raise ValueError("no tasks to simulate")
     p = np.repeat(window_counts.c / window_counts.n, window_counts.count).astype(np.float64)
-    return false_pages(
-        [rule],
-        p,
-        window=window,
-        days=hours / 24.0,
-        rng=np.random.default_rng(seed),
-        k=rule.k,
-        rounds_per_day=rounds_per_day,
-        n_boot=n_boot,
-    )[0]
+    rates = np.full(p.size, rounds_per_day / 86400.0)
+    duration = hours * 3600.0
+    rng = np.random.default_rng(seed)
+    path = Path(p, rule.k)
+    pages = firing = ticks = 0
+    states: list[AlertState] | None = None
+    tail = None
+    at = 0.0
+    while at < duration - 1e-9:
+        span = min(21600.0, duration - at)
+        got = judge(
+            [rule],
+            path,
+            rates,
+            window=window,
+            k=rule.k,
+            tick=tick,
+            duration=span,
+            rng=rng,
+            interval=interval,
+            n_boot=n_boot,
+            offset=at,
+            states=states,
+            prefill=tail,
+        )
+        states, tail = got.states, got.tail
+        pages += got.fired[0].size
+        firing += int(got.firing[0].sum())
+        ticks += got.firing[0].size
+        at += span
+    days = hours / 24.0
+    return Pages(per_day=pages / days, pages=pages, days=days, firing_share=firing / max(ticks, 1))

@@ -1,36 +1,32 @@
-"""Page-rate simulation: a live suite's trial stream, its window, its CI and its alert rules.
+"""Page-rate simulation parts: suites' make-ups, regressions, and the daemon's CI at scale.
 
-Pure numpy, no I/O. A suite has T tasks with fixed per-trial pass rates;
-every task gets one trial per round (one round per minute in the study), the
-suite keeps each task's last W outcomes, and after every round the rules are
-judged by the real state machine (``alerts.step``) on what the daemon would
-see: the window's point estimate and cluster-bootstrap CI, and the
-detector's evidence (``detector.evidence``).
+Pure numpy, no I/O. A make-up gives a suite's per-task pass rates at any true
+pass^k, a ``Shape`` how a regression spreads over its tasks; ``cadence``
+streams trials from them and judges the rules at the daemon's cadence.
 
-The CI is the daemon's percentile cluster bootstrap. Recomputing it with
-``estimate_metrics`` every simulated minute for months would take hours on a
-shared machine, so the default engine draws the same bootstrap for a whole
-batch of minutes at once: B resamples of T task positions (a fixed (B, T)
-Multinomial count matrix, as the daemon's fixed seed fixes its draw) applied
-to each minute's per-task values sorted canonically, one matrix product per
-batch. It is the same estimator (a Multinomial resample over tasks, the
+The CI is the daemon's: the percentile cluster bootstrap or gaffke.
+Recomputing it with ``estimate_metrics`` at every simulated tick for days
+would take hours on a shared machine, so the default engine draws the same
+bootstrap for a whole batch of ticks at once: B resamples of the T tasks (a
+fixed (B, T) Multinomial count matrix for ``percentile``, flat Dirichlet
+weights over the tasks and the pseudo-task for ``gaffke``, as the daemon's
+fixed seed fixes its draw) applied to each tick's per-task values sorted
+canonically, one matrix product per batch. It is the same estimator (the
 percentile at linear interpolation, the Wilson fallback when every task has
-the same value); ``engine="exact"`` calls ``estimate_metrics`` itself (cached
-per distinct histogram) and the study checks that both give the same rates.
+the same value); ``engine="exact"`` calls ``estimate_metrics`` itself
+(cached per distinct histogram), and the tests check that both agree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import comb
 
 import numpy as np
 import numpy.typing as npt
 
-from reliabilityd.alerting.rules import AlertState, Observation, Rule, step
 from reliabilityd.stats.bootstrap import wilson_interval
-from reliabilityd.stats.detector import RecentCounts, evidence
 from reliabilityd.stats.estimate import estimate_metrics
 from reliabilityd.stats.histogram import Histogram
 
@@ -161,43 +157,6 @@ SHAPES: dict[str, Shape] = {
 }
 
 
-# --- the stream and the window -------------------------------------------------
-
-
-def outcomes(
-    before: FloatArray,
-    after: FloatArray | None,
-    *,
-    change_at: int,
-    rounds: int,
-    window: int,
-    rng: np.random.Generator,
-    reps: int = 1,
-) -> BoolArray:
-    """(reps, window + rounds, T) outcomes; rounds from ``change_at`` on use ``after``.
-
-    The first ``window`` rounds fill the window before round 0 is judged.
-    """
-    t = before.size
-    p = np.broadcast_to(before, (window + rounds, t)).copy()
-    if after is not None:
-        p[window + change_at :] = after
-    return np.asarray(rng.random((reps, window + rounds, t)) < p[None], dtype=np.bool_)
-
-
-def trailing_counts(out: BoolArray, length: int, window: int) -> IntArray:
-    """Passes among each task's last ``length`` outcomes after every judged round.
-
-    Shape (reps, rounds, T); ``length`` at most ``window``.
-    """
-    if not 1 <= length <= window:
-        raise ValueError(f"length must lie in [1, window={window}], got {length}")
-    cs = np.cumsum(out, axis=1, dtype=np.int64)
-    cs = np.concatenate([np.zeros_like(cs[:, :1]), cs], axis=1)
-    end = np.arange(window + 1, out.shape[1] + 1)
-    return np.asarray(cs[:, end] - cs[:, end - length], dtype=np.int64)
-
-
 def pass_hat_table(n: int, k: int) -> FloatArray:
     """pass^k of a task with n trials and c passes, for c = 0..n (exact, then rounded)."""
     return np.array([comb(c, k) / comb(n, k) for c in range(n + 1)], dtype=np.float64)
@@ -224,18 +183,26 @@ def window_estimates(
     seed: int = 0,
     engine: str = "fast",
     chunk: int = 2048,
+    interval: str = "percentile",
 ) -> Window:
-    """pass^k and its percentile cluster-bootstrap CI for every row of (rows, T) counts.
+    """pass^k and its CI (``interval``) for every row of (rows, T) counts.
 
     Every task has n = window trials (the window is full). ``engine="exact"``
     calls ``estimate_metrics`` per distinct histogram; ``"fast"`` applies one
-    fixed Multinomial resample matrix to all rows (see the module docstring).
+    fixed resample matrix to all rows (see the module docstring): Multinomial
+    counts for ``percentile``, flat Dirichlet weights over the tasks and the
+    pseudo-task for ``gaffke`` (the same distribution as the daemon's draw
+    over merged cells).
     """
     rows, t = counts.shape
     if engine == "exact":
-        return _exact_estimates(counts, window, k, n_boot=n_boot, seed=seed)
+        return _exact_estimates(counts, window, k, n_boot=n_boot, seed=seed, interval=interval)
     if engine != "fast":
         raise ValueError(f"engine must be 'fast' or 'exact', got {engine!r}")
+    if interval == "gaffke":
+        return _fast_gaffke(counts, window, k, n_boot=n_boot, seed=seed, chunk=chunk)
+    if interval != "percentile":
+        raise ValueError(f"interval must be 'percentile' or 'gaffke', got {interval!r}")
     table = pass_hat_table(window, k)
     resample = np.random.default_rng(seed).multinomial(t, np.full(t, 1.0 / t), size=n_boot)
     weights = resample.astype(np.float64).T / t  # (T, B)
@@ -262,7 +229,36 @@ def window_estimates(
     return Window(value=np.clip(value, low, high), ci_low=low, ci_high=high)
 
 
-def _exact_estimates(counts: IntArray, window: int, k: int, *, n_boot: int, seed: int) -> Window:
+def _fast_gaffke(
+    counts: IntArray, window: int, k: int, *, n_boot: int, seed: int, chunk: int
+) -> Window:
+    rows, t = counts.shape
+    table = pass_hat_table(window, k)
+    g = np.random.default_rng(seed).standard_gamma(1.0, size=(n_boot, t + 1))
+    w = (g / g.sum(axis=1, keepdims=True)).T  # (T + 1, B); the last row is the pseudo-task
+    lo_pos, hi_pos = (n_boot - 1) * 0.025, (n_boot - 1) * 0.975
+    low = np.empty(rows)
+    high = np.empty(rows)
+    value = np.empty(rows)
+    for start in range(0, rows, chunk):
+        v = np.sort(table[counts[start : start + chunk]], axis=1)
+        value[start : start + chunk] = v.mean(axis=1)
+        base = v @ w[:t]  # (chunk, B)
+        for pos, dest, extra in ((lo_pos, low, 0.0), (hi_pos, high, 1.0)):
+            reps = base + extra * w[t][None, :]
+            lo_i = int(np.floor(pos))
+            hi_i = min(lo_i + 1, n_boot - 1)
+            part = np.partition(reps, (lo_i, hi_i), axis=1)
+            frac = pos - lo_i
+            dest[start : start + chunk] = part[:, lo_i] + (part[:, hi_i] - part[:, lo_i]) * frac
+    low = np.clip(low, 0.0, 1.0)
+    high = np.clip(high, 0.0, 1.0)
+    return Window(value=np.clip(value, 0.0, 1.0), ci_low=low, ci_high=high)
+
+
+def _exact_estimates(
+    counts: IntArray, window: int, k: int, *, n_boot: int, seed: int, interval: str = "percentile"
+) -> Window:
     cache: dict[bytes, tuple[float, float, float]] = {}
     out = np.empty((counts.shape[0], 3))
     for i, row in enumerate(counts):
@@ -270,9 +266,9 @@ def _exact_estimates(counts: IntArray, window: int, k: int, *, n_boot: int, seed
         key = hist.tobytes()
         if key not in cache:
             h = Histogram(np.full(window + 1, window), np.arange(window + 1), hist)
-            est = estimate_metrics(
-                h, k, ("pass^k",), n_boot=n_boot, seed=seed, interval="percentile"
-            )["pass^k"]
+            est = estimate_metrics(h, k, ("pass^k",), n_boot=n_boot, seed=seed, interval=interval)[
+                "pass^k"
+            ]
             assert est.value is not None
             assert est.ci is not None
             cache[key] = (est.value, est.ci[0], est.ci[1])
@@ -280,185 +276,11 @@ def _exact_estimates(counts: IntArray, window: int, k: int, *, n_boot: int, seed
     return Window(value=out[:, 0], ci_low=out[:, 1], ci_high=out[:, 2])
 
 
-# --- rules over a simulated series ---------------------------------------------
-
-
-def detector_series(out: BoolArray, window: int, k: int, below: float, recent: int) -> FloatArray:
-    """``detector.evidence`` after every judged round: shape (reps, rounds)."""
-    c = trailing_counts(out, window, window)
-    rec = np.stack([trailing_counts(out, m, window) for m in range(1, recent + 1)], axis=-1)
-    counts = RecentCounts(n=np.full_like(c, window), c=c, recent=rec)
-    return evidence(counts, k, below)
-
-
-def run_rule(
-    rule: Rule,
-    win: Window,
-    tasks: int,
-    window: int,
-    *,
-    evidence: FloatArray | None = None,
-    state: AlertState | None = None,
-    start: int = 0,
-    round_seconds: float = 60.0,
-) -> tuple[IntArray, AlertState, int]:
-    """Judge every round with ``alerts.step``.
-
-    Returns the rounds (counted from ``start``) that sent a ``firing``
-    notification, the final state, and how many rounds ended in ``firing``.
-    """
-    current = AlertState() if state is None else state
-    fired: list[int] = []
-    firing = 0
-    value, low, high = win.value.tolist(), win.ci_low.tolist(), win.ci_high.tolist()
-    ev: Sequence[float | None] = [None] * len(value) if evidence is None else evidence.tolist()
-    for i in range(len(value)):
-        obs = Observation(
-            value=value[i],
-            ci_low=low[i],
-            ci_high=high[i],
-            tasks=tasks,
-            runs=window,
-            evidence=ev[i],
-        )
-        tr = step(rule, current, obs, (start + i) * round_seconds)
-        if tr.notify == "firing":
-            fired.append(start + i)
-        current = tr.new
-        firing += current.state == "firing"
-    return np.asarray(fired, dtype=np.int64), current, firing
-
-
-def _judge(
-    rules: Sequence[Rule],
-    out: BoolArray,
-    *,
-    window: int,
-    k: int,
-    engine: str,
-    states: list[AlertState] | None,
-    start: int,
-    round_seconds: float = 60.0,
-    n_boot: int = 2000,
-) -> list[tuple[IntArray, AlertState, int]]:
-    """Every rule over one chunk of one stream (out has one rep)."""
-    t = out.shape[-1]
-    counts = trailing_counts(out, window, window)[0]
-    win = window_estimates(counts, window, k, engine=engine, n_boot=n_boot)
-    cache: dict[tuple[float, int], FloatArray] = {}
-    results = []
-    for j, rule in enumerate(rules):
-        ev = None
-        if rule.trigger == "detector":
-            key = (rule.below, rule.recent)
-            if key not in cache:
-                cache[key] = detector_series(out, window, k, rule.below, rule.recent)[0]
-            ev = cache[key]
-        state = None if states is None else states[j]
-        results.append(
-            run_rule(
-                rule,
-                win,
-                t,
-                window,
-                evidence=ev,
-                state=state,
-                start=start,
-                round_seconds=round_seconds,
-            )
-        )
-    return results
-
-
 @dataclass(frozen=True)
 class Pages:
-    """False pages of one rule on a stationary suite."""
+    """False pages of one rule on a stationary suite (``forecast.expected_false_pages``)."""
 
     per_day: float
     pages: int
     days: float
     firing_share: float
-
-
-def false_pages(
-    rules: Sequence[Rule],
-    p: FloatArray,
-    *,
-    window: int,
-    days: float,
-    rng: np.random.Generator,
-    k: int = 5,
-    engine: str = "fast",
-    rounds_per_day: float = MINUTES_PER_DAY,
-    n_boot: int = 2000,
-) -> list[Pages]:
-    """Pages per day of each rule on a suite whose per-task rates never change.
-
-    One round gives every task one trial; ``rounds_per_day`` sets how long a
-    round lasts (which matters to ``for``).
-    """
-    total = max(1, round(days * rounds_per_day))
-    chunk = MINUTES_PER_DAY
-    round_seconds = 86400.0 / rounds_per_day
-    states: list[AlertState] | None = None
-    fired = [0] * len(rules)
-    firing = [0] * len(rules)
-    prev: BoolArray | None = None
-    for start in range(0, total, chunk):
-        rounds = min(chunk, total - start)
-        fresh = outcomes(p, None, change_at=0, rounds=rounds, window=window, rng=rng)
-        if prev is not None:
-            fresh[:, :window] = prev  # the window carries over between chunks
-        prev = fresh[:, -window:].copy()
-        res = _judge(
-            rules,
-            fresh,
-            window=window,
-            k=k,
-            engine=engine,
-            states=states,
-            start=start,
-            round_seconds=round_seconds,
-            n_boot=n_boot,
-        )
-        states = [r[1] for r in res]
-        for j, (f, _, on) in enumerate(res):
-            fired[j] += f.size
-            firing[j] += on
-    span = total / rounds_per_day
-    return [
-        Pages(per_day=fired[j] / span, pages=fired[j], days=span, firing_share=firing[j] / total)
-        for j in range(len(rules))
-    ]
-
-
-def detection_delays(
-    rules: Sequence[Rule],
-    before: FloatArray,
-    after: FloatArray,
-    *,
-    window: int,
-    reps: int,
-    rng: np.random.Generator,
-    k: int = 5,
-    lead_in: int = 20,
-    horizon: int = 60,
-    engine: str = "fast",
-) -> FloatArray:
-    """Rounds from a regression to each rule's first page: (rules, reps), inf if none.
-
-    Every replication judges ``lead_in`` rounds before the change (so a
-    rule starts from the state the old suite leaves it in); a page before
-    the change counts as no detection of it.
-    """
-    out = np.full((len(rules), reps), np.inf)
-    for r in range(reps):
-        stream = outcomes(
-            before, after, change_at=lead_in, rounds=lead_in + horizon, window=window, rng=rng
-        )
-        judged = _judge(rules, stream, window=window, k=k, engine=engine, states=None, start=0)
-        for j, (fired, _, _) in enumerate(judged):
-            late = fired[fired >= lead_in]
-            if late.size:
-                out[j, r] = late[0] - lead_in + 1
-    return out

@@ -12,10 +12,13 @@ breaches too, so a dead judge or a stopped fleet is noticed.
 
 That is the default, ``trigger = "ci-low"``. With ``trigger = "detector"``
 a rule instead breaches on ``Observation.evidence`` (nats, from
-``detector.evidence`` over the suite's committed windows) reaching
-``evidence``, or on the CI upper bound under ``below``, and a firing alert
-resolves when the point estimate is back at ``resolve_above``. Without a
-window there is no evidence (None), and only the upper bound can breach.
+``detector.evidence`` over the suite's committed windows: a recent change)
+reaching ``evidence``, on ``Observation.level`` (``detector.level``: the
+whole windows against ``below``, which catches drifts and small suites)
+reaching ``level_evidence``, or on the CI upper bound under ``below``; a
+firing alert resolves when the point estimate is back at ``resolve_above``.
+Without a window there is no evidence (None), and only the upper bound can
+breach.
 
 No I/O here: the daemon persists ``AlertState`` in Redis and applies each
 transition by compare-and-set, so replicas and restarts never notify twice.
@@ -72,6 +75,9 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     interval: IntervalName | None = None
     # Nats of evidence a "detector" rule needs to breach.
     evidence: Annotated[float, msgspec.Meta(gt=0)] = 12.0
+    # Nats of evidence from the whole windows that pass^k is under `below`
+    # (``detector.level``) a "detector" rule needs to breach; 0 = not used.
+    level_evidence: Annotated[float, msgspec.Meta(ge=0)] = 2.0
     # How many of each task's most recent outcomes the detector scans.
     recent: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 5
 
@@ -92,6 +98,8 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True):
     # The change detector's evidence that pass^k is below `below` now
     # (``detector.evidence``); only rules with ``trigger = "detector"`` read it.
     evidence: float | None = None
+    # ``detector.level``: the whole windows' evidence that pass^k is under `below`.
+    level: float | None = None
 
 
 class AlertState(msgspec.Struct, frozen=True, kw_only=True):
@@ -140,9 +148,12 @@ def verdict(rule: Rule, obs: Observation, now: float) -> tuple[Verdict, Reason |
 
 
 def _detector_verdict(rule: Rule, obs: Observation) -> tuple[Verdict, Reason | None]:
-    # Evidence of a change now, or a whole window confidently under the threshold.
-    if (obs.evidence is not None and obs.evidence >= rule.evidence) or (
-        obs.ci_high is not None and obs.ci_high < rule.below
+    # Evidence of a change now, of the windows under the threshold, or a
+    # whole CI under it.
+    if (
+        (obs.evidence is not None and obs.evidence >= rule.evidence)
+        or (rule.level_evidence > 0 and obs.level is not None and obs.level >= rule.level_evidence)
+        or (obs.ci_high is not None and obs.ci_high < rule.below)
     ):
         return "breach", "below"
     assert obs.value is not None  # verdict() returned on UNKNOWN

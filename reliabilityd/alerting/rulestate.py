@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reliabilityd.alerting.rules import Rule
-from reliabilityd.stats.detector import evidence, recent_counts
+from reliabilityd.stats.detector import evidence, level, recent_counts
 from reliabilityd.stats.estimate import Estimate, estimate
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.snapshot import RuleView, StatsSettings
@@ -54,9 +54,11 @@ def rule_views(
     """
     views = []
     for rule in rules:
-        nats = None
+        nats = lvl = None
         if rule.trigger == "detector" and windows is not None and window > 0:
-            nats = float(evidence(recent_counts(windows, rule.recent), rule.k, rule.below))
+            counts = recent_counts(windows, rule.recent)
+            nats = float(evidence(counts, rule.k, rule.below))
+            lvl = float(level(counts, rule.k, rule.below))
         own: Estimate | None = None
         if rule.interval is not None and rule.interval != settings.interval:
             own = estimate(hist, rule.k, rule.metric, **settings.options(rule.interval))
@@ -64,6 +66,7 @@ def rule_views(
             RuleView(
                 rule=rule.name,
                 evidence=nats,
+                level=lvl,
                 estimate=own,
             )
         )

@@ -77,7 +77,8 @@ async def forecast(
         out(
             "(assumes: every task keeps passing each trial with its window's c/n, so a task that "
             "has not failed in its window never fails; trials arrive at the pace shown; the rule "
-            "is judged after every round; a forecast, not a measurement)"
+            "is judged every ci_interval with its own interval and trigger; a forecast, not a "
+            "measurement)"
         )
     return 0 if printed else 1
 
@@ -113,6 +114,8 @@ def _line(
         hours=simulated,
         seed=config.stats.seed,
         n_boot=config.stats.n_boot,
+        interval=config.suite_interval(suite),
+        tick=config.stats.ci_interval,
     )
     return head + (
         f"{pages.per_day:.2g} expected false pages/day at {pace:.3g} trials/task/day "

@@ -6,6 +6,13 @@ After a commit the suite's point estimates are refreshed within
 cases and snapshot, and drops its claim (a replica that dies holding a claim
 loses nothing: the claim expires back into the marks). Then the evaluator
 judges every rule on the newest snapshot in Redis.
+
+A snapshot records the fingerprint of the settings it was computed under
+(``fingerprint``); at start-up and every ``RECONCILE_EVERY`` the suites whose
+snapshot lags their data or was computed under other settings (a new k, a new
+rule, another interval) are marked, so a changed config is judged on the data
+already stored. Replicas with different configs during a rolling change each
+recompute such a suite once per reconcile until they agree.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import hashlib
 import logging
 import time
 from collections import defaultdict
@@ -105,6 +113,24 @@ class Recompute:
             interval=self.config.suite_interval(suite),
         )
 
+    def fingerprint(self, suite: str) -> str:
+        """What the suite's snapshot is computed under, as a short digest.
+
+        The stats settings (ks, window, interval, ...), the lottery's k and
+        limit, and every rule that watches the suite. A stored snapshot with
+        another fingerprint is stale (``Snapshots.mark_stale``): a config
+        change is judged on the data already stored.
+        """
+        doc = msgspec.json.encode(
+            [
+                self.settings(suite),
+                max(self.config.stats.k),
+                self.config.stats.lottery_limit,
+                [r for r in self.rules if fnmatch.fnmatchcase(suite, r.suite)],
+            ]
+        )
+        return hashlib.sha256(doc).hexdigest()[:16]
+
     async def refresh_live(self, suite: str) -> None:
         """Point estimates and counters of the suite's current version, no CI."""
         state = await self.store.reads.read_state(suite)
@@ -174,7 +200,9 @@ class Recompute:
             rules=rule_views,
         )
         ci, values = snapshot.redis_fields(snap)
-        wrote_ci, _ = await self.store.snapshots.write_snapshot(suite, c.version, ci, values)
+        wrote_ci, _ = await self.store.snapshots.write_snapshot(
+            suite, c.version, ci, values, settings=self.fingerprint(suite)
+        )
         if not wrote_ci:
             return None
         if self.publisher is not None:
@@ -191,7 +219,9 @@ class Recompute:
         in one tick, and the evaluator still runs every interval.
         """
         if time.monotonic() >= self._next_reconcile:
-            await self.store.snapshots.mark_stale(await self.store.reads.suites())
+            # The first tick (start-up) and every RECONCILE_EVERY after: data
+            # the marks missed, and snapshots computed under other settings.
+            await self.store.snapshots.mark_stale(await self.store.reads.suites(), self.fingerprint)
             self._next_reconcile = time.monotonic() + RECONCILE_EVERY
         if self._unfinished:
             # Claims a Redis error interrupted: hand them back now rather than

@@ -27,6 +27,17 @@ rounds) and floored at 0. A rule with ``trigger = "detector"`` breaches when
 it reaches ``evidence`` nats (or when the CI's *upper* bound is under
 ``below``: then the whole window says so).
 
+That CUSUM compares the recent outcomes with the window's older ones, so a
+slow drift, which moves the baseline with it, never builds much evidence,
+and a small suite has too few tasks to build it within ``recent`` rounds.
+``level`` is the second statistic, against a reference that does not move:
+the generalised likelihood ratio of each task's whole window for "pass^k is
+where the window puts it" over "pass^k is at ``below``", with one common
+log-odds shift of the (shrunk) per-task rates as the only free parameter on
+both sides. One free parameter whatever the number of tasks: under the
+boundary ``2 * level`` is about chi-square with one degree of freedom (half
+of it at 0), so a level threshold means the same at 10 tasks as at 200.
+
 Nothing here keeps state between ticks: the evidence is a function of the
 committed windows alone, so replicas that judge the same version agree, and
 a restart loses nothing. Per-task rates are shrunk away from 0 and 1
@@ -45,6 +56,7 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 DEFAULT_RECENT = 5
 _SHIFT_BOUND = 30.0
@@ -147,6 +159,77 @@ def _split_evidence(
     per_pass = np.log(alt) - np.log(null)
     llr: FloatArray = (((m - passes) * per_fail + passes * per_pass) * w).sum(axis=-1)
     return np.where(tasks > 0, llr, 0.0)
+
+
+def _shape(n: IntArray, c: IntArray, used: BoolArray) -> FloatArray:
+    """Per-task log-odds, each rate shrunk toward the pooled rate by PRIOR pseudo-trials."""
+    w = used.astype(np.float64)
+    nf = np.maximum(n, 0).astype(np.float64) * w
+    pooled = ((c * w).sum(axis=-1) + 0.5) / (nf.sum(axis=-1) + 1.0)
+    p = (c + PRIOR * pooled[..., None]) / (np.maximum(n, 0) + PRIOR)
+    out: FloatArray = np.log(p) - np.log1p(-p)
+    return out
+
+
+def _shift_to(lp: FloatArray, goal: FloatArray, w: FloatArray, k: int) -> FloatArray:
+    """The common log-odds shift that puts the mean of sigmoid(lp - shift)^k at ``goal``."""
+    safe = np.maximum(w.sum(axis=-1), 1.0)
+    lo = np.full(goal.shape, -_SHIFT_BOUND)
+    hi = np.full(goal.shape, _SHIFT_BOUND)
+    for _ in range(_BISECT):
+        mid = (lo + hi) / 2.0
+        level = ((_sigmoid(lp - mid[..., None]) ** k) * w).sum(axis=-1) / safe
+        too_high = level > goal
+        lo = np.where(too_high, mid, lo)
+        hi = np.where(too_high, hi, mid)
+    out: FloatArray = (lo + hi) / 2.0
+    return out
+
+
+def _loglik(lp: FloatArray, shift: FloatArray, n: FloatArray, c: FloatArray) -> FloatArray:
+    x = lp - shift[..., None]
+    # log sigmoid(x) and log(1 - sigmoid(x)), stable for large |x|.
+    log_p = -np.logaddexp(0.0, -x)
+    log_q = -np.logaddexp(0.0, x)
+    out: FloatArray = (c * log_p + (n - c) * log_q).sum(axis=-1)
+    return out
+
+
+def level(counts: RecentCounts, k: int, below: float) -> FloatArray:
+    """Nats of evidence, from the whole windows, that the suite's pass^k is under ``below``.
+
+    The generalised likelihood ratio of every task's window for the best
+    common log-odds shift of the shrunk per-task rates over the shift that
+    puts pass^k at ``below`` (the unbiased window estimate's distance to
+    ``below``, as in ``evidence``); 0 when the window is at or above
+    ``below``. Tasks with fewer than k outcomes are left out. Shape: the
+    batch shape of ``counts``.
+    """
+    n, c = counts.n, counts.c
+    used = n >= k
+    w = used.astype(np.float64)
+    tasks = w.sum(axis=-1)
+    safe = np.maximum(tasks, 1.0)
+    base = (_unbiased_pass_hat(np.where(used, n, k), np.where(used, c, 0), k) * w).sum(
+        axis=-1
+    ) / safe
+    lp = _shape(n, c, used)
+    plug = ((_sigmoid(lp) ** k) * w).sum(axis=-1) / safe
+    goal = np.clip(plug + (below - base), 1e-12, 1.0 - 1e-12)
+    null = _shift_to(lp, goal, w, k)
+    nf = np.where(used, n, 0).astype(np.float64)
+    cf = np.where(used, c, 0).astype(np.float64)
+    # The best shift: Newton's method on a concave log-likelihood, from 0.
+    best = np.zeros(goal.shape)
+    for _ in range(8):
+        pr = _sigmoid(lp - best[..., None])
+        grad = (nf * pr - cf).sum(axis=-1)
+        curv = (nf * pr * (1.0 - pr)).sum(axis=-1)
+        best = np.clip(best + grad / np.maximum(curv, 1e-9), -_SHIFT_BOUND, _SHIFT_BOUND)
+    gain = _loglik(lp, best, nf, cf) - _loglik(lp, null, nf, cf)
+    under = (base < below) & (tasks > 0)
+    out: FloatArray = np.where(under, np.maximum(gain, 0.0), 0.0)
+    return out
 
 
 def evidence(counts: RecentCounts, k: int, below: float) -> FloatArray:

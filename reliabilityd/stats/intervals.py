@@ -4,10 +4,10 @@ An interval (what is estimated: ``INTERVALS``) and a method (how it was
 computed: ``METHODS``) are separate. Every interval here is a function of the
 histogram of per-task values alone.
 
-* ``percentile`` (the default, multivon-eval's): the percentile cluster
+* ``percentile`` (multivon-eval's): the percentile cluster
   bootstrap over tasks, with the Wilson interval when every task has the
   same value.
-* ``gaffke``: the Bayesian bootstrap with one extra pseudo-task at the worst
+* ``gaffke`` (the default): the Bayesian bootstrap with one extra pseudo-task at the worst
   value the mean could take, 0 for the lower bound and 1 for the upper
   (Gaffke 2005; Learned-Miller and Thomas 2019, "A new confidence interval
   for the mean of a bounded random variable"). Per-task values lie in [0, 1]

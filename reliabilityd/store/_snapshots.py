@@ -7,12 +7,16 @@ expires back into the marks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._scripts import CLAIM, WRITE_SNAPSHOT
 from reliabilityd.store.keys import Keys
+
+# The snapshot hash field holding the fingerprint of the settings its CI part
+# was computed under (written with the CI part; see Snapshots.mark_stale).
+SETTINGS_FIELD = "settings"
 
 
 class Snapshots:
@@ -46,11 +50,16 @@ class Snapshots:
         version: int,
         ci_fields: Mapping[str, str | int | float],
         value_fields: Mapping[str, str | int | float],
+        *,
+        settings: str | None = None,
     ) -> tuple[bool, bool]:
         """Write the CI part and the value part, each unless a newer one is stored.
 
-        Returns (ci part written, value part written).
+        ``settings`` (the fingerprint of what the CI part was computed under)
+        is written with the CI part. Returns (ci part written, value part written).
         """
+        if settings is not None and ci_fields:
+            ci_fields = {**ci_fields, SETTINGS_FIELD: settings}
         args: list[Any] = [version, len(ci_fields)]
         for field, value in ci_fields.items():
             args += [field, value]
@@ -61,35 +70,53 @@ class Snapshots:
         )
         return bool(wrote & 1), bool(wrote & 2)
 
-    async def versions(self, suites: Sequence[str]) -> list[tuple[int, int]]:
-        """(data version, snapshot version) per suite; -1 when there is no snapshot."""
+    async def versions(self, suites: Sequence[str]) -> list[tuple[int, int, str | None]]:
+        """(data version, snapshot version, snapshot settings) per suite.
+
+        The snapshot version is -1 when there is none; the settings are the
+        fingerprint its CI part was computed under (``SETTINGS_FIELD``).
+        """
         if not suites:
             return []
         pipe = self.client.pipeline(transaction=False)
         for suite in suites:
             pipe.hget(self.keys.suite(suite, "meta"), "version")
-            pipe.hget(self.keys.suite(suite, "snapshot"), "version")
+            pipe.hmget(self.keys.suite(suite, "snapshot"), ["version", SETTINGS_FIELD])
         raw = await pipe.execute()
-        return [
-            (int(raw[i] or 0), int(raw[i + 1]) if raw[i + 1] is not None else -1)
-            for i in range(0, len(raw), 2)
-        ]
+        out: list[tuple[int, int, str | None]] = []
+        for i in range(0, len(raw), 2):
+            snap, settings = raw[i + 1]
+            out.append(
+                (
+                    int(raw[i] or 0),
+                    int(snap) if snap is not None else -1,
+                    None if settings is None else _text(settings),
+                )
+            )
+        return out
 
     async def mark_changed(self, suites: Sequence[str]) -> None:
         """Mark suites for a new snapshot (the next claim picks them up)."""
         if suites:
             await self.client.sadd(self.keys.changed, *suites)
 
-    async def mark_stale(self, suites: Sequence[str]) -> list[str]:
-        """Mark the suites whose data version is ahead of their snapshot; returns them.
+    async def mark_stale(
+        self, suites: Sequence[str], settings: Callable[[str], str] | None = None
+    ) -> list[str]:
+        """Mark the suites whose snapshot is behind their data or their settings; returns them.
 
-        The marks are the fast path; this scan finds what they cannot (data
-        written by a version without marks, a mark lost with a crashed Redis).
+        Stale means the data version is ahead of the snapshot's, or (with
+        ``settings``, the fingerprint each suite's snapshot should be computed
+        under) the stored snapshot was computed under other settings: a new k,
+        a new rule, another interval or window is judged on the data already
+        stored, without waiting for a trial. The marks are the fast path; this
+        scan finds what they cannot (data written by a version without marks,
+        a mark lost with a crashed Redis, a restart with a changed config).
         """
         stale = [
             suite
-            for suite, (data, snap) in zip(suites, await self.versions(suites), strict=True)
-            if data > snap
+            for suite, (data, snap, stored) in zip(suites, await self.versions(suites), strict=True)
+            if data > snap or (settings is not None and snap >= 0 and stored != settings(suite))
         ]
         await self.mark_changed(stale)
         return stale

@@ -82,6 +82,7 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
         view = snap.rule(RULE.name)
         assert view is not None
         assert view.evidence == 0.0  # nothing moved: no evidence of a drop
+        assert view.level == 0.0  # and the windows sit above the threshold
         states = await store.alerts.alert_states([(suite, RULE.name)])
         assert states[0].state == "inactive"
 

@@ -258,3 +258,21 @@ def test_a_detector_rule_on_pass_at_k_is_a_config_error(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"alerts\[0\]\.trigger"):
         load(path, environ={})
+
+
+def test_the_level_breaches_a_detector_rule_unless_turned_off() -> None:
+    def lobs(level: float | None) -> Observation:
+        return Observation(
+            value=0.72, ci_low=0.6, ci_high=0.85, tasks=10, runs=20, evidence=1.0, level=level
+        )
+
+    assert DETECTOR.level_evidence == 2.0
+    assert verdict(DETECTOR, lobs(2.0), now=0.0) == ("breach", "below")
+    assert verdict(DETECTOR, lobs(1.9), now=0.0)[0] == "between"
+    assert verdict(DETECTOR, lobs(None), now=0.0)[0] == "between"
+    cusum_only = msgspec.structs.replace(DETECTOR, level_evidence=0.0)
+    assert verdict(cusum_only, lobs(50.0), now=0.0)[0] == "between"
+    # A ci-low rule reads neither statistic.
+    assert verdict(Rule(name="r", k=5, below=0.5), lobs(50.0), now=0.0)[0] == "clear"
+    with pytest.raises(msgspec.ValidationError, match="level_evidence"):
+        msgspec.toml.decode(b'name = "d"\nk = 5\nbelow = 0.75\nlevel_evidence = -1\n', type=Rule)

@@ -47,3 +47,12 @@ def test_unknown_interval_names_the_field(tmp_path: Path, text: str, field: str)
         load(write(tmp_path, text), environ={})
     assert info.value.field == field
     assert "Invalid enum value" in str(info.value)
+
+
+def test_the_demo_and_its_rule_judge_gaffke() -> None:
+    from reliabilityd.embedded.demo import demo_config
+
+    cfg = demo_config()
+    assert cfg.suite_interval("support-bot") == "gaffke"
+    # A rule that names no interval judges its suite's (rulestate computes no own estimate).
+    assert all(rule.interval is None for rule in cfg.rules())

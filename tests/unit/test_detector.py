@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reliabilityd.stats.detector import DEFAULT_RECENT, RecentCounts, evidence, recent_counts
+from reliabilityd.stats.detector import DEFAULT_RECENT, RecentCounts, evidence, level, recent_counts
 
 
 def test_windows_parse_oldest_first() -> None:
@@ -124,3 +124,53 @@ def test_recent_failures_after_a_clean_baseline_are_evidence(tasks: int, base: i
     """Every task passed its baseline and failed its last outcomes: a drop, seen."""
     windows = ["1" * base + "0" * DEFAULT_RECENT] * tasks
     assert float(evidence(recent_counts(windows), k, 0.5)) > 1.0
+
+
+def _batch(p: np.ndarray, reps: int, window: int, rng: np.random.Generator) -> RecentCounts:
+    c = rng.binomial(window, p, size=(reps, p.size)).astype(np.int64)
+    return RecentCounts(n=np.full_like(c, window), c=c, recent=np.zeros((*c.shape, 1), np.int64))
+
+
+def test_a_window_at_or_above_the_threshold_has_no_level() -> None:
+    assert float(level(recent_counts(steady()), 5, 0.75)) == 0.0
+    # pass^5 of 40 perfect tasks and 10 at 15/20 is 0.8 + 0.2 * 0.19: above 0.75.
+    windows = ["1" * 20] * 40 + ["1" * 15 + "0" * 5] * 10
+    assert float(level(recent_counts(windows), 5, 0.75)) == 0.0
+
+
+def test_the_level_grows_with_the_distance_under_the_threshold() -> None:
+    def lvl(failing: int) -> float:
+        windows = ["1" * 14 + "0" * 6] * failing + ["1" * 20] * (50 - failing)
+        return float(level(recent_counts(windows), 5, 0.75))
+
+    values = [lvl(f) for f in (14, 18, 22, 30)]
+    assert values == sorted(values)
+    assert values[-1] > 12.0
+
+
+@pytest.mark.parametrize("tasks", [10, 50])
+def test_the_level_is_calibrated_whatever_the_suite_size(tasks: int) -> None:
+    """One free parameter on each side: at the threshold 2 x level is about chi-square(1)/2.
+
+    So P(level >= 2) is near P(Z >= 2) = 2.3% at 10 tasks as at 50; far under
+    the threshold it is near 1 at both.
+    """
+    rng = np.random.default_rng(tasks)
+    at = np.full(tasks, 0.75 ** (1 / 5))  # every task at the rate that puts pass^5 at 0.75
+    share = float((level(_batch(at, 2000, 20, rng), 5, 0.75) >= 2.0).mean())
+    assert 0.005 <= share <= 0.06, share
+    under = np.full(tasks, 0.4 ** (1 / 5))
+    assert float((level(_batch(under, 200, 20, rng), 5, 0.75) >= 2.0).mean()) > 0.9
+
+
+@settings(max_examples=40, deadline=None)
+@given(windows_strategy, st.floats(0.05, 0.95), st.integers(1, 3), st.randoms())
+def test_the_level_is_finite_nonnegative_and_ignores_task_order(
+    windows: list[str], below: float, k: int, rnd: object
+) -> None:
+    got = float(level(recent_counts(windows), k, below))
+    assert np.isfinite(got)
+    assert got >= 0.0
+    shuffled = list(windows)
+    rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+    assert float(level(recent_counts(shuffled), k, below)) == pytest.approx(got, abs=1e-9)
