@@ -11,13 +11,9 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import time
 from pathlib import Path
 
-import aiomqtt
-import msgspec
 import pytest
-import redis.asyncio as aioredis
 
 from reliabilityd.cli._main import main
 from reliabilityd.config import Config, MqttConfig
@@ -25,16 +21,16 @@ from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.embedded import _servers as embedded
 from reliabilityd.embedded.processes import ServerError
 from reliabilityd.events import TrialEvent
-from reliabilityd.store import Store
 from tests.support.embedded import (
-    Endpoints,
+    SUITE,
     broken_system_servers,
+    counts,
     embedded_run,
     listening,
     processes_in,
+    publish,
+    publish_to,
 )
-
-SUITE = "embedded-suite"
 
 
 def trials(first: int, last: int) -> list[TrialEvent]:
@@ -42,35 +38,6 @@ def trials(first: int, last: int) -> list[TrialEvent]:
         TrialEvent(SUITE, f"task {i % 20}", f"run-{i}", "pass" if i % 3 else "fail")
         for i in range(first, last)
     ]
-
-
-async def publish(ends: Endpoints, events: list[TrialEvent]) -> None:
-    await publish_to(ends.mqtt_port, ends.protocol, events)
-
-
-async def publish_to(port: int, protocol: str, events: list[TrialEvent]) -> None:
-    version = aiomqtt.ProtocolVersion.V5 if protocol == "5" else aiomqtt.ProtocolVersion.V311
-    async with aiomqtt.Client(
-        "127.0.0.1", port, identifier="test-agent", protocol=version
-    ) as client:
-        for i in range(0, len(events), 10):
-            await client.publish(
-                f"reliability/trials/{SUITE}", msgspec.json.encode(events[i : i + 10]), qos=1
-            )
-
-
-async def counts(url: str, trials: int, duplicates: int, within: float = 30) -> tuple[int, int]:
-    """(trials, duplicates) once they reach the expected numbers, or after `within` s."""
-    store = Store(aioredis.Redis.from_url(url))
-    try:
-        deadline = time.monotonic() + within
-        while True:
-            c = (await store.reads.read_state(SUITE)).counters
-            if (c.trials, c.duplicates) == (trials, duplicates) or time.monotonic() > deadline:
-                return c.trials, c.duplicates
-            await asyncio.sleep(0.1)
-    finally:
-        await store.client.aclose()
 
 
 def installed(name: str) -> bool:

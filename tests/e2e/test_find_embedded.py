@@ -11,8 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from reliabilityd.events import TrialEvent
-from tests.e2e.test_embedded import SUITE, counts, publish
-from tests.support.embedded import embedded_run
+from tests.support.embedded import SUITE, counts, embedded_run, publish
 
 
 def cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:

@@ -9,12 +9,12 @@ import msgspec
 import pytest
 
 from reliabilityd import Client, estimate, lottery_cases
-from reliabilityd.cli._main import main
-from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
+from reliabilityd.config import Config
 from reliabilityd.events import TrialEvent
-from reliabilityd.store import Store, connect
+from reliabilityd.store import connect
 from tests.support.daemon import running
 from tests.support.helpers import wait_until
+from tests.support.query import apply, cli, config_for
 from tests.support.servers import RedisServer
 
 SEED_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
@@ -26,30 +26,6 @@ def seed_events(suite: str) -> list[TrialEvent]:
         for i, c in enumerate(SEED_PASSES)
         for r in range(5)
     ]
-
-
-def config_for(redis_server: RedisServer, prefix: str) -> Config:
-    return Config(
-        redis=RedisConfig(url=redis_server.url, prefix=prefix),
-        mqtt=MqttConfig(enabled=False),
-        stats=StatsConfig(k=[1, 5], ci_interval=0.2),
-    )
-
-
-def apply(cfg: Config, events: list[TrialEvent]) -> None:
-    async def go() -> None:
-        client = connect(cfg.redis.url)
-        try:
-            by_suite: dict[str, list[TrialEvent]] = {}
-            for e in events:
-                by_suite.setdefault(e.suite, []).append(e)
-            await Store(client, cfg.redis.prefix).ingest.apply(
-                by_suite, windows={}, dedup_ttl=cfg.dedup_ttl
-            )
-        finally:
-            await client.aclose()
-
-    asyncio.run(go())
 
 
 def snapshot_by_daemon(cfg: Config, suite: str) -> None:
@@ -64,12 +40,6 @@ def snapshot_by_daemon(cfg: Config, suite: str) -> None:
             await wait_until(has_snapshot, 20)
 
     asyncio.run(go())
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_client_reads_snapshot_and_computes_any_k(redis_server: RedisServer, prefix: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reliabilityd.events import TrialEvent
-from tests.integration.test_query import apply, cli, config_for
+from tests.support.query import apply, cli, config_for
 from tests.support.servers import RedisServer
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -13,6 +14,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import aiomqtt
+import msgspec
+import redis.asyncio as aioredis
+
+from reliabilityd.events import TrialEvent
+from reliabilityd.store import Store
 
 ENDPOINTS = re.compile(
     r"agents publish to\s+mqtt://127\.0\.0\.1:(\d+)\s.*\(MQTT ([0-9.]+), QoS 1; (.+)\)"
@@ -124,3 +132,35 @@ def check_demo_output(out: str) -> None:
     published = re.search(r"published (\d+) trial events; Redis counted (\d+)", out)
     assert published is not None
     assert published[1] == published[2]
+
+
+SUITE = "embedded-suite"
+
+
+async def publish(ends: Endpoints, events: list[TrialEvent]) -> None:
+    await publish_to(ends.mqtt_port, ends.protocol, events)
+
+
+async def counts(url: str, trials: int, duplicates: int, within: float = 30) -> tuple[int, int]:
+    """(trials, duplicates) once they reach the expected numbers, or after `within` s."""
+    store = Store(aioredis.Redis.from_url(url))
+    try:
+        deadline = time.monotonic() + within
+        while True:
+            c = (await store.reads.read_state(SUITE)).counters
+            if (c.trials, c.duplicates) == (trials, duplicates) or time.monotonic() > deadline:
+                return c.trials, c.duplicates
+            await asyncio.sleep(0.1)
+    finally:
+        await store.client.aclose()
+
+
+async def publish_to(port: int, protocol: str, events: list[TrialEvent]) -> None:
+    version = aiomqtt.ProtocolVersion.V5 if protocol == "5" else aiomqtt.ProtocolVersion.V311
+    async with aiomqtt.Client(
+        "127.0.0.1", port, identifier="test-agent", protocol=version
+    ) as client:
+        for i in range(0, len(events), 10):
+            await client.publish(
+                f"reliability/trials/{SUITE}", msgspec.json.encode(events[i : i + 10]), qos=1
+            )
