@@ -206,6 +206,12 @@ def level(counts: RecentCounts, k: int, below: float) -> FloatArray:
     batch shape of ``counts``.
     """
     n, c = counts.n, counts.c
+    if c.ndim == 1 and c.size > 1:
+        # One suite: a canonical task order first, so that float sums (and the
+        # Newton steps built on them) give bit-identical levels whatever order
+        # a replica listed the tasks in.
+        order = np.lexsort((c, n))
+        n, c = n[order], c[order]
     used = n >= k
     w = used.astype(np.float64)
     tasks = w.sum(axis=-1)
