@@ -137,6 +137,11 @@ def _name_problem(field: str, value: str, *, suite: bool = False) -> str | None:
     return None
 
 
+def suite_name_problem(value: str) -> str | None:
+    """Why ``value`` cannot name a suite, or None when it can."""
+    return _name_problem("suite", value, suite=True)
+
+
 def names_clean(names: Sequence[str]) -> bool:
     """True when no name holds a forbidden character, edge white space or non-NFC text.
 

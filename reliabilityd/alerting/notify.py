@@ -14,8 +14,10 @@ from urllib.parse import quote
 
 import msgspec
 
+from reliabilityd.alerting.canary import CanaryDetail, CanaryRule, detail
 from reliabilityd.alerting.rules import AlertState, Rule
 from reliabilityd.config import Config
+from reliabilityd.stats.compare import Comparison
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.lottery import LotteryCase
 from reliabilityd.stats.snapshot import Snapshot, rfc3339
@@ -48,6 +50,11 @@ class Notification(msgspec.Struct, frozen=True, kw_only=True):
     lottery: list[LotteryCase]
     at: str
     generator_url: str | None = None
+    # A canary rule's: the sides, margins and worse tasks. Then `value`,
+    # `ci_low` and `ci_high` are candidate - baseline and its interval,
+    # `below` is -margin (the upper bound's), `resolve_above` -resolve_margin,
+    # `tasks` the shared tasks and `runs` the fewest trials of one on a side.
+    canary: CanaryDetail | None = None
 
 
 class BlindNotice(msgspec.Struct, frozen=True, kw_only=True):
@@ -103,6 +110,47 @@ def build(
     )
 
 
+def build_canary(
+    config: Config,
+    *,
+    rule: CanaryRule,
+    suite: str,
+    state: AlertState,
+    comparison: Comparison,
+    runs: int,
+    now: float,
+    repeat: bool = False,
+) -> Notification:
+    """The notification of one canary transition, from the comparison it was decided on."""
+    if state.state not in ("firing", "resolved"):
+        raise ValueError(f"only firing and resolved states notify, not {state.state!r}")
+    diff = comparison.difference(rule.metric)
+    return Notification(
+        id=f"{suite}/{rule.name}/{state.seq}",
+        rule=rule.name,
+        suite=suite,
+        metric=rule.metric,
+        k=rule.k,
+        state=state.state,
+        repeat=repeat,
+        reason=state.reason,
+        value=diff.value,
+        ci_low=diff.ci_low,
+        ci_high=diff.ci_high,
+        below=-rule.margin,
+        resolve_above=-rule.resolve_at,
+        tasks=comparison.shared,
+        runs=runs,
+        started_at=None if state.started_at is None else rfc3339(state.started_at),
+        ended_at=None if state.ended_at is None else rfc3339(state.ended_at),
+        severity=rule.severity,
+        lottery=[],
+        at=rfc3339(now),
+        generator_url=generator_url(config, suite, rule.name),
+        canary=detail(rule, comparison),
+    )
+
+
 def parse_time(text: str | None) -> float | None:
     return None if text is None else datetime.fromisoformat(text).timestamp()
 
@@ -118,7 +166,40 @@ def _pct(x: float | None) -> str:
     return "UNKNOWN" if x is None else f"{x:.3f}"
 
 
+def _pp(x: float | None) -> str:
+    return "UNKNOWN" if x is None else f"{100 * x:+.1f} pp"
+
+
+def worse_tasks(d: CanaryDetail) -> str:
+    """The tasks that got worse, with c/n on each side: ``task (9/10 -> 2/10)``."""
+    return (
+        ", ".join(
+            f"{m.task} ({m.baseline_c}/{m.baseline_n} -> {m.candidate_c}/{m.candidate_n})"
+            for m in d.worse
+        )
+        or "none"
+    )
+
+
+def _describe_canary(n: Notification, d: CanaryDetail) -> str:
+    label = n.metric.replace("k", str(n.k))
+    head = (
+        f"{label} of {d.candidate!r} - {d.baseline!r} = {_pp(n.value)}, "
+        f"CI [{_pp(n.ci_low)}, {_pp(n.ci_high)}] over {n.tasks} shared tasks"
+    )
+    if n.state == "resolved":
+        return f"{head}: upper bound back at or above {_pp(-d.resolve_margin)}"
+    if n.reason == "unknown":
+        return f"{head}: {d.unknown_reason}"
+    return (
+        f"{head}: the candidate is worse by more than {100 * d.margin:.1f} pp; "
+        f"worse: {worse_tasks(d)}"
+    )
+
+
 def describe(n: Notification) -> str:
+    if n.canary is not None:
+        return _describe_canary(n, n.canary)
     label = n.metric.replace("k", str(n.k))
     head = (
         f"{label} of suite {n.suite!r} = {_pct(n.value)}, "
@@ -155,6 +236,17 @@ def alertmanager_alert(n: Notification, *, now: float, resend_interval: float) -
             "lottery_cases": ", ".join(f"{c.task} ({c.c}/{c.n})" for c in n.lottery) or "none",
         },
     }
+    if n.canary is not None:
+        d = n.canary
+        alert["labels"] |= {"baseline": d.baseline, "candidate": d.candidate}
+        del alert["annotations"]["lottery_cases"]
+        alert["annotations"] |= {
+            "baseline_value": _pct(d.baseline_value),
+            "candidate_value": _pct(d.candidate_value),
+            "margin": f"{d.margin:.3f}",
+            "resolve_margin": f"{d.resolve_margin:.3f}",
+            "worse_tasks": worse_tasks(d),
+        }
     if n.started_at:
         alert["startsAt"] = n.started_at
     if n.state == "resolved":

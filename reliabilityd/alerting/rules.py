@@ -33,7 +33,8 @@ import msgspec
 from reliabilityd.stats.intervals import IntervalName
 
 State = Literal["inactive", "pending", "firing", "resolved"]
-Reason = Literal["below", "unknown", "stale"]
+# "worse": a canary rule's candidate is worse than its baseline (alerting.canary).
+Reason = Literal["below", "unknown", "stale", "worse"]
 Notify = Literal["firing", "resolved", "repeat"]
 Trigger = Literal["ci-low", "detector"]
 
@@ -44,8 +45,15 @@ Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
 
 
-class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One ``[[alerts]]`` table of the config."""
+class Rule(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag_field="kind",
+    tag="threshold",
+):
+    """One ``[[alerts]]`` table of the config without ``compare`` (a canary rule has one)."""
 
     name: RuleName
     # Glob over suite names.
@@ -165,11 +173,24 @@ def _detector_verdict(rule: Rule, obs: Observation) -> tuple[Verdict, Reason | N
 def step(rule: Rule, current: AlertState, obs: Observation, now: float) -> Transition:
     """The next state of one rule on one suite, and what to notify (if anything)."""
     v, reason = verdict(rule, obs, now)
+    return advance(current, v, reason, now, for_seconds=rule.for_seconds, repeat=rule.repeat)
+
+
+def advance(
+    current: AlertState,
+    v: Verdict,
+    reason: Reason | None,
+    now: float,
+    *,
+    for_seconds: float,
+    repeat: float,
+) -> Transition:
+    """The state machine on a verdict, whatever rule took it: ``for`` and ``repeat`` here."""
     s = current.state
     if s in ("inactive", "resolved"):
         if v != "breach":
             return Transition(current, None)
-        if rule.for_seconds <= 0:
+        if for_seconds <= 0:
             return Transition(_fire(current, now, now, reason), "firing")
         pending = msgspec.structs.replace(
             current, state="pending", started_at=now, ended_at=None, reason=reason
@@ -184,7 +205,7 @@ def step(rule: Rule, current: AlertState, obs: Observation, now: float) -> Trans
                 None,
             )
         started = current.started_at if current.started_at is not None else now
-        if now - started >= rule.for_seconds:
+        if now - started >= for_seconds:
             return Transition(_fire(current, started, now, reason), "firing")
         return Transition(current, None)
     # firing
@@ -195,9 +216,9 @@ def step(rule: Rule, current: AlertState, obs: Observation, now: float) -> Trans
         return Transition(resolved, "resolved")
     if (
         v == "breach"
-        and rule.repeat > 0
+        and repeat > 0
         and current.last_notified_at is not None
-        and now - current.last_notified_at >= rule.repeat
+        and now - current.last_notified_at >= repeat
     ):
         return Transition(msgspec.structs.replace(current, last_notified_at=now), "repeat")
     return Transition(current, None)

@@ -9,9 +9,11 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from reliabilityd.alerting.canary import CanaryRule, side_parts
 from reliabilityd.config._model import Config, OtlpConfig, TlsConfig, is_loopback
 from reliabilityd.config._mqtt import TlsProblem, parse_mqtt_url, tls_context
 from reliabilityd.errors import ConfigError
+from reliabilityd.events import suite_name_problem
 
 
 def _check(config: Config, path: str) -> None:
@@ -53,6 +55,9 @@ def _check(config: Config, path: str) -> None:
         if alert.name in names:
             raise ConfigError(path, f"$.alerts[{i}].name", f"duplicate rule name {alert.name!r}")
         names.add(alert.name)
+        if isinstance(alert, CanaryRule):
+            _check_canary(alert, f"$.alerts[{i}]", path)
+            continue
         if alert.resolve_above is not None and alert.resolve_above < alert.below:
             raise ConfigError(
                 path,
@@ -102,6 +107,44 @@ def _check(config: Config, path: str) -> None:
             )
 
 
+def _check_canary(rule: CanaryRule, field: str, path: str) -> None:
+    if rule.resolve_margin is not None and rule.resolve_margin > rule.margin:
+        raise ConfigError(
+            path,
+            f"{field}.resolve_margin",
+            f"{rule.resolve_margin} exceeds `margin` ({rule.margin}): hysteresis needs "
+            "resolve_margin <= margin",
+        )
+    (b_suite, b_labels), (c_suite, c_labels) = (
+        side_parts(rule.compare.baseline),
+        side_parts(rule.compare.candidate),
+    )
+    if (b_suite is None) != (c_suite is None):
+        named = "baseline" if b_suite is not None else "candidate"
+        other = "candidate" if named == "baseline" else "baseline"
+        raise ConfigError(
+            path,
+            f"{field}.compare.{other}",
+            f"names no suite while the {named} does: name the suite on both sides "
+            "(two suites) or on neither (two slices of each suite `suite` matches)",
+        )
+    if b_suite is not None and rule.suite is not None:
+        raise ConfigError(
+            path,
+            f"{field}.suite",
+            "both sides name their suite: leave `suite` out (the state lives under the "
+            "candidate suite)",
+        )
+    for side, suite in (("baseline", b_suite), ("candidate", c_suite)):
+        problem = None if suite is None else suite_name_problem(suite)
+        if problem is not None:
+            raise ConfigError(path, f"{field}.compare.{side}.suite", problem)
+    if (b_suite, b_labels) == (c_suite, c_labels):
+        raise ConfigError(
+            path, f"{field}.compare", "baseline and candidate are the same side: nothing to compare"
+        )
+
+
 def _importable(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -129,6 +172,16 @@ def _check_otlp(otlp: OtlpConfig, path: str) -> None:
             raise ConfigError(path, f"$.http.otlp.{field}", "needs at least one source")
 
 
+def _kinds(doc: object) -> object:
+    """Each ``[[alerts]]`` table's kind, from its keys: ``compare`` makes a canary rule."""
+    alerts = doc.get("alerts") if isinstance(doc, dict) else None
+    if isinstance(alerts, list):
+        for table in alerts:
+            if isinstance(table, dict) and "kind" not in table:
+                table["kind"] = "canary" if "compare" in table else "threshold"
+    return doc
+
+
 ENV_OVERRIDES = {
     "RELIABILITYD_REDIS_URL": ("redis", "url"),
     "RELIABILITYD_MQTT_URL": ("mqtt", "url"),
@@ -148,7 +201,7 @@ def load(path: str | os.PathLike[str], environ: dict[str, str] | None = None) ->
     except OSError as exc:
         raise ConfigError(name, "", f"cannot read: {exc.strerror}") from None
     try:
-        config = msgspec.toml.decode(raw, type=Config)
+        config = msgspec.convert(_kinds(msgspec.toml.decode(raw)), Config)
     except msgspec.ValidationError as exc:
         message, _, field = str(exc).rpartition(" - at `")
         if not message:

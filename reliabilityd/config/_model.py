@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from reliabilityd.alerting.canary import CanaryRule
 from reliabilityd.alerting.rules import Rule
 from reliabilityd.stats.intervals import IntervalName
 
@@ -241,13 +242,19 @@ class Config(Base):
     suites: list[SuiteOverride] = msgspec.field(default_factory=list)
     daemon: DaemonConfig = msgspec.field(default_factory=DaemonConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
-    alerts: list[Rule] = msgspec.field(default_factory=list)
+    # A table with `compare` is a canary rule (docs/alerts.md), any other a threshold rule.
+    alerts: list[Rule | CanaryRule] = msgspec.field(default_factory=list)
     sinks: SinksConfig = msgspec.field(default_factory=SinksConfig)
     # Base URL for links in notifications (Alertmanager generatorURL); "" = none.
     external_url: str = ""
 
     def rules(self) -> list[Rule]:
-        return list(self.alerts)
+        """The threshold rules (judged on snapshots)."""
+        return [a for a in self.alerts if isinstance(a, Rule)]
+
+    def canaries(self) -> list[CanaryRule]:
+        """The canary rules (two sides compared, alerting.canary)."""
+        return [a for a in self.alerts if isinstance(a, CanaryRule)]
 
     @property
     def alerts_key(self) -> str:

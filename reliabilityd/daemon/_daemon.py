@@ -32,6 +32,7 @@ from reliabilityd.alerting.watchdog import BlindWatch, RedisHealth, describe
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import Config
 from reliabilityd.daemon import web
+from reliabilityd.daemon._canary import Canaries
 from reliabilityd.daemon._recompute import REDIS_ERRORS, Recompute
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.daemon.supervisor import supervise
@@ -106,6 +107,7 @@ class Daemon:
             metrics=self.metrics,
             publisher=self.publisher,
         )
+        self.recompute.canaries = Canaries(config, self.store, self.outbox)
         self.committed_events = 0
         # Set once the MQTT subscription is confirmed (for tests and tools).
         self.subscribed = asyncio.Event()

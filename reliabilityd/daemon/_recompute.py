@@ -37,6 +37,7 @@ from reliabilityd.alerting.publisher import Publisher
 from reliabilityd.alerting.rules import Rule
 from reliabilityd.alerting.watchdog import describe
 from reliabilityd.config import Config
+from reliabilityd.daemon._canary import Canaries
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.stats import snapshot
@@ -90,6 +91,8 @@ class Recompute:
         self._next_reconcile = 0.0
         self._next_idle_sweep = 0.0
         self._unfinished: set[str] = set()
+        # The canary rules' judge, run after each tick on the suites it recomputed.
+        self.canaries: Canaries | None = None
 
     def committed(self, suites: Sequence[str]) -> None:
         """These suites' live values are due (called after every commit)."""
@@ -307,8 +310,10 @@ class Recompute:
                 if time.monotonic() >= self._next_idle_sweep:
                     self._next_idle_sweep = time.monotonic() + IDLE_SWEEP_EVERY
                     await self.expire_idle(await self.store.reads.suites())
-                await self.ci_tick()
+                changed = await self.ci_tick()
                 await self.evaluator.evaluate(await self.store.reads.suites())
+                if self.canaries is not None:
+                    await self.canaries.judge(changed)
             except REDIS_ERRORS as exc:
                 self._redis_logs["ci"].emit(logging.WARNING, "ci_tick_failed", error=describe(exc))
             with contextlib.suppress(TimeoutError):

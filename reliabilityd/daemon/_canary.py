@@ -1,0 +1,172 @@
+"""The daemon's canary judge: each tick, the canary rules whose sides' data changed.
+
+A comparison is judged when a suite it reads was recomputed this tick, when
+its stored state is pending or firing (``for`` and ``repeat`` need the
+clock, not new data), and once for every rule at this replica's first tick.
+Both sides' per-task counts are read from Redis then, never remembered.
+
+The transition is decided as for every rule: compare-and-set on the rule's
+state under the home suite's hash tag (``canary.Pair.home``), with the
+notification queued in the same call in one outbox per sink, so replicas
+and restarts never notify twice. The version a verdict rests on is the sum
+of both suites' data versions, read before their counts: each only grows,
+so a verdict on older data of either side is refused when a newer one is
+stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from functools import partial
+
+import msgspec
+
+from reliabilityd.alerting import canary
+from reliabilityd.alerting.canary import CanaryRule, Pair
+from reliabilityd.alerting.notify import build_canary
+from reliabilityd.alerting.outbox import Outbox
+from reliabilityd.alerting.rules import AlertState
+from reliabilityd.config import Config
+from reliabilityd.logs import RateLimited, emit
+from reliabilityd.stats.compare import Comparison, compare
+from reliabilityd.store import Store
+from reliabilityd.store._alerts import Undecodable
+
+__all__ = ["Canaries"]
+
+
+class Canaries:
+    """Judges the configured canary rules and queues the notifications they decide."""
+
+    def __init__(self, config: Config, store: Store, outbox: Outbox) -> None:
+        self.config = config
+        self.store = store
+        self.outbox = outbox
+        self.rules: list[CanaryRule] = config.canaries()
+        self._judged_all = False
+        self._bad_state_log = RateLimited(30.0)
+
+    async def judge(self, changed: Sequence[str]) -> None:
+        """Judge every comparison that reads a changed suite or whose alert is under way."""
+        if not self.rules:
+            return
+        now = time.time()
+        suites = await self.store.reads.suites()
+        todo = [(rule, pair) for rule in self.rules for pair in canary.pairs(rule, suites)]
+        if not todo:
+            return
+        states = await self.store.alerts.alert_states_checked(
+            [(pair.home, rule.name) for rule, pair in todo]
+        )
+        fresh = set(changed)
+        for (rule, pair), stored in zip(todo, states, strict=True):
+            current = self._readable(rule, pair, stored)
+            if (
+                not self._judged_all
+                or current.state in ("pending", "firing")
+                or pair.suites & fresh
+            ):
+                await self._step(rule, pair, current, now)
+        self._judged_all = True
+        # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
+        triples = [(p.home, r.name, sink) for r, p in todo for sink in self.outbox.sinks]
+        for triple, length in zip(
+            triples, await self.store.alerts.outbox_lengths(triples), strict=True
+        ):
+            if length:
+                self.outbox.kick(*triple)
+
+    def _readable(
+        self, rule: CanaryRule, pair: Pair, stored: AlertState | Undecodable
+    ) -> AlertState:
+        if isinstance(stored, AlertState):
+            return stored
+        # Written by another version: judge afresh; the next transition overwrites it.
+        self._bad_state_log.emit(
+            logging.WARNING,
+            "alert_state_undecodable",
+            suite=pair.home,
+            rule=rule.name,
+            error=stored.reason,
+        )
+        return AlertState(seq=stored.seq, snapshot_version=stored.snapshot_version)
+
+    async def compare(self, rule: CanaryRule, pair: Pair) -> tuple[Comparison, int, int]:
+        """The pair's comparison now, the fewest trials of a shared task, the data version."""
+        suites = sorted(pair.suites)
+        version = sum(v for v, _, _ in await self.store.snapshots.versions(suites))
+        try:
+            sides = (canary.side(pair.baseline), canary.side(pair.candidate))
+        except canary.SliceUnavailable as exc:
+            return canary.unknown(rule, pair, str(exc)), 0, version
+        base, cand = [await self.store.reads.task_counts(s.suite) for s in sides]
+        stats = self.config.stats
+        cmp = await asyncio.to_thread(
+            compare,
+            base,
+            cand,
+            rule.k,
+            rule.metric,
+            confidence=stats.confidence,
+            n_boot=stats.n_boot,
+            seed=stats.seed,
+            interval=rule.interval or self.config.suite_interval(pair.candidate.suite),
+            min_shared=rule.min_shared,
+            # Every moved task: the notification names the top `rule.top` that got worse.
+            top=max(1, len(cand)),
+            names=(pair.baseline.label, pair.candidate.label),
+        )
+        return cmp, canary.fewest_runs(base, cand), version
+
+    async def _step(self, rule: CanaryRule, pair: Pair, current: AlertState, now: float) -> None:
+        cmp, runs, version = await self.compare(rule, pair)
+        if version < current.snapshot_version:
+            return  # the stored state rests on newer data than this replica read
+        note_for = partial(
+            build_canary,
+            self.config,
+            rule=rule,
+            suite=pair.home,
+            comparison=cmp,
+            runs=runs,
+            now=now,
+        )
+        t = canary.step(rule, current, cmp, now)
+        if t.new != current:
+            new = msgspec.structs.replace(t.new, seq=current.seq + 1, snapshot_version=version)
+            note = None if t.notify is None else note_for(state=new, repeat=t.notify == "repeat")
+            cas = await self.store.alerts.alert_cas(
+                pair.home,
+                rule.name,
+                expected_seq=current.seq,
+                new=new,
+                notification=None if note is None else msgspec.json.encode(note),
+                sinks=list(self.outbox.sinks),
+            )
+            if not cas.won:
+                return  # another replica moved the state on, or decided on newer data
+            current = new
+            if note is not None:
+                diff = cmp.difference(rule.metric)
+                emit(
+                    logging.WARNING if new.state == "firing" else logging.INFO,
+                    "alert",
+                    rule=rule.name,
+                    suite=pair.home,
+                    state=new.state,
+                    reason=new.reason,
+                    baseline=pair.baseline.label,
+                    candidate=pair.candidate.label,
+                    difference=diff.value,
+                    ci_high=diff.ci_high,
+                    version=version,
+                )
+                for sink in self.outbox.sinks:
+                    self.outbox.kick(pair.home, rule.name, sink)
+        if current.state == "firing" and t.notify is None:
+            self.outbox.resend_firing(
+                pair.home, rule.name, partial(note_for, state=current, repeat=True)
+            )
