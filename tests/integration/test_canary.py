@@ -1,0 +1,235 @@
+"""Canary rules end to end: real redis-server and mosquitto, two daemons, every sink."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import msgspec
+
+from reliabilityd.alerting.canary import CanaryRule, Compare
+from reliabilityd.config import Config
+from reliabilityd.events import TrialEvent
+from reliabilityd.stats.compare import compare
+from reliabilityd.store import Store
+from tests.support.alerting import DEDUP_TTL, WINDOW, alert_config, collect, history
+from tests.support.alertmanager import Receiver
+from tests.support.daemon import running, store_for
+from tests.support.helpers import wait_until
+from tests.support.servers import Mosquitto, RedisServer
+
+BASELINE, CANDIDATE, RULE = "prod", "canary", "canary-regression"
+TASKS = 60
+_trial = itertools.count()
+
+
+def canary_config(
+    redis: RedisServer,
+    broker: Mosquitto,
+    prefix: str,
+    receiver: Receiver,
+    rules: Sequence[CanaryRule],
+    *,
+    name: str = "d",
+) -> Config:
+    cfg = alert_config(
+        redis, broker, prefix, receiver, client_id=f"{prefix}-{name}", instance=f"{prefix}-{name}"
+    )
+    return msgspec.structs.replace(cfg, alerts=list(rules))
+
+
+def rule(**options: Any) -> CanaryRule:
+    return CanaryRule(
+        name=RULE,
+        compare=Compare(baseline={"suite": BASELINE}, candidate={"suite": CANDIDATE}),
+        k=1,
+        **options,
+    )
+
+
+def phase(suite: str, passes: Sequence[int]) -> list[TrialEvent]:
+    """Ten trials for each task i, passes[i] of them passing: the window holds just these."""
+    return [
+        TrialEvent(suite, f"task {i:02d}", f"r{next(_trial)}", "pass" if j < c else "fail")
+        for i, c in enumerate(passes)
+        for j in range(10)
+    ]
+
+
+async def send(store: Store, *phases: list[TrialEvent]) -> None:
+    """Commit through the daemon's apply (one Lua call per suite), marking the suites changed."""
+    batch: dict[str, list[TrialEvent]] = {}
+    for events in phases:
+        for e in events:
+            batch.setdefault(e.suite, []).append(e)
+    await store.ingest.apply(batch, windows=dict.fromkeys(batch, WINDOW), dedup_ttl=DEDUP_TTL)
+
+
+async def state_of(store: Store, name: str = RULE) -> str:
+    (state,) = await store.alerts.alert_states([(CANDIDATE, name)])
+    return state.state
+
+
+async def expected(store: Store) -> Any:
+    """The comparison of the stored counts as the daemons' settings compute it."""
+    base = await store.reads.task_counts(BASELINE)
+    cand = await store.reads.task_counts(CANDIDATE)
+    return compare(base, cand, 1, n_boot=500, seed=0, top=TASKS, names=(BASELINE, CANDIDATE))
+
+
+async def _count(items: list[Any], n: int) -> bool:
+    return len(items) >= n
+
+
+ALL_PASS = [10] * TASKS
+# 18 tasks of 60 fall from 10/10 to 2/10: the upper bound is far under -0.05.
+REGRESSED = [10] * (TASKS - 18) + [2] * 18
+# 16 tasks at 6/10: the upper bound between -margin and -margin/2.
+HALFWAY = [10] * (TASKS - 16) + [6] * 16
+
+
+async def test_a_regressed_candidate_fires_once_across_two_replicas_and_resolves_with_hysteresis(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        a = canary_config(redis_server, mosquitto, prefix, am, [rule()], name="a")
+        b = canary_config(redis_server, mosquitto, prefix, am, [rule()], name="b")
+        async with (
+            collect(mosquitto.port, f"{prefix}/alerts/#") as mqtt_msgs,
+            running(a),
+            running(b),
+            store_for(a) as store,
+        ):
+            # Identical sides: no page.
+            await send(store, phase(BASELINE, ALL_PASS), phase(CANDIDATE, ALL_PASS))
+            await asyncio.sleep(1.5)  # several ticks of both replicas
+            assert await state_of(store) == "inactive"
+            assert await history(store, a) == []
+
+            await send(store, phase(CANDIDATE, REGRESSED))
+            await wait_until(partial(_count, am.webhook, 1), 20)
+            firing_cmp = await expected(store)
+            await asyncio.sleep(1.5)  # both replicas judged it: still one page
+            assert await state_of(store) == "firing"
+            assert len(am.webhook) == 1
+
+            # Back between the margins: still firing, nothing sent.
+            await send(store, phase(CANDIDATE, HALFWAY))
+            halfway = (await expected(store)).difference()
+            assert halfway.ci is not None
+            assert -0.05 <= halfway.ci[1] < -0.025  # the scenario's premise
+            await asyncio.sleep(1.5)
+            assert await state_of(store) == "firing"
+            assert len(am.webhook) == 1
+
+            await send(store, phase(CANDIDATE, ALL_PASS))
+            await wait_until(partial(_count, am.webhook, 2), 20)
+            resolved_cmp = await expected(store)
+            await wait_until(partial(_count, am.alerts, 2), 20)
+            await asyncio.sleep(1.0)  # nothing more arrives
+
+            notes = await history(store, a)
+            assert [n["state"] for n in notes] == ["firing", "resolved"]
+            assert am.webhook == notes
+            assert [m["state"] for m in mqtt_msgs] == ["firing", "resolved"]
+            assert mqtt_msgs == notes
+
+            firing = notes[0]
+            assert (firing["rule"], firing["suite"], firing["reason"]) == (RULE, CANDIDATE, "worse")
+            diff = firing_cmp.difference()
+            assert (firing["value"], firing["ci_low"], firing["ci_high"]) == (
+                diff.value,
+                *diff.ci,
+            )
+            assert firing["ci_high"] < -0.05
+            assert (firing["below"], firing["resolve_above"]) == (-0.05, -0.025)
+            assert (firing["tasks"], firing["runs"]) == (TASKS, 10)
+            detail = firing["canary"]
+            assert (detail["baseline"], detail["candidate"]) == (BASELINE, CANDIDATE)
+            assert (detail["baseline_value"], detail["candidate_value"]) == (1.0, diff.candidate)
+            assert (detail["shared"], detail["only_baseline"], detail["only_candidate"]) == (
+                TASKS,
+                0,
+                0,
+            )
+            # The top five that got worse, with n and c on each side.
+            assert [
+                (w["task"], w["baseline_n"], w["baseline_c"], w["candidate_n"], w["candidate_c"])
+                for w in detail["worse"]
+            ] == [(f"task {i}", 10, 10, 10, 2) for i in range(42, 47)]
+
+            resolved = notes[1]
+            rdiff = resolved_cmp.difference()
+            assert (resolved["value"], resolved["ci_high"]) == (rdiff.value, rdiff.ci_high)
+            assert resolved["ci_high"] >= -0.025
+            assert resolved["started_at"] == firing["started_at"]
+            assert resolved["canary"]["worse"] == []
+
+            # Alertmanager got both, in its format, naming the sides and the worse tasks.
+            assert am.rejected == []
+            first, second = am.alerts
+            assert first["labels"] == {
+                "alertname": RULE,
+                "suite": CANDIDATE,
+                "metric": "pass^k",
+                "k": "1",
+                "severity": "page",
+                "baseline": BASELINE,
+                "candidate": CANDIDATE,
+            }
+            assert first["annotations"]["worse_tasks"].startswith("task 42 (10/10 -> 2/10), ")
+            assert "worse by more than 5.0 pp" in first["annotations"]["summary"]
+            assert second["labels"] == first["labels"]
+            assert second["endsAt"] == resolved["ended_at"]
+
+
+async def test_too_few_shared_tasks_is_unknown(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        loud = msgspec.structs.replace(rule(on_unknown="alert"), name="loud")
+        quiet = msgspec.structs.replace(rule(), name="quiet")
+        cfg = canary_config(redis_server, mosquitto, prefix, am, [loud, quiet])
+        async with store_for(cfg) as store:
+            # Five shared tasks, under the 10 a comparison needs; the candidate regressed.
+            # Stored before the daemon starts: its first tick judges every rule, so a
+            # suite without data would already be UNKNOWN (sharing no task).
+            await send(store, phase(BASELINE, [10] * 8), phase(CANDIDATE, [10, 0, 0, 0, 0]))
+            async with running(cfg):
+                await wait_until(partial(_count, am.webhook, 1), 20)
+                await asyncio.sleep(1.0)
+                (note,) = am.webhook
+                assert (note["rule"], note["state"], note["reason"]) == (
+                    "loud",
+                    "firing",
+                    "unknown",
+                )
+                assert (note["value"], note["ci_low"], note["ci_high"]) == (None, None, None)
+                reason = note["canary"]["unknown_reason"]
+                assert "share 5 tasks" in reason
+                assert "3 only in prod" in reason
+                assert await state_of(store, "quiet") == "inactive"
+
+
+async def test_for_holds_a_pending_canary_until_it_fires_without_new_data(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        cfg = canary_config(redis_server, mosquitto, prefix, am, [rule(for_seconds=1.5)])
+        async with store_for(cfg) as store:
+            await send(store, phase(BASELINE, ALL_PASS), phase(CANDIDATE, REGRESSED))
+            async with running(cfg):
+                await wait_until(lambda: _is(store, "pending"), 20)
+                assert am.webhook == []
+                # No commit since: the pending state alone keeps it judged each tick.
+                await wait_until(lambda: _is(store, "firing"), 20)
+                await wait_until(partial(_count, am.webhook, 1), 20)
+                (note,) = am.webhook
+                assert note["reason"] == "worse"
+
+
+async def _is(store: Store, state: str) -> bool:
+    return await state_of(store) == state
