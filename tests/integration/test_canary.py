@@ -186,22 +186,30 @@ async def test_a_regressed_candidate_fires_once_across_two_replicas_and_resolves
             assert second["endsAt"] == resolved["ended_at"]
 
 
-async def test_too_few_shared_tasks_is_unknown(
+async def test_too_few_shared_tasks_and_an_unreadable_slice_are_unknown(
     redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
 ) -> None:
     with Receiver() as am:
         loud = msgspec.structs.replace(rule(on_unknown="alert"), name="loud")
         quiet = msgspec.structs.replace(rule(), name="quiet")
-        cfg = canary_config(redis_server, mosquitto, prefix, am, [loud, quiet])
+        # Label filters need slices, which this version does not count: UNKNOWN, said so.
+        sliced = CanaryRule(
+            name="sliced",
+            suite=CANDIDATE,
+            compare=Compare(baseline={"agent_version": "1.4"}, candidate={"agent_version": "1.5"}),
+            k=1,
+            on_unknown="alert",
+        )
+        cfg = canary_config(redis_server, mosquitto, prefix, am, [loud, quiet, sliced])
         async with store_for(cfg) as store:
             # Five shared tasks, under the 10 a comparison needs; the candidate regressed.
             # Stored before the daemon starts: its first tick judges every rule, so a
             # suite without data would already be UNKNOWN (sharing no task).
             await send(store, phase(BASELINE, [10] * 8), phase(CANDIDATE, [10, 0, 0, 0, 0]))
             async with running(cfg):
-                await wait_until(partial(_count, am.webhook, 1), 20)
+                await wait_until(partial(_count, am.webhook, 2), 20)
                 await asyncio.sleep(1.0)
-                (note,) = am.webhook
+                note, other = sorted(am.webhook, key=lambda n: str(n["rule"]))
                 assert (note["rule"], note["state"], note["reason"]) == (
                     "loud",
                     "firing",
@@ -212,6 +220,14 @@ async def test_too_few_shared_tasks_is_unknown(
                 assert "share 5 tasks" in reason
                 assert "3 only in prod" in reason
                 assert await state_of(store, "quiet") == "inactive"
+                assert (other["rule"], other["suite"], other["reason"]) == (
+                    "sliced",
+                    CANDIDATE,
+                    "unknown",
+                )
+                assert other["canary"]["candidate"] == "canary{agent_version=1.5}"
+                assert "no slices" in other["canary"]["unknown_reason"]
+                assert len(am.webhook) == 2
 
 
 async def test_for_holds_a_pending_canary_until_it_fires_without_new_data(

@@ -353,3 +353,13 @@ def test_rule_names_are_unique_across_both_kinds(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load(path, environ={})
     assert info.value.field == "$.alerts[1].name"
+
+
+def test_the_documented_canary_rules_load(tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "alerts.md").read_text()
+    section = doc[doc.index("## Canary rules") :]
+    toml = section[section.index("```toml\n") + 8 : section.index("```\n", 8)]
+    cfg = load(write(tmp_path, toml), environ={})
+    suites, versions = cfg.canaries()
+    assert (suites.name, suites.resolve_at, suites.for_seconds) == ("canary-regression", 0.025, 60)
+    assert canary.side_parts(versions.compare.candidate) == (None, (("agent_version", "1.5"),))
