@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from functools import partial
 
 import msgspec
+import redis.exceptions
 
 from reliabilityd.alerting import canary
 from reliabilityd.alerting.canary import CanaryRule, Pair
@@ -30,12 +31,15 @@ from reliabilityd.alerting.notify import build_canary
 from reliabilityd.alerting.outbox import Outbox
 from reliabilityd.alerting.rules import AlertState
 from reliabilityd.config import Config
-from reliabilityd.logs import RateLimited, emit
+from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.stats.compare import Comparison, compare
 from reliabilityd.store import Store
 from reliabilityd.store._alerts import Undecodable
 
 __all__ = ["Canaries"]
+
+# Redis errors pause the tick (the CI loop logs them); no other error leaves a judge.
+REDIS_ERRORS = (redis.exceptions.RedisError,)
 
 
 class Canaries:
@@ -69,7 +73,14 @@ class Canaries:
                 or current.state in ("pending", "firing")
                 or pair.suites & fresh
             ):
-                await self._step(rule, pair, current, now)
+                try:
+                    await self._step(rule, pair, current, now)
+                except REDIS_ERRORS:
+                    raise
+                except Exception:
+                    # One comparison's failure must not stop the others: it is
+                    # judged again on the next change.
+                    log.exception("%s", kv("canary_failed", rule=rule.name, suite=pair.home))
         self._judged_all = True
         # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
         triples = [(p.home, r.name, sink) for r, p in todo for sink in self.outbox.sinks]

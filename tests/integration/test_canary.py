@@ -249,3 +249,24 @@ async def test_for_holds_a_pending_canary_until_it_fires_without_new_data(
 
 async def _is(store: Store, state: str) -> bool:
     return await state_of(store) == state
+
+
+async def test_a_comparison_that_fails_does_not_stop_the_others(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str, caplog: Any
+) -> None:
+    with Receiver() as am:
+        broken = CanaryRule(
+            name="broken",
+            compare=Compare(baseline={"suite": BASELINE}, candidate={"suite": "mangled"}),
+            k=1,
+        )
+        cfg = canary_config(redis_server, mosquitto, prefix, am, [broken, rule()])
+        async with store_for(cfg) as store:
+            await send(store, phase(BASELINE, ALL_PASS), phase(CANDIDATE, REGRESSED))
+            # A task record no version writes: c above n.
+            await store.client.hset(store.keys.suite("mangled", "tasks"), "task 00", "3:5")
+            async with running(cfg):
+                await wait_until(partial(_count, am.webhook, 1), 20)
+                (note,) = am.webhook
+                assert (note["rule"], note["reason"]) == (RULE, "worse")
+                assert "event=canary_failed rule=broken suite=mangled" in caplog.text
