@@ -32,7 +32,7 @@ def config(redis_server: RedisServer, prefix: str, ks: list[int], rules: list[Ru
         redis=RedisConfig(url=redis_server.url, prefix=prefix),
         mqtt=MqttConfig(enabled=False),
         stats=StatsConfig(k=ks, ci_interval=0.2, n_boot=200),
-        alerts=rules,
+        alerts=[*rules],
     )
 
 
@@ -111,7 +111,7 @@ async def test_a_new_rule_and_a_new_k_are_judged_on_stored_data_after_a_restart(
                 client,
                 SUITE,
                 ks=[],
-                rules=second.alerts,
+                rules=second.rules(),
                 as_json=False,
                 out=lines.append,
             )
