@@ -2,7 +2,9 @@
 
 A comparison is judged when a suite it reads was recomputed this tick, when
 its stored state is pending or firing (``for`` and ``repeat`` need the
-clock, not new data), and once for every rule at this replica's first tick.
+clock, not new data), and every comparison at this replica's first tick and
+after a gap of more than ``JUDGE_ALL_AFTER`` intervals (a tick that failed
+on a Redis error leaves no record of the suites it recomputed).
 Both sides' per-task counts are read from Redis then, never remembered.
 
 The transition is decided as for every rule: compare-and-set on the rule's
@@ -40,6 +42,8 @@ __all__ = ["Canaries"]
 
 # Redis errors pause the tick (the CI loop logs them); no other error leaves a judge.
 REDIS_ERRORS = (redis.exceptions.RedisError,)
+# Intervals between two judges past which the second judges every comparison.
+JUDGE_ALL_AFTER = 3.0
 
 
 class Canaries:
@@ -50,7 +54,10 @@ class Canaries:
         self.store = store
         self.outbox = outbox
         self.rules: list[CanaryRule] = config.canaries()
-        self._judged_all = False
+        # When this replica last judged; None = never. A judge that follows a
+        # gap of more than JUDGE_ALL_AFTER intervals judges every comparison:
+        # a tick in between failed (Redis) and its changed suites are unknown.
+        self._last_judged: float | None = None
         self._bad_state_log = RateLimited(30.0)
 
     async def judge(self, changed: Sequence[str]) -> None:
@@ -66,13 +73,14 @@ class Canaries:
             [(pair.home, rule.name) for rule, pair in todo]
         )
         fresh = set(changed)
+        every = (
+            self._last_judged is None
+            or time.monotonic() - self._last_judged
+            > JUDGE_ALL_AFTER * self.config.stats.ci_interval
+        )
         for (rule, pair), stored in zip(todo, states, strict=True):
             current = self._readable(rule, pair, stored)
-            if (
-                not self._judged_all
-                or current.state in ("pending", "firing")
-                or pair.suites & fresh
-            ):
+            if every or current.state in ("pending", "firing") or pair.suites & fresh:
                 try:
                     await self._step(rule, pair, current, now)
                 except REDIS_ERRORS:
@@ -81,7 +89,7 @@ class Canaries:
                     # One comparison's failure must not stop the others: it is
                     # judged again on the next change.
                     log.exception("%s", kv("canary_failed", rule=rule.name, suite=pair.home))
-        self._judged_all = True
+        self._last_judged = time.monotonic()
         # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
         triples = [(p.home, r.name, sink) for r, p in todo for sink in self.outbox.sinks]
         for triple, length in zip(

@@ -11,7 +11,9 @@ from typing import Any
 import msgspec
 
 from reliabilityd.alerting.canary import CanaryRule, Compare
+from reliabilityd.alerting.outbox import Outbox
 from reliabilityd.config import Config
+from reliabilityd.daemon._canary import Canaries
 from reliabilityd.events import TrialEvent
 from reliabilityd.stats.compare import compare
 from reliabilityd.store import Store
@@ -270,3 +272,51 @@ async def test_a_comparison_that_fails_does_not_stop_the_others(
                 (note,) = am.webhook
                 assert (note["rule"], note["reason"]) == (RULE, "worse")
                 assert "event=canary_failed rule=broken suite=mangled" in caplog.text
+
+
+async def test_the_judge_reads_changed_suites_and_after_a_gap_every_comparison(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        cfg = canary_config(redis_server, mosquitto, prefix, am, [rule()])
+        slow = msgspec.structs.replace(
+            cfg, stats=msgspec.structs.replace(cfg.stats, ci_interval=60.0)
+        )
+        async with store_for(cfg) as store:
+            outbox = Outbox(slow, store, {}, "judge-test")
+            judge = Canaries(slow, store, outbox)
+            await send(store, phase(BASELINE, ALL_PASS), phase(CANDIDATE, ALL_PASS))
+            await judge.judge([])  # the first judge reads every comparison
+            assert await state_of(store) == "inactive"
+            await send(store, phase(CANDIDATE, REGRESSED))
+            await judge.judge([BASELINE + "-other"])  # no suite it reads changed
+            assert await state_of(store) == "inactive"
+            await judge.judge([CANDIDATE])
+            assert await state_of(store) == "firing"
+
+            await send(store, phase(CANDIDATE, ALL_PASS))
+            await judge.judge([CANDIDATE])
+            assert await state_of(store) == "resolved"
+
+            # A regression no changed suite names waits without a gap ...
+            again = Canaries(slow, store, outbox)
+            await again.judge([])
+            await send(store, phase(CANDIDATE, REGRESSED))
+            await again.judge([])
+            assert await state_of(store) == "resolved"
+            # ... and after one of more than three intervals every comparison is judged.
+            fast = msgspec.structs.replace(
+                cfg, stats=msgspec.structs.replace(cfg.stats, ci_interval=0.01)
+            )
+            gap = Canaries(fast, store, outbox)
+            await gap.judge([])  # its first judge; the regressed data already fires it
+            assert await state_of(store) == "firing"
+            await send(store, phase(CANDIDATE, ALL_PASS))
+            await judge.judge([CANDIDATE])
+            assert await state_of(store) == "resolved"
+            await gap.judge([])
+            await send(store, phase(CANDIDATE, REGRESSED))
+            await asyncio.sleep(0.1)
+            await gap.judge([])
+            assert await state_of(store) == "firing"
+            await outbox.close()
