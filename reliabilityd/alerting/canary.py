@@ -143,7 +143,8 @@ class SideRef(msgspec.Struct, frozen=True):
     def label(self) -> str:
         if not self.labels:
             return self.suite
-        return self.suite + "{" + ",".join(f"{k}={v}" for k, v in self.labels) + "}"
+        # As stats.compare.Side labels a sliced side.
+        return self.suite + "[" + ",".join(f"{k}={v}" for k, v in self.labels) + "]"
 
 
 class Pair(msgspec.Struct, frozen=True):

@@ -227,7 +227,7 @@ async def test_too_few_shared_tasks_and_an_unreadable_slice_are_unknown(
                     CANDIDATE,
                     "unknown",
                 )
-                assert other["canary"]["candidate"] == "canary{agent_version=1.5}"
+                assert other["canary"]["candidate"] == "canary[agent_version=1.5]"
                 assert "no slices" in other["canary"]["unknown_reason"]
                 assert len(am.webhook) == 2
 

@@ -214,7 +214,7 @@ def test_label_filters_pair_within_each_matching_suite() -> None:
     got = canary.pairs(rule, ["deploy-a", "other", "deploy-b"])
     assert [p.home for p in got] == ["deploy-a", "deploy-b"]
     assert got[0].baseline == SideRef("deploy-a", (("agent_version", "1.4"),))
-    assert got[0].candidate.label == "deploy-a{agent_version=1.5,model=m}"
+    assert got[0].candidate.label == "deploy-a[agent_version=1.5,model=m]"
     assert got[0].suites == frozenset({"deploy-a"})
 
 
