@@ -120,6 +120,8 @@ SERIES_BYTES: Final = RECORD_SIZE * sum(tier.capacity for tier in TIERS)
 KEY_TTL: Final = max(tier.span for tier in TIERS) + 86_400
 TRANSITIONS_KEPT: Final = 100
 
+# A bound a rounding error puts this far outside [0, 1] is stored at the end it passed.
+_SLACK = 1e-9
 _RECORD = struct.Struct(">I6H")
 assert _RECORD.size == RECORD_SIZE
 
@@ -140,9 +142,9 @@ def point_of(estimates: Iterable[Estimate], t: float) -> Point:
 def _code(x: float | None, rounding: str) -> int:
     if x is None or math.isnan(x):
         return UNKNOWN_CODE
-    if not 0.0 <= x <= 1.0:
+    if not -_SLACK <= x <= 1.0 + _SLACK:
         raise ValueError(f"a history value must be within [0, 1], got {x!r}")
-    scaled = x * SCALE
+    scaled = min(1.0, max(0.0, x)) * SCALE
     if rounding == "down":
         return math.floor(scaled)
     if rounding == "up":
