@@ -172,3 +172,21 @@ def test_point_of_uses_the_snapshot_estimates() -> None:
     assert point.values[label("pass^k", 5)] == (est.value, est.ci_low, est.ci_high)
     assert point.values[label("pass@k", 5)] == (None, None, None)
     assert not math.isnan(point.t)
+
+
+def test_only_a_change_of_state_is_a_transition() -> None:
+    from reliabilityd.alerting.evaluator import _transition
+    from reliabilityd.alerting.rules import AlertState, Rule
+
+    rule = Rule(name="r", k=5, below=0.8, severity="ticket")
+    firing = AlertState(state="firing", started_at=1.0, reason="below", last_notified_at=1.0)
+    # A repeat notification stores a new last_notified_at: not a transition.
+    repeat = AlertState(state="firing", started_at=1.0, reason="below", last_notified_at=9.0)
+    assert _transition(rule, firing, repeat, 9.0) is None
+    resolved = AlertState(state="resolved", started_at=1.0, ended_at=12.0)
+    assert _transition(rule, firing, resolved, 12.0) == Transition(
+        t=12.0, rule="r", state="resolved", severity="ticket", reason=None
+    )
+    assert _transition(rule, AlertState(), firing, 1.0) == Transition(
+        t=1.0, rule="r", state="firing", severity="ticket", reason="below"
+    )
