@@ -26,7 +26,7 @@
   415 for another content type, 503 with ``Retry-After`` while Redis is
   unusable (OTLP clients retry it; trial ids make it idempotent). Write
   scopes as for ``/v1/trials``: a forbidden record counts in
-  ``partial_success`` (403 when every trial is forbidden).
+  ``partial_success`` (403 when nothing but forbidden trials came).
 * ``GET /suites/<suite>``: the newest snapshot document (what alert
   ``generatorURL``s point at), 404 when the suite has none.
 
