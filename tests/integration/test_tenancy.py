@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import msgspec
 import pytest
 
-from reliabilityd.client.emitter import Emitter
+from reliabilityd.cli._main import main
+from reliabilityd.client.emitter import Emitter, EmitterError
 from reliabilityd.config import Config, HttpConfig, HttpToken, OtlpConfig
 from reliabilityd.daemon._daemon import Daemon
 from tests.support.daemon import make_config, running, store_for
@@ -30,7 +33,7 @@ SECRETS = (TEAM_A, TEAM_B, READER, ALL)
 def _bound(redis: RedisServer, broker: Mosquitto, prefix: str, bind: str) -> Config:
     cfg = make_config(redis_url=redis.url, mqtt_url=broker.url, prefix=prefix)
     return msgspec.structs.replace(
-        cfg, mqtt=msgspec.structs.replace(cfg.mqtt, topic=f"{prefix}/#", bind_suite=bind)
+        cfg, mqtt=msgspec.structs.replace(cfg.mqtt, topic=f"{prefix}/trials/#", bind_suite=bind)
     )
 
 
@@ -84,15 +87,15 @@ async def test_a_bound_topic_counts_its_suite_and_dead_letters_each_other_elemen
 async def test_a_pattern_binding_refuses_topics_outside_the_pattern(
     redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
 ) -> None:
-    cfg = _bound(redis_server, mosquitto, prefix, f"{prefix}/tenants/+/{{suite}}")
+    cfg = _bound(redis_server, mosquitto, prefix, f"{prefix}/trials/tenants/+/{{suite}}")
     async with running(cfg) as daemon, store_for(cfg) as store:
         good = _raw(event("t", "1", suite="deploy"), event("t", "2", suite="deploy"))
         await publish(
-            mosquitto.port, f"{prefix}/tenants/acme/deploy", [good], client_id=f"{prefix}-p"
+            mosquitto.port, f"{prefix}/trials/tenants/acme/deploy", [good], client_id=f"{prefix}-p"
         )
         await publish(
             mosquitto.port,
-            f"{prefix}/elsewhere/deploy",
+            f"{prefix}/trials/elsewhere/deploy",
             [_raw(event("t", "3", suite="deploy"))],
             client_id=f"{prefix}-p",
         )
@@ -104,7 +107,9 @@ async def test_a_pattern_binding_refuses_topics_outside_the_pattern(
         await wait_until(lambda: _counted(store, "deploy", {"t": (2, 2)}), 20)
         letters = await store.reads.deadletters()  # at least once
         for letter in letters:
-            assert letter.reason.startswith(f"topic '{prefix}/elsewhere/deploy' names no suite")
+            assert letter.reason.startswith(
+                f"topic '{prefix}/trials/elsewhere/deploy' names no suite"
+            )
         assert _rejected(daemon, "mqtt", "topic_mismatch") == len(letters)
 
 
@@ -144,6 +149,71 @@ async def test_the_emitter_publishes_each_suite_on_its_own_topic_when_bound(
 async def _trials(store: Any, suite: str, want: int) -> bool:
     state = await store.reads.read_state(suite)
     return bool(state.counters.trials == want)
+
+
+@pytest.fixture
+def acl_broker(tmp_path: Path, prefix: str) -> Iterator[Mosquitto]:
+    """A broker whose ACL lets producers write one suite's topic and the daemon read all."""
+    acl = tmp_path / "acl"
+    acl.write_text(f"topic read {prefix}/trials/#\ntopic write {prefix}/trials/teamA\n")
+    broker = Mosquitto(
+        "mosquitto", tmp_path, free_port(), extra=("allow_anonymous true", f"acl_file {acl}")
+    )
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+async def test_a_topic_acl_with_a_binding_confines_a_producer_to_its_suite(
+    redis_server: RedisServer, acl_broker: Mosquitto, prefix: str
+) -> None:
+    cfg = make_config(redis_url=redis_server.url, mqtt_url=acl_broker.url, prefix=prefix)
+    cfg = msgspec.structs.replace(
+        cfg, mqtt=msgspec.structs.replace(cfg.mqtt, bind_suite="last-level")
+    )
+    async with running(cfg), store_for(cfg) as store:
+        topic = f"{prefix}/trials/{{suite}}"
+        with Emitter(acl_broker.url, topic=topic) as em:
+            em.emit("teamA", "t", "pass")
+            em.flush(10)
+        # teamB's topic: the broker refuses it.
+        em = Emitter(acl_broker.url, topic=topic).start()
+        em.emit("teamB", "t", "pass")
+        with pytest.raises(EmitterError, match="refused"):
+            em.flush(10)
+        with pytest.raises(EmitterError):
+            em.close()
+        # teamB's events on teamA's topic: the broker takes them, the daemon does not count them.
+        with Emitter(acl_broker.url, topic=f"{prefix}/trials/teamA") as em:
+            em.emit("teamB", "t", "pass")
+            em.flush(10)
+
+        async def refused() -> bool:
+            return len(await store.reads.deadletters()) >= 1
+
+        await wait_until(refused, 20)
+        # A batch's dead letters are written before its events are applied.
+        await wait_until(lambda: _trials(store, "teamA", 1), 20)
+        assert await store.reads.task_counts("teamA") == {"t": (1, 1)}
+        assert await store.reads.suites() == ["teamA"]
+        assert {d.reason_class for d in await store.reads.deadletters()} == {"topic_mismatch"}
+
+
+async def test_emit_takes_the_per_suite_topic_from_a_bound_config(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str, tmp_path: Path
+) -> None:
+    cfg = _bound(redis_server, mosquitto, prefix, "last-level")
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'[mqtt]\nurl = "{mosquitto.url}"\ntopic = "{prefix}/trials/#"\nbind_suite = "last-level"\n'
+    )
+    async with running(cfg), store_for(cfg) as store:
+        for suite in ("one", "two"):
+            argv = ["emit", suite, "task", "pass", "-c", str(path)]
+            assert await asyncio.to_thread(main, argv) == 0
+        for suite in ("one", "two"):
+            await wait_until(lambda s=suite: _trials(store, s, 1), 20)  # type: ignore[misc]
+        assert await store.reads.deadletters() == []
 
 
 def test_an_emitter_topic_with_a_wildcard_is_refused() -> None:
