@@ -6,8 +6,10 @@
   imported trial.
 * Emit: events acknowledged per second by an ``Emitter`` (100 per message)
   against a bare aiomqtt publisher sending the same 100-event arrays at QoS 1,
-  on a private mosquitto. aiomqtt comes with the dev extra, not with the
-  package: without it the command says so in one line.
+  on a private mosquitto; and by an ``Emitter`` publishing each of
+  ``SUITES`` interleaved suites on its own topic (``{suite}``). aiomqtt
+  comes with the dev extra, not with the package: without it the command
+  says so in one line.
 
 Best of three alternating rounds each, as the machines here are shared.
 """
@@ -36,6 +38,7 @@ TRIALS = 5
 EMITTED = 100_000
 BATCH = 100
 ROUNDS = 3
+SUITES = 10
 
 
 def _tau_bench_file(path: Path) -> None:
@@ -58,11 +61,12 @@ async def _import_round(store: Store, path: Path, r: int) -> tuple[float, float]
     return ours, len(events) / (time.perf_counter() - started)
 
 
-def _emit_round(url: str, topic: str) -> float:
+def _emit_round(url: str, topic: str, suites: int = 1) -> float:
+    names = ["bench"] if suites == 1 else [f"bench-{s}" for s in range(suites)]
     started = time.perf_counter()
     with Emitter(url, topic=topic, batch_size=BATCH, max_pending=20_000) as em:
         for i in range(EMITTED):
-            em.emit("bench", f"task {i % 5000}", "pass")
+            em.emit(names[i % suites], f"task {i % 5000}", "pass")
         em.flush(120)
     return EMITTED / (time.perf_counter() - started)
 
@@ -91,12 +95,16 @@ async def _main() -> None:
             store = Store(client, "bench")
             path = Path(tmp) / "results.json"
             _tau_bench_file(path)
-            imp = base = emit = bare = 0.0
+            imp = base = emit = bare = split = 0.0
             for r in range(ROUNDS):
                 ours, baseline = await _import_round(store, path, r)
                 imp, base = max(imp, ours), max(base, baseline)
                 emit = max(emit, await asyncio.to_thread(_emit_round, broker.url, "bench/emit"))
                 bare = max(bare, await _bare_round(broker.port, "bench/bare"))
+                per_suite = await asyncio.to_thread(
+                    _emit_round, broker.url, "bench/suite/{suite}", SUITES
+                )
+                split = max(split, per_suite)
             ledger = int(await client.memory_usage(store.keys.imported("imp0"), samples=0) or 0)
             events = TASKS * TRIALS
             print(f"best of {ROUNDS} alternating rounds")
@@ -107,6 +115,10 @@ async def _main() -> None:
             print(
                 f"emit ({EMITTED:,} events, {BATCH}/msg)  {emit:>9,.0f} ev/s   "
                 f"bare aiomqtt publisher       {bare:>9,.0f} ev/s   {emit / bare:>5.0%}"
+            )
+            print(
+                f"emit per suite ({SUITES} suites, {{suite}} topic) {split:>9,.0f} ev/s   "
+                f"bare aiomqtt publisher       {bare:>9,.0f} ev/s   {split / bare:>5.0%}"
             )
             print(f"import ledger: {ledger / events:.1f} B per imported trial (MEMORY USAGE)")
         finally:

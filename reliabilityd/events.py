@@ -442,6 +442,8 @@ REASON_CLASSES = (
     "not_an_event",
     "missing_field",
     "invalid_field",
+    "topic_mismatch",
+    "forbidden",
     "other",
 )
 _ELEMENT = re.compile(r"^element \d+: ")
@@ -450,6 +452,10 @@ _ELEMENT = re.compile(r"^element \d+: ")
 def reason_class(reason: str) -> str:
     """The class (one of ``REASON_CLASSES``) of a reason ``decode`` gave."""
     text = _ELEMENT.sub("", reason, count=1)
+    if text.startswith("topic "):  # topics.Binding: the topic binds another suite
+        return "topic_mismatch"
+    if text.startswith("forbidden: "):  # daemon.auth: the token may not write the suite
+        return "forbidden"
     if text.startswith("not a trial event ("):
         text = text.partition("): ")[2]
     if text.startswith("payload of ") and " exceeds " in text:

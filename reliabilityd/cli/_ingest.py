@@ -27,7 +27,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     where = emit.add_mutually_exclusive_group()
     where.add_argument("--mqtt", help="broker URL (default $RELIABILITYD_MQTT_URL or localhost)")
     where.add_argument("-c", "--config", help="take the broker URL and topic from this config")
-    emit.add_argument("--topic", help="topic to publish on (default reliability/trials/emit)")
+    emit.add_argument(
+        "--topic",
+        help="topic to publish on (default reliability/trials/emit); {suite} in it is the suite",
+    )
     emit.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the PUBACK")
     emit.set_defaults(handler=_emit)
     imp = sub.add_parser(
@@ -59,16 +62,17 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def _emit(args: argparse.Namespace) -> int:
     from reliabilityd.client.emitter import DEFAULT_TOPIC, Emitter, EmitterError
+    from reliabilityd.topics import emitter_topic
 
     cfg = load_config(args.config)
     if args.config:
         url = cfg.mqtt.url
-        topic = args.topic or cfg.mqtt.topic
-        if not args.topic and topic.endswith("/#"):
-            topic = topic[:-1] + "emit"  # a topic the daemon's subscription covers
-        if "+" in topic or "#" in topic:
-            say(f"emit: cannot publish to {topic!r}; give --topic")
+        # A topic the daemon's subscription covers (per suite with mqtt.bind_suite).
+        found = args.topic or emitter_topic(cfg.mqtt.topic, cfg.mqtt.bind_suite)
+        if found is None or "+" in found or "#" in found:
+            say(f"emit: cannot publish under {cfg.mqtt.topic!r}; give --topic")
             return EXIT_USAGE
+        topic = found
     else:
         url = args.mqtt or os.environ.get("RELIABILITYD_MQTT_URL") or cfg.mqtt.url
         topic = args.topic or DEFAULT_TOPIC

@@ -20,6 +20,12 @@ their PUBACK at once (and never more than the broker's Receive Maximum);
 ``flush`` waits until everything accepted is acknowledged, and ``close`` (or
 leaving the ``with`` block) flushes first.
 
+Per-suite topics: a ``topic`` holding ``{suite}`` (such as
+``reliability/trials/{suite}``) publishes each event on the topic with its
+suite filled in, each message holding one suite's events: the shape a daemon
+with ``mqtt.bind_suite`` requires, so broker ACLs can confine an emitter to
+its suites. A fixed topic carries every suite.
+
 A loop thread (``client._bridge``) runs the connection
 (``reliabilityd._mqtt``), so the same object serves plain code (``with
 Emitter(url) as e``) and asyncio code (``async with Emitter(url) as e`` and
@@ -49,6 +55,7 @@ from reliabilityd.client._encode import EventExtras, encode_event
 from reliabilityd.config import MqttConfig, TlsConfig, parse_mqtt_url, tls_context
 from reliabilityd.errors import ReliabilitydError
 from reliabilityd.events import Outcome
+from reliabilityd.topics import SUITE
 
 T = TypeVar("T")
 
@@ -70,6 +77,7 @@ class Emitter:
     exponential backoff from a tenth of a second); ``protocol`` pins the MQTT
     version, else 5 is tried first and 3.1.1 when the broker refuses 5;
     ``keepalive`` is the MQTT keep-alive in seconds; ``tls`` is ``[mqtt.tls]``, for mqtts://.
+    ``topic`` may hold ``{suite}``: each suite is then published on its own topic.
     """
 
     def __init__(
@@ -102,7 +110,10 @@ class Emitter:
         if tls is not None:
             tls_context(MqttConfig(url=mqtt_url, tls=tls))  # TlsProblem is a ValueError
         self.url = mqtt_url
+        if "+" in topic or "#" in topic:
+            raise ValueError(f"cannot publish to {topic!r}: a topic has no + or # wildcard")
         self.topic = topic
+        self._per_suite = SUITE in topic
         self.client_id = client_id or f"reliabilityd-emitter-{uuid.uuid4().hex[:12]}"
         self.max_pending = max_pending
         self.batch_size = batch_size
@@ -114,10 +125,13 @@ class Emitter:
         self.protocol = protocol
         self.keepalive = keepalive
         self._cond = threading.Condition()
-        self._queue: deque[bytes] = deque()  # accepted, not yet published (encoded events)
+        # Accepted, not yet published (encoded events), by topic in the order
+        # each topic first got one; ``_queued`` counts them all.
+        self._queue: dict[str, deque[bytes]] = {}
+        self._queued = 0
         # Batches taken from the queue and not yet acknowledged, in the order
         # taken; each is published on every new connection until its PUBACK.
-        self._inflight: dict[int, list[bytes]] = {}
+        self._inflight: dict[int, tuple[str, list[bytes]]] = {}
         self._keys = itertools.count()
         self._pending = 0  # accepted and not acknowledged
         self._acked = 0
@@ -207,7 +221,7 @@ class Emitter:
         when the queue stays full for ``block_timeout`` seconds.
         """
         encoded, trial_id = encode_event(suite, task, outcome, **extras)
-        self._accept(encoded, self.block_timeout)
+        self._accept(self._topic(suite), encoded, self.block_timeout)
         return trial_id
 
     async def aemit(
@@ -215,9 +229,14 @@ class Emitter:
     ) -> str:
         """``emit`` for asyncio code: a full queue is awaited, not blocked on."""
         encoded, trial_id = encode_event(suite, task, outcome, **extras)
-        if not self._accept(encoded, 0.0, raise_full=False):
-            await asyncio.to_thread(self._accept, encoded, self.block_timeout)
+        topic = self._topic(suite)
+        if not self._accept(topic, encoded, 0.0, raise_full=False):
+            await asyncio.to_thread(self._accept, topic, encoded, self.block_timeout)
         return trial_id
+
+    def _topic(self, suite: str) -> str:
+        """The topic ``suite``'s events go to (``encode_event`` has validated the name)."""
+        return self.topic.replace(SUITE, suite) if self._per_suite else self.topic
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every accepted event is acknowledged; EmitterError after ``timeout`` s."""
@@ -247,7 +266,9 @@ class Emitter:
         """Events the broker has acknowledged since this emitter started."""
         return self._acked
 
-    def _accept(self, encoded: bytes, timeout: float, *, raise_full: bool = True) -> bool:
+    def _accept(
+        self, topic: str, encoded: bytes, timeout: float, *, raise_full: bool = True
+    ) -> bool:
         if self._bridge is None:
             raise EmitterError("the emitter is not started: use `with Emitter(...)` or .start()")
         with self._cond:
@@ -268,12 +289,16 @@ class Emitter:
                         f"{self._pending} events await acknowledgement by {self._where()} "
                         f"(max_pending {self.max_pending}) and none was acknowledged in {timeout} s"
                     )
-            idle = not self._queue
-            self._queue.append(encoded)
+            idle = not self._queued
+            queue = self._queue.get(topic)
+            if queue is None:
+                queue = self._queue[topic] = deque()
+            queue.append(encoded)
+            self._queued += 1
             self._pending += 1
         # The sender drains the whole queue once woken: only the first event
         # after a drain (or a full batch) needs to wake it.
-        if idle or len(self._queue) % self.batch_size == 0:
+        if idle or self._queued % self.batch_size == 0:
             self._poke()
         return True
 
@@ -396,7 +421,7 @@ class Emitter:
         wake = self._wake
         tasks: set[asyncio.Task[None]] = set()
 
-        def send(key: int, batch: list[bytes]) -> None:
+        def send(key: int, batch: tuple[str, list[bytes]]) -> None:
             task = asyncio.create_task(self._deliver(conn, key, batch))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -411,17 +436,17 @@ class Emitter:
                     raise self._refused or MqttError(str(conn.error))
                 if (
                     self.linger > 0
-                    and 0 < len(self._queue) < self.batch_size
+                    and 0 < self._queued < self.batch_size
                     and len(self._inflight) < self.max_inflight
                 ):
                     await asyncio.sleep(self.linger)
                 while len(self._inflight) < self.max_inflight:
-                    batch = self._next_batch()
-                    if not batch:
+                    taken = self._next_batch()
+                    if taken is None:
                         break
                     key = next(self._keys)
-                    self._inflight[key] = batch
-                    send(key, batch)
+                    self._inflight[key] = taken
+                    send(key, taken)
                 # Woken by emit, by PUBACKs, by the connection's end and by close.
                 await wake.wait()
                 wake.clear()
@@ -441,10 +466,11 @@ class Emitter:
         await conn.closed.wait()
         self._wake.set()
 
-    async def _deliver(self, conn: Connection, key: int, batch: list[bytes]) -> None:
+    async def _deliver(self, conn: Connection, key: int, message: tuple[str, list[bytes]]) -> None:
         assert self._wake is not None
+        topic, batch = message
         try:
-            await conn.publish(self.topic, b"[" + b",".join(batch) + b"]", retain=False)
+            await conn.publish(topic, b"[" + b",".join(batch) + b"]", retain=False)
         except Refused as exc:
             self._refused = exc
             self._wake.set()
@@ -458,7 +484,20 @@ class Emitter:
             self._cond.notify_all()
         self._wake.set()
 
-    def _next_batch(self) -> list[bytes]:
+    def _next_batch(self) -> tuple[str, list[bytes]] | None:
+        """Up to ``batch_size`` events of the topic waiting longest, or None when none wait.
+
+        A topic leaves the queue once drained and joins it again at the back,
+        so busy suites take turns; one suite's events keep their order.
+        """
         with self._cond:
-            count = min(self.batch_size, len(self._queue))
-            return [self._queue.popleft() for _ in range(count)]
+            if not self._queued:
+                return None
+            topic = next(iter(self._queue))
+            queue = self._queue[topic]
+            count = min(self.batch_size, len(queue))
+            batch = [queue.popleft() for _ in range(count)]
+            if not queue:
+                del self._queue[topic]
+            self._queued -= count
+            return topic, batch

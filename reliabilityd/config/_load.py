@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import msgspec
 
 from reliabilityd.alerting.canary import CanaryRule, side_parts
-from reliabilityd.config._model import Config, OtlpConfig, TlsConfig, is_loopback
+from reliabilityd.config._model import Config, HttpConfig, OtlpConfig, TlsConfig, is_loopback
 from reliabilityd.config._mqtt import TlsProblem, parse_mqtt_url, tls_context
 from reliabilityd.errors import ConfigError
 from reliabilityd.events import suite_name_problem
+from reliabilityd.topics import Binding
 
 
-def _check(config: Config, path: str) -> None:
+def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
     try:
         endpoint = parse_mqtt_url(config.mqtt.url)
     except ValueError as exc:
@@ -34,6 +36,19 @@ def _check(config: Config, path: str) -> None:
         raise ConfigError(path, "$.redis.url", "scheme must be redis://, rediss:// or unix://")
     if not config.mqtt.topic:
         raise ConfigError(path, "$.mqtt.topic", "must not be empty")
+    if config.mqtt.bind_suite:
+        try:
+            binding = Binding.parse(config.mqtt.bind_suite)
+        except ValueError as exc:
+            raise ConfigError(path, "$.mqtt.bind_suite", str(exc)) from None
+        missed = binding.uncovered(config.mqtt.topic)
+        if missed:
+            raise ConfigError(
+                path,
+                "$.mqtt.topic",
+                f"{config.mqtt.topic!r} {missed}: the subscription must receive every topic "
+                f"mqtt.bind_suite {config.mqtt.bind_suite!r} binds",
+            )
     if "/" in config.mqtt.shared_group or "+" in config.mqtt.shared_group:
         raise ConfigError(path, "$.mqtt.shared_group", "must not contain '/' or '+'")
     if config.dedup_ttl <= config.mqtt.session_expiry:
@@ -86,12 +101,17 @@ def _check(config: Config, path: str) -> None:
     ):
         if url and urlsplit(url).scheme not in ("http", "https"):
             raise ConfigError(path, field, "must be an http:// or https:// URL")
-    if config.http.port and not is_loopback(config.http.host) and not config.http.token:
+    _check_tokens(config.http, path, env)
+    if (
+        config.http.port
+        and not is_loopback(config.http.host)
+        and not (config.http.token or config.http.tokens)
+    ):
         raise ConfigError(
             path,
             "$.http.token",
             f"http.host {config.http.host!r} listens beyond loopback: set a bearer token "
-            "(http.token or RELIABILITYD_HTTP_TOKEN) or bind 127.0.0.1",
+            "(http.token, RELIABILITYD_HTTP_TOKEN or [[http.tokens]]) or bind 127.0.0.1",
         )
     _check_otlp(config.http.otlp, path)
     if 0 < config.stats.window < max_k:
@@ -143,6 +163,28 @@ def _check_canary(rule: CanaryRule, field: str, path: str) -> None:
         raise ConfigError(
             path, f"{field}.compare", "baseline and candidate are the same side: nothing to compare"
         )
+
+
+def _check_tokens(http: HttpConfig, path: str, env: Mapping[str, str]) -> None:
+    """Each ``[[http.tokens]]`` entry: one token (inline or from its variable), unique,
+    granting something. Reads the variables, so the daemon holds the values."""
+    seen = {http.token} if http.token else set()
+    for i, entry in enumerate(http.tokens):
+        field = f"$.http.tokens[{i}]"
+        if bool(entry.token) == bool(entry.token_env):
+            raise ConfigError(path, field, "set one of `token` and `token_env`")
+        if entry.token_env:
+            value = env.get(entry.token_env, "")
+            if not value:
+                raise ConfigError(
+                    path, f"{field}.token_env", f"environment variable {entry.token_env} is unset"
+                )
+            entry.token = value
+        if entry.token in seen:
+            raise ConfigError(path, field, "the same token is given twice: tokens must differ")
+        seen.add(entry.token)
+        if not entry.write and not entry.read:
+            raise ConfigError(path, field, "grants nothing: give `write` or `read` suite globs")
 
 
 def _importable(module: str) -> bool:
@@ -213,5 +255,5 @@ def load(path: str | os.PathLike[str], environ: dict[str, str] | None = None) ->
     for var, (table, key) in ENV_OVERRIDES.items():
         if env.get(var):
             setattr(getattr(config, table), key, env[var])
-    _check(config, name)
+    _check(config, name, env)
     return config

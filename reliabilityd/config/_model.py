@@ -65,6 +65,10 @@ class MqttConfig(Base):
     keepalive: PositiveInt = 30
     # Retained snapshots go to <snapshot_topic>/<suite>.
     snapshot_topic: str = "reliability/snapshot"
+    # Bind each event's suite to its topic (reliabilityd.topics): "" = off;
+    # "last-level" = the topic's last level; or a pattern such as
+    # "reliability/trials/{suite}". An event of another suite is dead-lettered.
+    bind_suite: str = ""
     tls: TlsConfig = msgspec.field(default_factory=TlsConfig)
 
 
@@ -193,13 +197,30 @@ class OtlpConfig(Base):
     pass_score: dict[str, float] = msgspec.field(default_factory=dict)
 
 
+class HttpToken(Base):
+    """``[[http.tokens]]``: a bearer token allowed some suites only (daemon.auth)."""
+
+    # The token itself, or the environment variable holding it (one of the two).
+    token: str = ""
+    token_env: str = ""
+    # Globs (fnmatch, as [[suites]] match) of the suites it may write and read.
+    write: list[Annotated[str, msgspec.Meta(min_length=1)]] = msgspec.field(default_factory=list)
+    read: list[Annotated[str, msgspec.Meta(min_length=1)]] = msgspec.field(default_factory=list)
+
+
 class HttpConfig(Base):
-    # 127.0.0.1 by default; anything beyond loopback needs `token`.
+    # 127.0.0.1 by default; anything beyond loopback needs `token` or `tokens`.
     host: str = "127.0.0.1"
     # /metrics, /healthz, /readyz, POST /v1/trials, GET /suites/<suite>; 0 = no HTTP server.
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0
-    # Bearer token POST /v1/trials requires (RELIABILITYD_HTTP_TOKEN overrides); "" = none.
+    # The all-suites bearer token: writes need it, and so do reads beyond
+    # loopback (RELIABILITYD_HTTP_TOKEN overrides); "" = none.
     token: str = ""
+    # Tokens allowed some suites only, for writes and for reads.
+    tokens: list[HttpToken] = msgspec.field(default_factory=list)
+    # /metrics without a token beyond loopback (for scrapers that cannot send
+    # one): it shows every suite's name and numbers.
+    metrics_open: bool = False
     # Seconds a POST may wait for Redis before it is answered 503.
     commit_timeout: PositiveFloat = 10.0
     # POST /v1/logs: OpenTelemetry evaluation events as trials.

@@ -42,6 +42,7 @@ from reliabilityd.logs import RateLimited, emit
 from reliabilityd.sources import configured as configured_sources
 from reliabilityd.sources import mqtt
 from reliabilityd.store import Applied, Store, StreamCursor, connect
+from reliabilityd.topics import Binding, decode_bound
 
 T = TypeVar("T")
 LIVE_INTERVAL = 0.2
@@ -63,6 +64,8 @@ class Daemon:
             config.redis.prefix,
         )
         self.instance = config.instance
+        # mqtt.bind_suite: each MQTT event's suite must be the one its topic names.
+        self.binding = Binding.parse(config.mqtt.bind_suite) if config.mqtt.bind_suite else None
         self._deadletter_log = RateLimited()
         self._redis_logs: dict[str, RateLimited] = defaultdict(RateLimited)
         self.health = RedisHealth()
@@ -151,9 +154,14 @@ class Daemon:
 
         ``skipped`` are the (size, source) of messages whose bodies were not
         read (over ``ingest.max_payload``): each is dead-lettered with its size.
+        With ``mqtt.bind_suite`` (MQTT's sources only: ``mqtt:<topic>``), an
+        event whose suite its topic does not bind is dead-lettered too.
         """
         limit = self.config.ingest.max_payload
-        good, rejected = decode_many(payloads, limit)
+        if self.binding is None:
+            good, rejected = decode_many(payloads, limit)
+        else:
+            good, rejected = decode_bound(payloads, self.binding, limit)
         for size, source in skipped:
             reason = f"payload of {size} bytes exceeds ingest.max_payload ({limit}): not read"
             rejected.append((Rejected(b"", reason), source))
@@ -180,8 +188,15 @@ class Daemon:
     async def commit(
         self, payloads: Sequence[tuple[bytes, str]], cursor: StreamCursor | None = None
     ) -> None:
-        """Decode, dead-letter the bad, apply the good; returns once Redis has it all."""
-        await self.commit_decoded(self.decode(payloads), cursor=cursor)
+        """Decode, dead-letter the bad, apply the good; returns once Redis has it all.
+
+        The Redis Stream source's commit: a stream entry has no topic to bind.
+        """
+        good, rejected = decode_many(payloads, self.config.ingest.max_payload)
+        by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
+        for event in good:
+            by_suite[event.suite].append(event)
+        await self.commit_decoded(Decoded(by_suite, rejected), cursor=cursor)
 
     async def _once(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         return await op()

@@ -234,7 +234,8 @@ class Metrics:
         self.rejected = Counter(
             "reliabilityd_rejected",
             "Payloads or elements this process dead-lettered, by source (mqtt, stream, http)"
-            " and reason class (" + ", ".join(REASON_CLASSES) + ")",
+            " and reason class (" + ", ".join(REASON_CLASSES) + "); forbidden HTTP elements"
+            " are counted and not dead-lettered",
             ["source", "reason"],
             registry=r,
         )

@@ -12,8 +12,10 @@
   have their reason, and the dead letters are those MQTT would write); 400,
   dead-lettered, when nothing in the body is an element (not JSON or
   MessagePack, empty, ``[]``, nested too deeply); 413 past ``ingest.max_payload``; 401 without
-  the bearer token when one is set; 503 with ``Retry-After`` while Redis is
-  unusable (retrying is safe: trial ids make it idempotent).
+  a valid bearer token when one is configured; an element whose suite the
+  token may not write is ``forbidden`` in the results, neither counted nor
+  dead-lettered (403 when every element is); 503 with ``Retry-After`` while
+  Redis is unusable (retrying is safe: trial ids make it idempotent).
 * ``POST /v1/logs`` (with ``http.otlp.enabled``): OTLP/HTTP logs, protobuf or
   JSON, gzip or not; ``gen_ai.evaluation.result`` records become trials by
   ``integrations.otlp``'s mapping, the rest are ignored. The same token,
@@ -22,19 +24,22 @@
   OTLP ``partial_success`` counting the records that could not be mapped
   (dead-lettered with the reason); 400 for a body that is not OTLP logs,
   415 for another content type, 503 with ``Retry-After`` while Redis is
-  unusable (OTLP clients retry it; trial ids make it idempotent).
+  unusable (OTLP clients retry it; trial ids make it idempotent). Write
+  scopes as for ``/v1/trials``: a forbidden record counts in
+  ``partial_success`` (403 when nothing but forbidden trials came).
 * ``GET /suites/<suite>``: the newest snapshot document (what alert
   ``generatorURL``s point at), 404 when the suite has none.
 
-Reads need no token: bind beyond loopback only where suite names and numbers
-may be seen. The daemon implements ``Backend``; nothing here knows its loops.
+Who may write and read which suite is ``auth``'s: on loopback reads are
+open; beyond it ``/suites/<suite>`` and ``/metrics`` need a token that may
+read the suite (every suite, for ``/metrics``). The daemon implements
+``Backend``; nothing here knows its loops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import time
 from collections.abc import Sequence
@@ -45,6 +50,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from reliabilityd.config import HttpConfig, parse_mqtt_url
+from reliabilityd.daemon.auth import Authority, Grant
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ReliabilitydError
 from reliabilityd.events import UNREPORTED, Rejected, TrialEvent, elements, letters
@@ -166,17 +172,38 @@ class Handlers:
         self.max_payload = max_payload
         self.started_at = time.time()
         self.inflight = asyncio.Semaphore(config.max_inflight)
+        self.authority = Authority.from_config(config)
 
     def _answer(self, response: web.Response) -> web.Response:
         self.backend.metrics.http_ingest.labels(str(response.status)).inc()
         return response
 
-    def _authorised(self, request: web.Request) -> bool:
-        if not self.config.token:
-            return True
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            given.strip().encode(), self.config.token.encode()
+    def _writer(self, request: web.Request) -> Grant | None:
+        """The request's grant, or None when writes need a token and it sent no valid one."""
+        grant = self.authority.grant(request)
+        return None if grant.anonymous and self.authority.tokens_required else grant
+
+    def _denied(self, request: web.Request, suite: str | None) -> web.Response | None:
+        """401 or 403 when the request may not read ``suite`` (None: every suite), else None."""
+        grant = self.authority.grant(request)
+        if grant.may_all("read") or (suite is not None and grant.may("read", suite)):
+            return None
+        if grant.anonymous:
+            return _unauthorised()
+        what = "every suite" if suite is None else f"suite {suite!r}"
+        return _json({"error": f"this token may not read {what}"}, 403)
+
+    def _forbidden(self, grant: Grant, suites: list[str], source: str) -> None:
+        """Count and log (at a limited rate; the token by its name only) forbidden writes."""
+        # Both paths arrive over the HTTP port: the metric's source is "http".
+        self.backend.metrics.rejected.labels(SOURCE, "forbidden").inc(len(suites))
+        _forbidden_log.emit(
+            logging.WARNING,
+            "http_forbidden",
+            source=source,
+            token=grant.name,
+            count=len(suites),
+            suite=suites[0],
         )
 
     def _unavailable(self, reason: str) -> web.Response:
@@ -191,14 +218,9 @@ class Handlers:
             return await self._post_trials(request)
 
     async def _post_trials(self, request: web.Request) -> web.Response:
-        if not self._authorised(request):
-            return self._answer(
-                _json(
-                    {"error": "a valid bearer token is required"},
-                    401,
-                    **{"WWW-Authenticate": 'Bearer realm="reliabilityd"'},
-                )
-            )
+        grant = self._writer(request)
+        if grant is None:
+            return self._answer(_unauthorised())
         length = request.content_length
         if length is not None and length > self.max_payload:
             return self._answer(
@@ -217,6 +239,10 @@ class Handlers:
         outcomes, rejected, decoded = decode_elements(payload, self.max_payload)
         source = f"{SOURCE}:{request.remote or 'unknown'}"  # dead letters name the client
         events = [e for e in outcomes if isinstance(e, TrialEvent)]
+        denied = {} if grant.may_all("write") else _denied_writes(grant, outcomes)
+        if denied:
+            events = [e for e in events if grant.may("write", e.suite)]
+            self._forbidden(grant, [suite for suite, _ in denied.values()], SOURCE)
         if not decoded:
             # Not JSON or MessagePack at all: the answer does not depend on
             # Redis, and a retry would not help. Dead-lettered when Redis can.
@@ -237,7 +263,9 @@ class Handlers:
             accepted=len(events),
             rejected=len(outcomes) - len(events),
             results=[
-                ElementResult(i, "accepted")
+                ElementResult(i, "forbidden", denied[i][1])
+                if i in denied
+                else ElementResult(i, "accepted")
                 if isinstance(e, TrialEvent)
                 else ElementResult(i, "rejected", None if e is UNREPORTED else e.reason)
                 for i, e in enumerate(outcomes)
@@ -246,19 +274,18 @@ class Handlers:
                 a.suite: SuiteResult(a.counted, a.duplicates, a.errors, a.skips) for a in applied
             },
         )
-        return self._answer(_json(body, 422 if len(events) < len(outcomes) else 200))
+        if len(events) == len(outcomes):
+            status = 200
+        else:
+            status = 403 if len(denied) == len(outcomes) else 422
+        return self._answer(_json(body, status))
 
     async def post_logs(self, request: web.Request) -> web.Response:
         from reliabilityd.integrations import otlp
 
-        if not self._authorised(request):
-            return self._answer(
-                _json(
-                    {"error": "a valid bearer token is required"},
-                    401,
-                    **{"WWW-Authenticate": 'Bearer realm="reliabilityd"'},
-                )
-            )
+        grant = self._writer(request)
+        if grant is None:
+            return self._answer(_unauthorised())
         try:
             kind = otlp.media_type(request.headers.get("Content-Type", ""))
         except otlp.OtlpError as exc:
@@ -282,6 +309,18 @@ class Handlers:
         if self.backend.is_paused():
             return self._unavailable("ingest is paused: Redis is unavailable")
         mapped = otlp.map_request(message, self.config.otlp)
+        answer = mapped
+        if not grant.may_all("write"):
+            allowed = [e for e in mapped.events if grant.may("write", e.suite)]
+            if len(allowed) < len(mapped.events):
+                refused = [e for e in mapped.events if not grant.may("write", e.suite)]
+                self._forbidden(grant, [e.suite for e in refused], OTLP_SOURCE)
+                if not allowed and not mapped.rejected:
+                    error = f"this token may not write suite {refused[0].suite!r}"
+                    return self._answer(_json({"error": error}, 403))
+                forbidden = [Rejected(b"", _may_not_write(e.suite)) for e in refused]
+                mapped = otlp.Mapped(allowed, mapped.rejected, mapped.ignored)
+                answer = otlp.Mapped(allowed, [*mapped.rejected, *forbidden], mapped.ignored)
         try:
             await asyncio.wait_for(
                 self.backend.ingest(mapped.events, mapped.rejected, OTLP_SOURCE),
@@ -290,10 +329,13 @@ class Handlers:
         except (IngestUnavailable, TimeoutError) as exc:
             return self._unavailable(f"not committed: {exc or 'Redis did not answer in time'}")
         return self._answer(
-            web.Response(body=otlp.encode_response(mapped, kind), status=200, content_type=kind)
+            web.Response(body=otlp.encode_response(answer, kind), status=200, content_type=kind)
         )
 
     async def metrics(self, request: web.Request) -> web.Response:
+        denied = None if self.config.metrics_open else self._denied(request, None)
+        if denied is not None:
+            return denied
         await self.backend.refresh_metrics()
         # Formatting is pure Python and grows with suites x k: keep it off the loop.
         body = await asyncio.to_thread(self.backend.metrics.render)
@@ -320,6 +362,9 @@ class Handlers:
 
     async def suite(self, request: web.Request) -> web.Response:
         name = request.match_info["suite"]
+        denied = self._denied(request, name)
+        if denied is not None:  # before Redis: the answer says nothing of the suite
+            return denied
         try:
             raw = await self.backend.snapshot_json(name)
         except Exception as exc:
@@ -327,6 +372,36 @@ class Handlers:
         if raw is None:
             return _json({"error": f"no snapshot for suite {name!r}"}, 404)
         return web.Response(body=raw, content_type="application/json")
+
+
+def _unauthorised() -> web.Response:
+    return _json(
+        {"error": "a valid bearer token is required"},
+        401,
+        **{"WWW-Authenticate": 'Bearer realm="reliabilityd"'},
+    )
+
+
+def _may_not_write(suite: str) -> str:
+    return f"forbidden: this token may not write suite {suite!r}"
+
+
+def _denied_writes(
+    grant: Grant, outcomes: Sequence[TrialEvent | Rejected]
+) -> dict[int, tuple[str, str]]:
+    """Index -> (suite, reason) of each valid element whose suite ``grant`` may not write."""
+    reasons: dict[str, str] = {}  # one reason per suite, however many elements
+    denied: dict[int, tuple[str, str]] = {}
+    for i, e in enumerate(outcomes):
+        if isinstance(e, TrialEvent) and not grant.may("write", e.suite):
+            reason = reasons.get(e.suite)
+            if reason is None:
+                reason = reasons[e.suite] = _may_not_write(e.suite)
+            denied[i] = (e.suite, reason)
+    return denied
+
+
+_forbidden_log = RateLimited()
 
 
 def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Application:

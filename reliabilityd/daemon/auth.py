@@ -1,0 +1,136 @@
+"""Who may write and read which suites over HTTP: bearer tokens and their suite globs.
+
+``Authority.from_config(http)`` knows every token: ``http.token`` may write
+and read every suite; each ``[[http.tokens]]`` entry may write the suites
+its ``write`` globs match and read those its ``read`` globs match (globs as
+in ``[[suites]] match``: ``*``, ``?``, ``[...]``, case-sensitive). A token
+is compared with every configured one in constant time, and its value is
+never kept anywhere but here, nor logged: a ``Grant`` is named by where the
+token was configured (``http.token``, ``http.tokens[0]`` or its variable's
+name).
+
+Without any token, anyone may write (``run`` then refuses to listen beyond
+loopback). On loopback, anyone may read; beyond it, reads need a token
+whose ``read`` globs match the suite, and a read of every suite at once
+(``/metrics``) needs one that may read every suite (``http.token``, or
+``read = ["*"]``), unless ``http.metrics_open``.
+
+The handlers ask ``authority.grant(request)`` once per request and then the
+grant per suite (``grant.may("write", suite)``); ``allows`` and ``readable``
+do both steps for a caller that needs one answer, such as an HTML page
+listing the suites its reader may see.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hmac
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol
+
+from reliabilityd.config import HttpConfig, is_loopback
+
+Action = Literal["read", "write"]
+EVERY = ("*",)
+
+
+class _HasHeaders(Protocol):
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+# A request (its ``Authorization: Bearer`` header), the token itself, or None.
+Credential = _HasHeaders | str | None
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What one caller may do: the suite globs it may write and read.
+
+    ``anonymous`` is the grant of a caller that sent no valid token.
+    """
+
+    name: str
+    write: tuple[str, ...]
+    read: tuple[str, ...]
+    anonymous: bool = False
+
+    def may(self, action: Action, suite: str) -> bool:
+        """True when this grant lets its holder ``action`` ("read" or "write") ``suite``."""
+        globs = self.write if action == "write" else self.read
+        return any(g == "*" or fnmatch.fnmatchcase(suite, g) for g in globs)
+
+    def may_all(self, action: Action) -> bool:
+        """True when this grant covers every suite for ``action`` (a ``*`` glob)."""
+        return "*" in (self.write if action == "write" else self.read)
+
+    def filter(self, action: Action, suites: Iterable[str]) -> list[str]:
+        """The suites of ``suites`` this grant lets its holder ``action``, in order."""
+        if self.may_all(action):
+            return list(suites)
+        return [s for s in suites if self.may(action, s)]
+
+
+class Authority:
+    """Every configured token and what it grants; see the module docstring."""
+
+    def __init__(self, grants: Iterable[tuple[str, Grant]], *, open_reads: bool) -> None:
+        # Reads open to anyone are open to every token holder too.
+        self._grants = [
+            (token.encode(), replace(grant, read=EVERY) if open_reads else grant)
+            for token, grant in grants
+        ]
+        writes = EVERY if not self._grants else ()
+        self.anonymous = Grant("anonymous", writes, EVERY if open_reads else (), anonymous=True)
+
+    @classmethod
+    def from_config(cls, config: HttpConfig) -> Authority:
+        """The tokens of ``[http]``: ``token`` (every suite) and ``[[http.tokens]]``.
+
+        ``config.load`` has read each ``token_env`` into ``token``.
+        """
+        grants: list[tuple[str, Grant]] = []
+        if config.token:
+            grants.append((config.token, Grant("http.token", EVERY, EVERY)))
+        for i, entry in enumerate(config.tokens):
+            name = entry.token_env or f"http.tokens[{i}]"
+            grants.append((entry.token, Grant(name, tuple(entry.write), tuple(entry.read))))
+        return cls(grants, open_reads=is_loopback(config.host))
+
+    @property
+    def tokens_required(self) -> bool:
+        """True when writes need a token (any token is configured)."""
+        return bool(self._grants)
+
+    def grant(self, credential: Credential) -> Grant:
+        """The grant of a request's bearer token (or of the token given), else ``anonymous``.
+
+        Every configured token is compared, each in constant time, whichever
+        matches: the time taken tells nothing of which one, or how much of it.
+        """
+        token = _bearer(credential)
+        if token is None:
+            return self.anonymous
+        given = token.encode()
+        found: Grant | None = None
+        for expected, grant in self._grants:
+            if hmac.compare_digest(given, expected) and found is None:
+                found = grant
+        return found or self.anonymous
+
+    def allows(self, credential: Credential, action: Action, suite: str) -> bool:
+        """True when ``credential`` may ``action`` ("read" or "write") ``suite``."""
+        return self.grant(credential).may(action, suite)
+
+    def readable(self, credential: Credential, suites: Iterable[str]) -> list[str]:
+        """The suites of ``suites`` that ``credential`` may read, in order (an index page's)."""
+        return self.grant(credential).filter("read", suites)
+
+
+def _bearer(credential: Credential) -> str | None:
+    if credential is None or isinstance(credential, str):
+        return credential or None
+    scheme, _, given = credential.headers.get("Authorization", "").partition(" ")
+    given = given.strip()
+    return given if scheme.lower() == "bearer" and given else None
