@@ -12,6 +12,7 @@ import msgspec
 from reliabilityd.config._model import Config, OtlpConfig, TlsConfig, is_loopback
 from reliabilityd.config._mqtt import TlsProblem, parse_mqtt_url, tls_context
 from reliabilityd.errors import ConfigError
+from reliabilityd.store import url_problem
 
 
 def _check(config: Config, path: str) -> None:
@@ -30,6 +31,9 @@ def _check(config: Config, path: str) -> None:
             raise ConfigError(path, f"$.mqtt.tls.{exc.field}", exc.message) from None
     if urlsplit(config.redis.url).scheme not in ("redis", "rediss", "unix"):
         raise ConfigError(path, "$.redis.url", "scheme must be redis://, rediss:// or unix://")
+    redis_problem = url_problem(config.redis.url, cluster=config.redis.cluster)
+    if redis_problem is not None:
+        raise ConfigError(path, "$.redis.url", redis_problem)
     if not config.mqtt.topic:
         raise ConfigError(path, "$.mqtt.topic", "must not be empty")
     if "/" in config.mqtt.shared_group or "+" in config.mqtt.shared_group:
