@@ -11,6 +11,7 @@ import msgspec
 
 from reliabilityd.config._model import Config, OtlpConfig, TlsConfig, is_loopback
 from reliabilityd.config._mqtt import TlsProblem, parse_mqtt_url, tls_context
+from reliabilityd.config._tls import HttpTlsProblem, http_tls_context
 from reliabilityd.errors import ConfigError
 from reliabilityd.store import url_problem
 
@@ -92,6 +93,10 @@ def _check(config: Config, path: str) -> None:
             f"http.host {config.http.host!r} listens beyond loopback: set a bearer token "
             "(http.token or RELIABILITYD_HTTP_TOKEN) or bind 127.0.0.1",
         )
+    try:
+        http_tls_context(config.http)
+    except HttpTlsProblem as exc:
+        raise ConfigError(path, f"$.http.{exc.field}", exc.message) from None
     _check_otlp(config.http.otlp, path)
     if 0 < config.stats.window < max_k:
         raise ConfigError(
