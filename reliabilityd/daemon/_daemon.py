@@ -61,6 +61,18 @@ class Daemon:
             connect(config.redis.url, cluster=config.redis.cluster, timeout=config.redis.timeout),
             config.redis.prefix,
         )
+        # The HTTP port's own bounded pool: HTTP load waits for, or fails on,
+        # these connections only, never the ones the sources, the CI loop and
+        # the heartbeat use. One per request in flight (http.max_inflight).
+        self.http_store = Store(
+            connect(
+                config.redis.url,
+                cluster=config.redis.cluster,
+                timeout=config.redis.timeout,
+                max_connections=config.http.max_inflight,
+            ),
+            config.redis.prefix,
+        )
         self.instance = config.instance
         self._deadletter_log = RateLimited()
         self._redis_logs: dict[str, RateLimited] = defaultdict(RateLimited)
@@ -192,14 +204,20 @@ class Daemon:
         retry: bool,
         cursor: StreamCursor | None = None,
         sent: asyncio.Event | None = None,
+        store: Store | None = None,
     ) -> list[Applied]:
-        """Dead-letter, then apply; with ``retry`` until Redis takes it, else once."""
+        """Dead-letter, then apply; with ``retry`` until Redis takes it, else once.
+
+        ``store`` is the one to commit through (the HTTP port's own pool), by
+        default the daemon's.
+        """
         run = self._retry if retry else self._once
+        store = store or self.store
         if rejected:
             await run(
                 "deadletter",
                 partial(
-                    self.store.ingest.deadletter,
+                    store.ingest.deadletter,
                     rejected,
                     maxlen=self.config.store.deadletter_maxlen,
                 ),
@@ -221,7 +239,7 @@ class Daemon:
         applied = await run(
             "apply",
             partial(
-                self.store.ingest.apply,
+                store.ingest.apply,
                 by_suite,
                 windows=windows,
                 dedup_ttl=self.config.dedup_ttl,
@@ -254,20 +272,20 @@ class Daemon:
             by_suite[event.suite].append(event)
         try:
             return await self._commit_decoded(
-                by_suite, [(r, source) for r in rejected], retry=False
+                by_suite, [(r, source) for r in rejected], retry=False, store=self.http_store
             )
         except REDIS_ERRORS as exc:
             raise web.IngestUnavailable(f"Redis: {exc}") from None
 
     async def refresh_metrics(self) -> None:
-        await self.metrics.refresh(self.store, self.rules, list(self.sinks))
+        await self.metrics.refresh(self.http_store, self.rules, list(self.sinks))
 
     async def snapshot_json(self, suite: str) -> bytes | None:
-        return await self.store.snapshots.snapshot_json(suite)
+        return await self.http_store.snapshots.snapshot_json(suite)
 
     async def readiness(self) -> dict[str, str]:
         broker = self.config.mqtt.url if self.config.mqtt.enabled else None
-        return await web.probe(self.store.client, broker)
+        return await web.probe(self.http_store.client, broker)
 
     # --- loops ------------------------------------------------------------
 
@@ -363,6 +381,7 @@ class Daemon:
             stop.set()
             await self.outbox.close()
             await self.http.close()
+            await self.http_store.client.aclose()
             emit(logging.INFO, "stopped", committed_events=self.committed_events)
 
 
