@@ -104,7 +104,7 @@ def test_unusable_tls_files_are_config_errors_naming_the_field(tmp_path: Path) -
     assert load(_config_file(tmp_path, cert, key), environ={}).http.tls_cert == str(cert)
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate\n")
-    cases = [
+    cases: list[tuple[Path | str, Path | str, str, str]] = [
         (tmp_path / "missing.crt", key, "$.http.tls_cert", "no such file"),
         (cert, tmp_path / "missing.key", "$.http.tls_key", "no such file"),
         (tmp_path, key, "$.http.tls_cert", "not a readable file"),
