@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from reliabilityd.alerting import sinks
 from reliabilityd.alerting.evaluator import Evaluator
@@ -390,10 +390,29 @@ def _first_leaf(group: BaseExceptionGroup[ConfigError]) -> ConfigError:
     return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
+_loop_errors = RateLimited()
+
+
+def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's errors with an OSError (a full file table, say): one line at a
+    limited rate, no traceback; anything else goes to asyncio's default handler."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError):
+        _loop_errors.emit(
+            logging.ERROR,
+            "event_loop_os_error",
+            message=str(context.get("message", "")),
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return
+    loop.default_exception_handler(context)
+
+
 async def main(config: Config) -> int:
     """Run a daemon with SIGTERM / SIGINT handlers on the running loop."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_loop_error)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     daemon = Daemon(config)

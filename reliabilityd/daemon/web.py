@@ -349,6 +349,9 @@ def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Appl
 # top of one per request in flight (the HTTP port's Redis pool).
 FD_RESERVE = 64
 MIN_CONNECTIONS = 8
+# The listening socket's queue: asyncio accepts up to this many connections
+# in one go before the handler sees any, so the file limit must hold them too.
+BACKLOG = 64
 
 
 def connection_limit(config: HttpConfig) -> int:
@@ -361,7 +364,7 @@ def connection_limit(config: HttpConfig) -> int:
     ``http_connections_clamped``). ConfigError when fewer than
     ``MIN_CONNECTIONS`` would remain.
     """
-    reserve = FD_RESERVE + config.max_inflight
+    reserve = FD_RESERVE + config.max_inflight + BACKLOG
     wanted = config.max_connections + reserve
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < wanted:
@@ -417,7 +420,10 @@ async def serve(
     runner.limits = limits
     await runner.setup()
     try:
-        await web.TCPSite(runner, config.host, config.port, ssl_context=ssl_context).start()
+        site = web.TCPSite(
+            runner, config.host, config.port, ssl_context=ssl_context, backlog=BACKLOG
+        )
+        await site.start()
         if listening is not None:
             listening.set()
         await stop.wait()
