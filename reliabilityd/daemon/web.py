@@ -27,7 +27,9 @@
   ``generatorURL``s point at), 404 when the suite has none.
 
 Reads need no token: bind beyond loopback only where suite names and numbers
-may be seen. The daemon implements ``Backend``; nothing here knows its loops.
+may be seen. With ``http.tls_cert`` and ``tls_key`` the port serves HTTPS
+only. The daemon implements ``Backend`` (its HTTP handlers reach Redis
+through a pool of their own); nothing here knows its loops.
 """
 
 from __future__ import annotations
