@@ -49,7 +49,9 @@ async def test_300_http_clients_cannot_pause_mqtt_ingest(
         cfg,
         # The connection cap is not what this test is about: every client gets in.
         http=HttpConfig(port=free_port(), token=TOKEN, max_connections=1024),
-        daemon=DaemonConfig(instance=f"{prefix}-d", heartbeat_ttl=1.5),
+        # A third of the default TTL: sampled often, yet not so tight that a loop
+        # busy with HTTP parsing on a loaded machine misses a beat.
+        daemon=DaemonConfig(instance=f"{prefix}-d", heartbeat_ttl=5.0),
     )
     events = make_events(rng, count=3000, tasks=30)
     truth = truth_of(events)
