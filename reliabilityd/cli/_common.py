@@ -130,6 +130,12 @@ def _checked(url: str, found_by: str) -> str:
             "or unix:///path/to/socket"
         )
         raise Exit(2)
+    from reliabilityd.store import url_problem
+
+    problem = url_problem(url)
+    if problem is not None:
+        say(f"{redact(url)} ({found_by}): {problem}")
+        raise Exit(2)
     return url
 
 

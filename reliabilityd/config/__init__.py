@@ -33,6 +33,7 @@ from reliabilityd.config._model import (
     is_loopback,
 )
 from reliabilityd.config._mqtt import MqttEndpoint, TlsProblem, parse_mqtt_url, tls_context
+from reliabilityd.config._tls import HttpTlsProblem, http_tls_context
 
 __all__ = [
     "ENV_OVERRIDES",
@@ -41,6 +42,7 @@ __all__ = [
     "Config",
     "DaemonConfig",
     "HttpConfig",
+    "HttpTlsProblem",
     "HttpToken",
     "IngestConfig",
     "MqttConfig",
@@ -57,6 +59,7 @@ __all__ = [
     "TlsConfig",
     "TlsProblem",
     "WebhookSinkConfig",
+    "http_tls_context",
     "is_loopback",
     "load",
     "parse_mqtt_url",

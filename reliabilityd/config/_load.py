@@ -13,8 +13,10 @@ import msgspec
 from reliabilityd.alerting.canary import CanaryRule, side_parts
 from reliabilityd.config._model import Config, HttpConfig, OtlpConfig, TlsConfig, is_loopback
 from reliabilityd.config._mqtt import TlsProblem, parse_mqtt_url, tls_context
+from reliabilityd.config._tls import HttpTlsProblem, http_tls_context
 from reliabilityd.errors import ConfigError
 from reliabilityd.events import suite_name_problem
+from reliabilityd.store import url_problem
 from reliabilityd.topics import Binding
 
 
@@ -34,6 +36,9 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
             raise ConfigError(path, f"$.mqtt.tls.{exc.field}", exc.message) from None
     if urlsplit(config.redis.url).scheme not in ("redis", "rediss", "unix"):
         raise ConfigError(path, "$.redis.url", "scheme must be redis://, rediss:// or unix://")
+    redis_problem = url_problem(config.redis.url, cluster=config.redis.cluster)
+    if redis_problem is not None:
+        raise ConfigError(path, "$.redis.url", redis_problem)
     if not config.mqtt.topic:
         raise ConfigError(path, "$.mqtt.topic", "must not be empty")
     if config.mqtt.bind_suite:
@@ -113,6 +118,10 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
             f"http.host {config.http.host!r} listens beyond loopback: set a bearer token "
             "(http.token, RELIABILITYD_HTTP_TOKEN or [[http.tokens]]) or bind 127.0.0.1",
         )
+    try:
+        http_tls_context(config.http)
+    except HttpTlsProblem as exc:
+        raise ConfigError(path, f"$.http.{exc.field}", exc.message) from None
     _check_otlp(config.http.otlp, path)
     if 0 < config.stats.window < max_k:
         raise ConfigError(

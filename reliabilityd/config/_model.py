@@ -234,6 +234,9 @@ class HttpConfig(Base):
     # POST /v1/trials and /readyz requests handled at once; past it 503 with
     # Retry-After, so HTTP load cannot take the Redis connections MQTT ingest uses.
     max_inflight: PositiveInt = 32
+    # PEM certificate (chain) and private key: the port serves HTTPS; "" = plain HTTP.
+    tls_cert: str = ""
+    tls_key: str = ""
 
 
 LOOPBACK_HOSTS = frozenset({"localhost", "::1"})

@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from reliabilityd.alerting import sinks
 from reliabilityd.alerting.evaluator import Evaluator
@@ -61,6 +61,18 @@ class Daemon:
         self.config = config
         self.store = store or Store(
             connect(config.redis.url, cluster=config.redis.cluster, timeout=config.redis.timeout),
+            config.redis.prefix,
+        )
+        # The HTTP port's own bounded pool: HTTP load waits for, or fails on,
+        # these connections only, never the ones the sources, the CI loop and
+        # the heartbeat use. One per request in flight (http.max_inflight).
+        self.http_store = Store(
+            connect(
+                config.redis.url,
+                cluster=config.redis.cluster,
+                timeout=config.redis.timeout,
+                max_connections=config.http.max_inflight,
+            ),
             config.redis.prefix,
         )
         self.instance = config.instance
@@ -209,14 +221,20 @@ class Daemon:
         retry: bool,
         cursor: StreamCursor | None = None,
         sent: asyncio.Event | None = None,
+        store: Store | None = None,
     ) -> list[Applied]:
-        """Dead-letter, then apply; with ``retry`` until Redis takes it, else once."""
+        """Dead-letter, then apply; with ``retry`` until Redis takes it, else once.
+
+        ``store`` is the one to commit through (the HTTP port's own pool), by
+        default the daemon's.
+        """
         run = self._retry if retry else self._once
+        store = store or self.store
         if rejected:
             await run(
                 "deadletter",
                 partial(
-                    self.store.ingest.deadletter,
+                    store.ingest.deadletter,
                     rejected,
                     maxlen=self.config.store.deadletter_maxlen,
                 ),
@@ -238,7 +256,7 @@ class Daemon:
         applied = await run(
             "apply",
             partial(
-                self.store.ingest.apply,
+                store.ingest.apply,
                 by_suite,
                 windows=windows,
                 dedup_ttl=self.config.dedup_ttl,
@@ -271,20 +289,20 @@ class Daemon:
             by_suite[event.suite].append(event)
         try:
             return await self._commit_decoded(
-                by_suite, [(r, source) for r in rejected], retry=False
+                by_suite, [(r, source) for r in rejected], retry=False, store=self.http_store
             )
         except REDIS_ERRORS as exc:
             raise web.IngestUnavailable(f"Redis: {exc}") from None
 
     async def refresh_metrics(self) -> None:
-        await self.metrics.refresh(self.store, self.rules, list(self.sinks))
+        await self.metrics.refresh(self.http_store, self.rules, list(self.sinks))
 
     async def snapshot_json(self, suite: str) -> bytes | None:
-        return await self.store.snapshots.snapshot_json(suite)
+        return await self.http_store.snapshots.snapshot_json(suite)
 
     async def readiness(self) -> dict[str, str]:
         broker = self.config.mqtt.url if self.config.mqtt.enabled else None
-        return await web.probe(self.store.client, broker)
+        return await web.probe(self.http_store.client, broker)
 
     # --- loops ------------------------------------------------------------
 
@@ -380,6 +398,7 @@ class Daemon:
             stop.set()
             await self.outbox.close()
             await self.http.close()
+            await self.http_store.client.aclose()
             emit(logging.INFO, "stopped", committed_events=self.committed_events)
 
 
@@ -388,10 +407,29 @@ def _first_leaf(group: BaseExceptionGroup[ConfigError]) -> ConfigError:
     return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
+_loop_errors = RateLimited()
+
+
+def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's errors with an OSError (a full file table, say): one line at a
+    limited rate, no traceback; anything else goes to asyncio's default handler."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError):
+        _loop_errors.emit(
+            logging.ERROR,
+            "event_loop_os_error",
+            message=str(context.get("message", "")),
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return
+    loop.default_exception_handler(context)
+
+
 async def main(config: Config) -> int:
     """Run a daemon with SIGTERM / SIGINT handlers on the running loop."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_loop_error)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     daemon = Daemon(config)

@@ -32,8 +32,10 @@
 
 Who may write and read which suite is ``auth``'s: on loopback reads are
 open; beyond it ``/suites/<suite>`` and ``/metrics`` need a token that may
-read the suite (every suite, for ``/metrics``). The daemon implements
-``Backend``; nothing here knows its loops.
+read the suite (every suite, for ``/metrics``). With ``http.tls_cert`` and
+``tls_key`` the port serves HTTPS only. The daemon implements ``Backend``
+(its HTTP handlers reach Redis through a pool of their own); nothing here
+knows its loops.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -49,12 +52,12 @@ import msgspec
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from reliabilityd.config import HttpConfig, parse_mqtt_url
+from reliabilityd.config import HttpConfig, HttpTlsProblem, http_tls_context, parse_mqtt_url
 from reliabilityd.daemon.auth import Authority, Grant
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
-from reliabilityd.errors import ReliabilitydError
+from reliabilityd.errors import ConfigError, ReliabilitydError
 from reliabilityd.events import UNREPORTED, Rejected, TrialEvent, elements, letters
-from reliabilityd.logs import RateLimited, redact
+from reliabilityd.logs import RateLimited, emit, redact
 from reliabilityd.store import Applied, Redis
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
@@ -418,6 +421,56 @@ def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Appl
     return app
 
 
+# Descriptors the daemon keeps beside its HTTP connections (Redis and MQTT
+# connections, the listening socket, log files, the event loop's own), on
+# top of one per request in flight (the HTTP port's Redis pool).
+FD_RESERVE = 64
+MIN_CONNECTIONS = 8
+# The listening socket's queue: asyncio accepts up to this many connections
+# in one go before the handler sees any, so the file limit must hold them too.
+BACKLOG = 64
+
+
+def connection_limit(config: HttpConfig) -> int:
+    """``http.max_connections``, kept under the process's file limit.
+
+    Each connection holds a descriptor; with the file table full, the daemon
+    could not accept ``/healthz``, reconnect to Redis or open its broker
+    connection. The soft ``RLIMIT_NOFILE`` is raised towards the hard one as
+    far as needed; past what that allows, the limit is lowered (logged as
+    ``http_connections_clamped``). ConfigError when fewer than
+    ``MIN_CONNECTIONS`` would remain.
+    """
+    reserve = FD_RESERVE + config.max_inflight + BACKLOG
+    wanted = config.max_connections + reserve
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        if raised > soft:
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+                soft = raised
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return config.max_connections
+    allowed = soft - reserve
+    if allowed < MIN_CONNECTIONS:
+        raise ConfigError(
+            "RLIMIT_NOFILE",
+            "$.http.max_connections",
+            f"the file limit {soft} leaves {max(allowed, 0)} descriptors for HTTP connections "
+            f"after the {reserve} the daemon keeps: raise LimitNOFILE",
+        )
+    emit(
+        logging.WARNING,
+        "http_connections_clamped",
+        max_connections=config.max_connections,
+        allowed=allowed,
+        nofile=soft,
+        reserve=reserve,
+    )
+    return allowed
+
+
 async def serve(
     backend: Backend,
     config: HttpConfig,
@@ -425,17 +478,29 @@ async def serve(
     stop: asyncio.Event,
     listening: asyncio.Event | None = None,
 ) -> None:
-    """Serve until stop is set; requests in flight get a moment to finish."""
+    """Serve until stop is set; requests in flight get a moment to finish.
+
+    HTTPS with ``http.tls_cert`` / ``tls_key``; ConfigError when they cannot
+    be used or the file limit leaves no room for connections.
+    """
+    try:
+        ssl_context = http_tls_context(config)
+    except HttpTlsProblem as exc:
+        raise ConfigError("[http]", f"$.http.{exc.field}", exc.message) from None
+    limits = msgspec.structs.replace(config, max_connections=connection_limit(config))
     runner = _Runner(
         make_app(backend, config, max_payload),
         access_log=None,
         shutdown_timeout=2.0,
         keepalive_timeout=config.read_timeout,
     )
-    runner.limits = config
+    runner.limits = limits
     await runner.setup()
     try:
-        await web.TCPSite(runner, config.host, config.port).start()
+        site = web.TCPSite(
+            runner, config.host, config.port, ssl_context=ssl_context, backlog=BACKLOG
+        )
+        await site.start()
         if listening is not None:
             listening.set()
         await stop.wait()
@@ -447,14 +512,29 @@ async def serve(
 _malformed = RateLimited()
 
 
+# aiohttp (3.x) offers no setting for a deadline on a request's headers, a cap
+# on open connections, or how a malformed request is logged and answered:
+# `keepalive_timeout` only covers the pause after a complete request, and
+# RequestHandler.handle_error answers and logs with the offending line. The
+# only hook is the connection handler web.Server makes, and AppRunner builds
+# its Server itself, so _Runner re-classes that Server to make _Handler
+# connections. tests/integration/test_http_edges.py pins each behaviour
+# (slow and idle clients closed, the connection cap, idle ones evicted for a
+# new one, one masked line per malformed request), so an aiohttp release that
+# moved these hooks fails there, not in production.
+
+
 class _Handler(RequestHandler):
     """aiohttp's connection handler with the limits of ``HttpConfig``.
 
     A connection that has not completed a request within ``read_timeout``
-    (a slowloris, say) is closed; past ``max_connections`` a new connection
-    is answered 503 and closed; a malformed request is logged as one
-    rate-limited line with secrets masked, never a traceback, and answered
-    without echoing what was sent (it may hold a bearer token).
+    (a slowloris, say) is closed. Past ``max_connections`` the oldest
+    connection that has no request in hand (idle, or still sending headers)
+    is closed to make room, so a flood of idle sockets cannot keep
+    ``/healthz`` or a producer out; when every connection is busy with a
+    request the new one is answered 503 and closed. A malformed request is
+    logged as one rate-limited line with secrets masked, never a traceback,
+    and answered without echoing what was sent (it may hold a bearer token).
     """
 
     __slots__ = ("_deadline", "_limits", "_served")
@@ -465,11 +545,26 @@ class _Handler(RequestHandler):
         self._limits = limits
         self._served = 0
         if self._manager is not None and len(self._manager.connections) > limits.max_connections:
-            if isinstance(transport, asyncio.WriteTransport):
-                transport.write(_BUSY)
-            self.force_close()
-            transport.close()
-            return
+            idle = next(
+                (
+                    c
+                    for c in self._manager.connections
+                    if c is not self
+                    and isinstance(c, _Handler)
+                    and c._current_request is None
+                    and c.transport is not None
+                    and not c.transport.is_closing()
+                ),
+                None,
+            )
+            if idle is not None and idle.transport is not None:
+                idle.transport.close()
+            else:
+                if isinstance(transport, asyncio.WriteTransport):
+                    transport.write(_BUSY)
+                self.force_close()
+                transport.close()
+                return
         self._deadline = self._loop.call_later(limits.read_timeout, self._check_progress)
 
     def _check_progress(self) -> None:

@@ -17,6 +17,7 @@ from reliabilityd.store._base import (
     StreamCursor,
     SuiteState,
     connect,
+    url_problem,
 )
 from reliabilityd.store._store import Store
 
@@ -30,4 +31,5 @@ __all__ = [
     "StreamCursor",
     "SuiteState",
     "connect",
+    "url_problem",
 ]

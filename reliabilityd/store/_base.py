@@ -6,11 +6,19 @@ replies.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
+from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import (
+    BlockingConnectionPool,
+    Connection,
+    ConnectionPool,
+    parse_url,
+)
 
 from reliabilityd.stats.histogram import Histogram
 
@@ -25,6 +33,7 @@ __all__ = [
     "StreamCursor",
     "SuiteState",
     "connect",
+    "url_problem",
 ]
 
 
@@ -105,8 +114,60 @@ def _pairs(flat: Sequence[bytes | str]) -> dict[str, str]:
     return {_text(k): _text(v) for k, v in zip(it, it, strict=True)}
 
 
-def connect(url: str, *, cluster: bool = False, timeout: float = 10.0) -> Redis:
-    """A client for a single node or a cluster, with timeouts on every call."""
+def _parameters(*callables: object) -> set[str]:
+    names: set[str] = set()
+    for fn in callables:
+        names.update(inspect.signature(fn).parameters)  # type: ignore[arg-type]
+    return names - {"self", "kwargs", "args"}
+
+
+def url_problem(url: str, *, cluster: bool = False) -> str | None:
+    """What redis-py would refuse in a Redis URL, naming the parameter; None when it is usable.
+
+    redis-py passes a query parameter it does not know on to the connection
+    class, which raises a TypeError at the first command; this names it at once.
+    """
+    try:
+        parsed = parse_url(url)
+    except ValueError as exc:
+        return str(exc)
+    connection = parsed.get("connection_class", Connection)
+    known = _parameters(ConnectionPool.__init__, BlockingConnectionPool.__init__)
+    for cls in connection.__mro__:
+        if "__init__" in vars(cls):
+            known |= _parameters(vars(cls)["__init__"])
     if cluster:
-        return RedisCluster.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
-    return aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        known |= _parameters(RedisCluster.__init__)
+    for name, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True):
+        if name not in known:
+            return f"unknown query parameter {name!r} in the Redis URL"
+    return None
+
+
+def connect(
+    url: str, *, cluster: bool = False, timeout: float = 10.0, max_connections: int | None = None
+) -> Redis:
+    """A client for a single node or a cluster, with timeouts on every call.
+
+    ``max_connections`` bounds the client's pool (per node for a cluster); a
+    command waits up to ``timeout`` for a free connection, then fails like
+    any Redis error. ValueError for a URL redis-py cannot use (``url_problem``).
+    """
+    problem = url_problem(url, cluster=cluster)
+    if problem is not None:
+        raise ValueError(problem)
+    if cluster:
+        extra = {} if max_connections is None else {"max_connections": max_connections}
+        return RedisCluster.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, **extra
+        )
+    if max_connections is None:
+        return aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=timeout,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+    )
+    return aioredis.Redis.from_pool(pool)

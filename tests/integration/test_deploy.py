@@ -23,7 +23,8 @@ import yaml
 
 from reliabilityd import config as config_mod
 from reliabilityd.alerting.rules import Rule
-from reliabilityd.config import Config
+from reliabilityd.config import Config, HttpConfig, IngestConfig
+from reliabilityd.daemon.web import BACKLOG, FD_RESERVE
 from reliabilityd.embedded.processes import _binary
 from reliabilityd.errors import ConfigError
 from tests.support.daemon import store_for
@@ -156,6 +157,26 @@ def test_systemd_unit_runs_the_daemon_and_stops_it_with_sigterm() -> None:
     assert service["KillSignal"] == "SIGTERM"
     assert service["RestartPreventExitStatus"] == "2"
     assert unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_the_unit_file_limit_leaves_room_for_the_http_connections() -> None:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read(DEPLOY / "reliabilityd.service")
+    http = HttpConfig()
+    needed = http.max_connections + http.max_inflight + FD_RESERVE + BACKLOG
+    assert int(unit["Service"]["LimitNOFILE"]) >= 10 * needed
+
+
+def test_mosquitto_message_size_limit_is_a_memory_guard_above_the_daemon_limit() -> None:
+    lines = (DEPLOY / "mosquitto.conf").read_text().splitlines()
+    limits = [int(line.split()[1]) for line in lines if line.startswith("message_size_limit ")]
+    assert len(limits) == 1, limits
+    assert limits[0] >= 8 * IngestConfig().max_payload
+    at = next(i for i, line in enumerate(lines) if line.startswith("message_size_limit "))
+    comment = " ".join(lines[at - 4 : at])
+    assert "without a trace" in comment
+    assert "dead-letters" in comment
 
 
 def test_promtool_and_amtool_accept_the_files(tmp_path: Path) -> None:

@@ -59,17 +59,51 @@ async def test_half_sent_requests_and_idle_sockets_are_closed_after_the_read_tim
             writer.close()
 
 
-async def test_past_max_connections_a_new_one_is_answered_503_and_closed(
+async def test_past_max_connections_the_oldest_idle_one_makes_room(
     redis_server: RedisServer, prefix: str
 ) -> None:
-    cfg = _with_http(http_config(redis_server, prefix), max_connections=10, read_timeout=2.0)
-    async with serving(cfg) as (_, base):
+    cfg = _with_http(http_config(redis_server, prefix), max_connections=10, read_timeout=20.0)
+    async with serving(cfg):
         port = cfg.http.port
         idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(10)]
+        await asyncio.sleep(0.3)
+        # Well before the read timeout, a new connection is served...
+        answer = await _exchange(
+            port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        # ...and the oldest idle one was closed for it (EOF), the newest kept.
+        async with asyncio.timeout(5):
+            assert await idle[0][0].read() == b""
+        assert not idle[-1][0].at_eof()
+        for _, writer in idle:
+            writer.close()
+
+
+async def test_past_max_connections_with_every_one_busy_a_new_one_is_answered_503(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    cfg = _with_http(http_config(redis_server, prefix), max_connections=4, read_timeout=20.0)
+    async with serving(cfg) as (_, base):
+        port = cfg.http.port
+        body = msgspec.json.encode([event("t", "1")])
+        head = (
+            b"POST /v1/trials HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)
+        )
+        # Four requests whose bodies are slow to come: each connection is busy.
+        busy = [await asyncio.open_connection("127.0.0.1", port) for _ in range(4)]
+        for _, writer in busy:
+            writer.write(head)
+            await writer.drain()
+        await asyncio.sleep(0.3)
         answer = await _exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 503")
         assert b"Retry-After: 2" in answer
-        for _, writer in idle:
+        for reader, writer in busy:  # none of the busy ones was closed for it
+            writer.write(body)
+            await writer.drain()
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
             writer.close()
 
         async def healthy() -> bool:

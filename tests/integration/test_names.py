@@ -10,8 +10,6 @@ import time
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from hypothesis.internal.charmap import CategoryName
 from redis.crc import key_slot
 
 from reliabilityd.alerting import publisher as publisher_mod
@@ -24,6 +22,7 @@ from tests.support.alerting import SUITE, Phase, alert_config, collect, phase_me
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import running, store_for
 from tests.support.helpers import publish, wait_until
+from tests.support.names import names
 from tests.support.servers import Mosquitto, RedisServer
 
 
@@ -143,20 +142,6 @@ async def test_a_topic_mqtt_forbids_is_refused_before_it_is_sent(
 
 
 # --- the name fuzzer --------------------------------------------------------
-
-CATEGORIES: tuple[CategoryName, ...] = (
-    "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps", "Pe",
-    "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Co", "Cn",
-)  # fmt: skip
-SEPARATORS = " /+#{}:.$-_\t\u00a0\u200b\u2028\ufeff\ufffe\uffff\ufdd0\U0010ffff"
-pieces = st.sampled_from(CATEGORIES).flatmap(
-    lambda category: st.text(st.characters(categories=[category]), min_size=1, max_size=8)
-)
-names = st.lists(
-    pieces | st.sampled_from(SEPARATORS) | st.text(st.sampled_from(SEPARATORS), max_size=3),
-    min_size=1,
-    max_size=12,
-).map("".join) | st.text(min_size=1, max_size=80)
 
 
 def _suite_keys(keys: Keys, suite: str) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import resource
 import signal
 import subprocess
 import sys
@@ -175,11 +176,19 @@ def toml_of(config: Config) -> bytes:
 class DaemonProcess:
     """`reliabilityd run` as a child process, to terminate or kill -9."""
 
-    def __init__(self, config: Config, workdir: Path, name: str = "daemon") -> None:
+    def __init__(
+        self, config: Config, workdir: Path, name: str = "daemon", *, nofile: int | None = None
+    ) -> None:
         self.path = workdir / f"{name}.toml"
         self.path.write_bytes(toml_of(config))
         self.log = workdir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        # RLIMIT_NOFILE (soft and hard) the daemon runs under; None = this process's.
+        self.nofile = nofile
+
+    def _limit_files(self) -> None:
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     def start(self) -> None:
         with self.log.open("ab") as log:
@@ -187,6 +196,8 @@ class DaemonProcess:
                 [sys.executable, "-m", "reliabilityd", "run", "-c", str(self.path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                # Runs before exec in the child; the tests start daemons from one thread.
+                preexec_fn=None if self.nofile is None else self._limit_files,  # noqa: PLW1509
             )
 
     def signal(self, sig: int) -> None:

@@ -47,6 +47,8 @@ def write(tmp_path: Path, text: str) -> Path:
         ("[store]\ndedup_ttl = 60\n", "$.store.dedup_ttl", "must exceed"),
         ("[stats]\nmin_coverage = 0\n", "$.stats.min_coverage", "> 0"),
         ("[redis]\nurl = 'mysql://x'\n", "$.redis.url", "scheme"),
+        ("[redis]\nurl = 'redis://h/0?foo=1'\n", "$.redis.url", "unknown query parameter 'foo'"),
+        ("[redis]\nurl = 'redis://h/0?socket_timeout=x'\n", "$.redis.url", "'socket_timeout'"),
     ],
 )
 def test_bad_values_name_the_file_and_field(
@@ -188,3 +190,32 @@ def test_cis_are_computed_for_every_k_a_rule_names(tmp_path: Path) -> None:
     daemon = Daemon(cfg)
     assert daemon.recompute.ks() == (1, 3, 7)
     assert daemon.recompute.settings("any").ks == (1, 3, 7)
+
+
+@pytest.mark.parametrize("command", ["status", "tasks", "rejected"])
+def test_a_redis_url_with_an_unknown_query_parameter_is_a_usage_error(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from reliabilityd.cli._main import main
+
+    argv = [command, "--redis", "redis://user:Sekr1t@127.0.0.1:1/0?foo=1"]
+    if command == "tasks":
+        argv.append("suite")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "unknown query parameter 'foo'" in err
+    assert "Traceback" not in err
+    assert "Sekr1t" not in err
+
+
+def test_the_redis_url_check_accepts_what_redis_py_takes() -> None:
+    from reliabilityd.store import url_problem
+
+    for url in (
+        "redis://h:6379/0",
+        "redis://h/0?socket_timeout=3&client_name=x&max_connections=4",
+        "rediss://h/0?ssl_cert_reqs=none",
+        "unix:///run/redis.sock?db=2",
+    ):
+        assert url_problem(url) is None, url
+    assert url_problem("redis://h/0?ssl_cert_reqs=none") is not None  # only rediss:// has it
