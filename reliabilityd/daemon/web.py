@@ -23,11 +23,14 @@
   (dead-lettered with the reason); 400 for a body that is not OTLP logs,
   415 for another content type, 503 with ``Retry-After`` while Redis is
   unusable (OTLP clients retry it; trial ids make it idempotent).
-* ``GET /suites/<suite>``: the newest snapshot document (what alert
-  ``generatorURL``s point at), 404 when the suite has none.
+* ``GET /suites/<suite>``: the newest snapshot document, 404 when the suite
+  has none; a browser (``Accept: text/html``) gets the suite's page instead.
+* ``GET /`` and the suite pages: the web UI (``daemon.ui``), where alert
+  ``generatorURL``s point.
 
-Reads need no token: bind beyond loopback only where suite names and numbers
-may be seen. The daemon implements ``Backend``; nothing here knows its loops.
+Pages and snapshot JSON are read as ``ui.can_read`` allows (loopback open,
+else the token); /metrics and the probes need none. The daemon implements
+``Backend``; nothing here knows its loops.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from reliabilityd.config import HttpConfig, parse_mqtt_url
+from reliabilityd.daemon import ui
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ReliabilitydError
 from reliabilityd.events import UNREPORTED, Rejected, TrialEvent, elements, letters
@@ -65,8 +69,8 @@ class IngestUnavailable(ReliabilitydError):
     """Redis cannot take the commit now; the client should retry after a pause."""
 
 
-class Backend(Protocol):
-    """What the HTTP server needs from the daemon."""
+class Backend(ui.Source, Protocol):
+    """What the HTTP server needs from the daemon (and the pages: its store and config)."""
 
     metrics: Metrics
 
@@ -339,7 +343,7 @@ def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Appl
     app.router.add_get("/metrics", h.metrics)
     app.router.add_get("/healthz", h.healthz)
     app.router.add_get("/readyz", h.readyz)
-    app.router.add_get("/suites/{suite}", h.suite)
+    ui.register(app, backend, config, json_suite=h.suite)
     return app
 
 

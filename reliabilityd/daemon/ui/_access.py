@@ -37,8 +37,10 @@ def presented_token(request: web.Request) -> str | None:
 
 
 def token_matches(config: HttpConfig, given: str | None) -> bool:
-    return bool(config.token) and given is not None and hmac.compare_digest(
-        given.encode(), config.token.encode()
+    return (
+        bool(config.token)
+        and given is not None
+        and hmac.compare_digest(given.encode(), config.token.encode())
     )
 
 

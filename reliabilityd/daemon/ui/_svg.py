@@ -107,7 +107,8 @@ def _band(frame: _Frame, run: Sequence[Sample]) -> str:
     if len(run) == 1:  # one point: a short vertical bar, still a visible band
         x = frame.x(run[0].t)
         hi, lo = frame.y(run[0].hi or 0.0), frame.y(run[0].lo or 0.0)
-        return f"M{_fmt(x - 1.5)},{_fmt(hi)} L{_fmt(x + 1.5)},{_fmt(hi)} L{_fmt(x + 1.5)},{_fmt(lo)} L{_fmt(x - 1.5)},{_fmt(lo)} Z"
+        left, right = _fmt(x - 1.5), _fmt(x + 1.5)
+        return f"M{left},{_fmt(hi)} L{right},{_fmt(hi)} L{right},{_fmt(lo)} L{left},{_fmt(lo)} Z"
     return "M" + " L".join(upper + lower) + " Z"
 
 
