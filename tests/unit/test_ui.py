@@ -49,7 +49,7 @@ class _Tags(HTMLParser):
         self.tags.append((tag, dict(attrs)))
 
     def handle_endtag(self, tag: str) -> None:
-        assert self.open and self.open[-1] == tag, f"</{tag}> closes {self.open[-1:]}"
+        assert self.open[-1:] == [tag], f"</{tag}> closes {self.open[-1:]}"
         self.open.pop()
 
     def handle_data(self, data: str) -> None:
