@@ -213,8 +213,9 @@ class Routes:
             target = "/"  # only this daemon's own pages
         if not token_matches(request.app[HTTP_CONFIG], token):
             return _login_form(request, wrong=True)
-        response = web.HTTPSeeOther(location=quote(target, safe="/?=&%:;,+@"))
+        response = web.Response(status=303, headers={"Location": quote(target, safe="/?=&%:;,+@#")})
+        # Lax: sent when a person follows an alert's link from a chat or a mail.
         response.set_cookie(
             COOKIE, token, httponly=True, samesite="Lax", secure=request.secure, path="/"
         )
-        return response  # type: ignore[return-value]
+        return response
