@@ -143,6 +143,15 @@ class Page:
         print(f"screenshot: {path}")
         return path
 
+    def request_times(self, contains: str) -> list[float]:
+        """When (monotonic seconds) this page sent each request whose URL contains ``contains``."""
+        return [
+            float(e["params"]["timestamp"])
+            for e in self.browser.events.get(self.session, [])
+            if e["method"] == "Network.requestWillBeSent"
+            and contains in e["params"]["request"]["url"]
+        ]
+
     def requests(self, contains: str) -> list[str]:
         """URLs of the requests this page sent that contain ``contains``, in order."""
         return [

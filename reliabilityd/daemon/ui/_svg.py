@@ -127,7 +127,8 @@ def chart(
     span = frame.t1 - frame.t0
     parts = [
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-        f'aria-label="{escape(label)} over time" data-points="{len(samples)}">',
+        f'aria-label="{escape(label)} over time" data-points="{len(samples)}" '
+        f'data-t0="{frame.t0!r}" data-t1="{frame.t1!r}">',
         f"<title>{escape(label)}</title>",
     ]
     for v in (0.0, 0.25, 0.5, 0.75, 1.0):
