@@ -31,7 +31,7 @@ from reliabilityd.events import TrialEvent
 from reliabilityd.stats import history
 from reliabilityd.stats.snapshot import StatsSettings, build, full_estimates, redis_fields
 from reliabilityd.store import Store
-from tests.support.browser import Page, browser
+from tests.support.browser import CdpError, Page, browser
 from tests.support.daemon import make_config, running, store_for
 from tests.support.helpers import publish, wait_until
 from tests.support.servers import Mosquitto, RedisServer, free_port
@@ -330,18 +330,22 @@ def test_the_demo_banner_leads_a_browser_to_the_demo_suite_page(tmp_path: Path) 
             async with browser() as b:
                 page = await b.page()
                 await page.viewport(*PHONE, mobile=True)
+                seen: dict[str, Any] = {}
                 for _ in range(100):
-                    await page.goto(url)
-                    seen: dict[str, Any] = await page.eval(
-                        "({h1: document.querySelector('h1').innerText, "
-                        "charts: document.querySelectorAll('svg.chart').length, "
-                        "rules: document.querySelectorAll('section.rule').length, "
-                        "points: document.querySelectorAll('svg.chart circle.pt').length})"
-                    )
+                    await asyncio.sleep(0.5)
+                    try:  # the banner comes before the HTTP port listens
+                        await page.goto(url)
+                        seen = await page.eval(
+                            "({h1: document.querySelector('h1').innerText, "
+                            "charts: document.querySelectorAll('svg.chart').length, "
+                            "rules: document.querySelectorAll('section.rule').length, "
+                            "points: document.querySelectorAll('svg.chart circle.pt').length})"
+                        )
+                    except CdpError:
+                        continue
                     if seen["points"]:
                         await page.screenshot("ui-demo-phone.png")
                         return seen
-                    await asyncio.sleep(0.5)
                 return seen
 
         seen = asyncio.run(look())
