@@ -27,7 +27,7 @@ import pytest
 
 from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import Config, HttpConfig, StatsConfig
-from reliabilityd.events import TrialEvent
+from reliabilityd.events import Outcome, TrialEvent
 from reliabilityd.stats import history
 from reliabilityd.stats.snapshot import StatsSettings, build, full_estimates, redis_fields
 from reliabilityd.store import Store
@@ -63,7 +63,7 @@ def _config(redis: RedisServer, broker: Mosquitto, prefix: str) -> Config:
     )
 
 
-def _outcome(task: int, step: int) -> str:
+def _outcome(task: int, step: int) -> Outcome:
     """The past: most tasks always pass, a few fail one run in three or four."""
     if task in (3, 7):
         return "fail" if step % 3 == 0 else "pass"

@@ -153,7 +153,7 @@ def test_the_worst_state_is_the_one_that_needs_a_person() -> None:
 
 
 def test_samples_read_one_series_in_time_order() -> None:
-    points = [
+    points: list[tuple[float, dict[str, _model.Triple]]] = [
         (20.0, {"pass^k@5": (0.5, 0.4, 0.6), "pass@k@5": (0.9, 0.8, 1.0)}),
         (10.0, {"pass^k@5": (None, None, None)}),
         (30.0, {"pass@k@5": (0.9, 0.8, 1.0)}),

@@ -21,7 +21,7 @@ from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
 
 if TYPE_CHECKING:
-    from reliabilityd.stats.history import History
+    from reliabilityd.stats.history import Estimate3, History
 
 HOUR = 3600.0
 LETTERS = 20  # dead letters listed on a suite page
@@ -43,8 +43,8 @@ def watching(config: Config, suite: str) -> list[Rule]:
     return [r for r in config.rules() if fnmatch.fnmatchcase(suite, r.suite)]
 
 
-def _points(history: History) -> list[tuple[float, dict[str, tuple[float | None, ...]]]]:
-    return [(p.t, dict(p.values)) for p in history.points]
+def _points(history: History) -> list[tuple[float, dict[str, Estimate3]]]:
+    return [(p.t, p.values) for p in history.points]
 
 
 async def index(store: Store, config: Config, now: float) -> IndexPage:

@@ -43,10 +43,10 @@ def series_key(metric: str, k: int) -> str:
     return f"{metric}@{k}"
 
 
-def samples(
-    points: Iterable[tuple[float, Mapping[str, tuple[float | None, float | None, float | None]]]],
-    key: str,
-) -> list[Sample]:
+Triple = tuple[float | None, float | None, float | None]
+
+
+def samples(points: Iterable[tuple[float, Mapping[str, Triple]]], key: str) -> list[Sample]:
     """The chart samples of one series: each (t, values) that has the key, in time order."""
     out = [Sample(t, *values[key]) for t, values in points if key in values]
     out.sort(key=lambda s: s.t)
