@@ -144,8 +144,20 @@ async def scene(redis: RedisServer, broker: Mosquitto, prefix: str) -> AsyncIter
                 return state.state == "firing"
 
             await wait_until(fired, within=30, interval=0.2)
+            # During the breach four tasks get worse still: the tasks that moved.
+            worse = [
+                msgspec.json.encode(
+                    {"suite": SUITE, "task": task, "trial": f"later-{j}", "outcome": "fail"}
+                )
+                for task in TASKS[:4]
+                for j in range(5)
+            ]
+            await publish(broker.port, f"{prefix}/trials/x", worse)
 
             async def quiet() -> bool:
+                counts = await store.reads.task_counts(SUITE)
+                if any(counts.get(task) != (WINDOW, 1) for task in TASKS[:4]):
+                    return False
                 ((data, snap, _),) = await store.snapshots.versions([SUITE])
                 letters = await store.reads.recent_deadletters(since=0, suite=SUITE)
                 notes = await store.alerts.alert_history(cfg.alerts_key)
@@ -232,6 +244,13 @@ async def test_the_suite_page_shows_the_history_the_alert_and_the_dead_letter(
             assert x <= min(after) + 1
         assert seen["focus"] == [f"rule-{RULE.name}"]
         assert f"Opened at alert {RULE.name}" in seen["text"]
+        # The tasks that moved during the breach, worst first.
+        moved = await page.eval(
+            "[...document.querySelectorAll('table.movers tbody tr')]"
+            ".map((tr) => [...tr.cells].map((td) => td.innerText))"
+        )
+        assert [row[0] for row in moved] == TASKS[:4]
+        assert {tuple(row[1:]) for row in moved} == {("3/10", "1/10", "-0.20")}
         # The dead letter's reason, as the daemon recorded it.
         assert sc.reason in seen["text"]
         assert seen["overflow"] <= 0

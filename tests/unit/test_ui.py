@@ -174,6 +174,16 @@ def test_the_time_range_reaches_back_before_an_old_anchor() -> None:
     assert _model.time_range(now, now - 60, None) == (now - _model.DAY, now)
 
 
+def test_the_axis_begins_where_the_history_does() -> None:
+    end = 5000.0
+    assert _model.drawn_from(100.0, end, [500.0, 300.0], None) == 300.0
+    assert _model.drawn_from(100.0, end, [500.0, 300.0], 200.0) == 200.0
+    assert _model.drawn_from(100.0, end, [50.0, 300.0], None) == 100.0
+    assert _model.drawn_from(100.0, end, [], None) == 100.0
+    # A single recent point: the axis still spans ten minutes.
+    assert _model.drawn_from(100.0, end, [end - 1], None) == end - _model.MIN_SPAN
+
+
 def test_movers_without_a_window_compare_the_trials_since_the_breach() -> None:
     baseline = {"a": (10, 10), "b": (10, 5), "c": (10, 9), "new": (0, 0)}
     current = {"a": (14, 10), "b": (14, 9), "c": (10, 9), "new": (3, 0), "d": (4, 4)}

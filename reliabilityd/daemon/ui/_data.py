@@ -109,6 +109,7 @@ async def suite_page(
     at = [] if shown is None else _model.samples(points, _model.series_key("pass@k", shown))
     names = {r.name for r in rules}
     transitions = [t for t in history.transitions if t.rule in names]
+    t0 = _model.drawn_from(t0, t1, [s.t for s in hat + at] + [t.t for t in transitions], anchor)
     views = [
         RuleView(
             rule=r,

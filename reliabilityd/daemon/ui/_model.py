@@ -63,6 +63,18 @@ def time_range(now: float, anchor: float | None, since: float | None) -> tuple[f
     return start, now
 
 
+# The shortest span a chart's axis covers.
+MIN_SPAN = 600.0
+
+
+def drawn_from(start: float, end: float, times: Sequence[float], anchor: float | None) -> float:
+    """Where a chart's axis begins: at ``start``, or later where the history begins later,
+    so a young suite's points spread over the chart; the anchor always stays in view, and
+    the axis covers at least ``MIN_SPAN`` seconds."""
+    first = min([*times, *([] if anchor is None else [anchor])], default=start)
+    return max(start, min(first, end - MIN_SPAN))
+
+
 class Mover(msgspec.Struct, frozen=True):
     """One task's pass rate before the breach and after it began, and the change."""
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 WIDTH = 720
 HEIGHT = 240
-PAD_LEFT = 40
+PAD_LEFT = 56
 PAD_RIGHT = 12
 PAD_TOP = 12
 PAD_BOTTOM = 28
