@@ -24,6 +24,7 @@ from reliabilityd.alerting.outbox import Outbox
 from reliabilityd.alerting.rules import AlertState, Observation, Rule, step
 from reliabilityd.config import Config
 from reliabilityd.logs import RateLimited, emit
+from reliabilityd.stats.history import Transition
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
 from reliabilityd.store._alerts import Undecodable
@@ -145,6 +146,7 @@ class Evaluator:
                 new=new,
                 notification=None if note is None else msgspec.json.encode(note),
                 sinks=list(self.outbox.sinks),
+                transition=_transition(rule, current, new, now),
                 # A new breach: the store keeps every task's counts as of its start.
                 breach_started=new.started_at
                 if new.started_at is not None and new.started_at != current.started_at
@@ -171,3 +173,12 @@ class Evaluator:
             self.outbox.resend_firing(
                 suite, rule.name, partial(note_for, state=current, repeat=True)
             )
+
+
+def _transition(rule: Rule, current: AlertState, new: AlertState, now: float) -> Transition | None:
+    """What the history records of a stored change: a change of state, nothing else."""
+    if new.state == current.state:
+        return None
+    return Transition(
+        t=now, rule=rule.name, state=new.state, severity=rule.severity, reason=new.reason
+    )

@@ -39,7 +39,7 @@ from reliabilityd.alerting.watchdog import describe
 from reliabilityd.config import Config
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.logs import RateLimited, emit, kv, log
-from reliabilityd.stats import snapshot
+from reliabilityd.stats import history, snapshot
 from reliabilityd.stats.lottery import ranked_cell_groups
 from reliabilityd.store import Store
 
@@ -201,7 +201,12 @@ class Recompute:
         )
         ci, values = snapshot.redis_fields(snap)
         wrote_ci, _ = await self.store.snapshots.write_snapshot(
-            suite, c.version, ci, values, settings=self.fingerprint(suite)
+            suite,
+            c.version,
+            ci,
+            values,
+            settings=self.fingerprint(suite),
+            point=history.point_of(estimates, now),
         )
         if not wrote_ci:
             return None

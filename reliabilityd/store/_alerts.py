@@ -15,6 +15,8 @@ from typing import Any
 import msgspec
 
 from reliabilityd.alerting.rules import AlertState
+from reliabilityd.stats import history
+from reliabilityd.stats.history import Transition
 from reliabilityd.store._base import Redis
 from reliabilityd.store._scripts import ALERT_CAS, LEASE, OUTBOX_POP
 from reliabilityd.store.keys import Keys
@@ -104,16 +106,20 @@ class Alerts:
         new: AlertState,
         notification: bytes | None,
         sinks: Sequence[str],
+        transition: Transition | None = None,
         breach_started: float | None = None,
     ) -> Cas:
         """Store ``new`` if the stored seq is still ``expected_seq`` and ``new`` rests on a
         snapshot at least as new as the stored state's; queue the notification.
 
+        ``transition`` (a state change) is recorded on the suite's history in
+        the same call, so it is recorded exactly when the state is stored.
         ``breach_started``: this transition starts a breach at that time; every
         task's counts are copied into the rule's baseline in the same call.
         """
         keys = [
             self.alert_key(suite, rule),
+            self.keys.transitions(self.keys.snapshot(suite)),
             self.keys.suite(suite, "tasks"),
             self.keys.baseline(suite, rule),
             *(self.outbox_key(suite, rule, s) for s in sinks),
@@ -128,6 +134,9 @@ class Alerts:
                 new.snapshot_version,
                 doc,
                 notification or b"",
+                b"" if transition is None else history.encode_transition(transition),
+                history.TRANSITIONS_KEPT,
+                history.KEY_TTL * 1000,
                 "" if breach_started is None else repr(breach_started),
             )
         )

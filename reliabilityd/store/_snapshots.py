@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import msgspec
+
+from reliabilityd.stats import history
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._scripts import CLAIM, WRITE_SNAPSHOT
 from reliabilityd.store.keys import Keys
@@ -17,6 +20,18 @@ from reliabilityd.store.keys import Keys
 # The snapshot hash field holding the fingerprint of the settings its CI part
 # was computed under (written with the CI part; see Snapshots.mark_stale).
 SETTINGS_FIELD = "settings"
+
+
+class SnapshotWrite(msgspec.Struct, frozen=True):
+    """One series' snapshot write: ``Snapshots.write_snapshot``'s arguments."""
+
+    suite: str
+    version: int
+    ci_fields: Mapping[str, str | int | float]
+    value_fields: Mapping[str, str | int | float]
+    settings: str | None = None
+    # The snapshot's history point, written with the CI part.
+    point: history.Point | None = None
 
 
 class Snapshots:
@@ -52,23 +67,50 @@ class Snapshots:
         value_fields: Mapping[str, str | int | float],
         *,
         settings: str | None = None,
+        point: history.Point | None = None,
     ) -> tuple[bool, bool]:
         """Write the CI part and the value part, each unless a newer one is stored.
 
         ``settings`` (the fingerprint of what the CI part was computed under)
-        is written with the CI part. Returns (ci part written, value part written).
+        is written with the CI part, and so is ``point`` (the snapshot's
+        estimates for the history, ``stats.history``): in the same script
+        call, and for each k once per version. Returns (ci part written,
+        value part written).
         """
-        if settings is not None and ci_fields:
-            ci_fields = {**ci_fields, SETTINGS_FIELD: settings}
-        args: list[Any] = [version, len(ci_fields)]
+        write = SnapshotWrite(suite, version, ci_fields, value_fields, settings, point)
+        return (await self.write_snapshots([write]))[0]
+
+    async def write_snapshots(self, writes: Sequence[SnapshotWrite]) -> list[tuple[bool, bool]]:
+        """``write_snapshot`` of each write, in one round trip (one script call each)."""
+        if not writes:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for write in writes:
+            keys, args = self._write_call(write)
+            pipe.eval(WRITE_SNAPSHOT, len(keys), *keys, *args)
+        return [(bool(int(r) & 1), bool(int(r) & 2)) for r in await pipe.execute()]
+
+    def _write_call(self, w: SnapshotWrite) -> tuple[list[str], list[Any]]:
+        """The write script's KEYS and ARGV for one write (see write_snapshot.lua)."""
+        ci_fields = w.ci_fields
+        if w.settings is not None and ci_fields:
+            ci_fields = {**ci_fields, SETTINGS_FIELD: w.settings}
+        key = self.keys.snapshot(w.suite)
+        point = w.point if ci_fields else None
+        records = history.encode_point(point) if point is not None else {}
+        args: list[Any] = [w.version, len(ci_fields), len(records)]
+        if point is not None and records:
+            args += [int(point.t), history.KEY_TTL * 1000, len(history.TIERS)]
+            for tier in history.TIERS:
+                args += [tier.resolution, tier.capacity]
+            args.append(history.RECORD_SIZE)
+            for k, record in records.items():
+                args += [k, record]
         for field, value in ci_fields.items():
             args += [field, value]
-        for field, value in value_fields.items():
+        for field, value in w.value_fields.items():
             args += [field, value]
-        wrote = int(
-            await self.client.eval(WRITE_SNAPSHOT, 1, self.keys.suite(suite, "snapshot"), *args)
-        )
-        return bool(wrote & 1), bool(wrote & 2)
+        return [key, *(self.keys.history(key, k) for k in records)], args
 
     async def versions(self, suites: Sequence[str]) -> list[tuple[int, int, str | None]]:
         """(data version, snapshot version, snapshot settings) per suite.

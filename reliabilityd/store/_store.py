@@ -2,8 +2,8 @@
 
 Each part owns one concern and holds the client and the key schema; callers
 reach a command through its part (``store.ingest.apply``,
-``store.reads.read_state``, ``store.alerts.alert_cas``), so a newcomer finds a
-command by what it is for. The parts are the only code that names a key
+``store.reads.read_state``, ``store.alerts.alert_cas``, ``store.history.read``),
+so a newcomer finds a command by what it is for. The parts are the only code that names a key
 (``keys``) or sends a Redis command; the Lua scripts are in ``lua/``.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 from reliabilityd.store._admin import Admin
 from reliabilityd.store._alerts import Alerts
 from reliabilityd.store._base import Redis
+from reliabilityd.store._history import Histories
 from reliabilityd.store._imports import Imports
 from reliabilityd.store._ingest import Ingest
 from reliabilityd.store._reads import Reads
@@ -32,6 +33,7 @@ class Store:
         self.ingest = Ingest(client, self.keys)
         self.reads = Reads(client, self.keys)
         self.snapshots = Snapshots(client, self.keys)
+        self.history = Histories(client, self.keys)
         self.alerts = Alerts(client, self.keys)
         self.streams = Streams(client, self.keys)
         self.imports = Imports(client, self.keys, self.ingest)

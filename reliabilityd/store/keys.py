@@ -9,6 +9,9 @@ Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
     <p>:{<suite>}:dedup:<w>:<b>  set with TTL: digests of the (task, trial)s applied in
                               bucket b of the clock (b = floor(unix seconds / width w))
     <p>:{<suite>}:snapshot    hash  flat numbers for redis-cli, plus `json`
+    <p>:{<suite>}:snapshot:h:k<k>     string  the suite's history at k: fixed-size records
+                              in tiers (stats/history.py), TTL refreshed by every point
+    <p>:{<suite>}:snapshot:transitions  list  alert transitions (capped, newest last)
     <p>:{<suite>}:touched     zset  task -> time of its last event (suites with an idle expiry)
     <p>:{<suite>}:imported    hash  import ledger: digest of every imported (task, trial) -> 1
     <p>:{<suite>}:imports     hash  run id -> note of its first finished import
@@ -108,6 +111,24 @@ class Keys:
 
     def am_resend(self, suite: str, rule: str) -> str:
         return self.alert(suite, rule) + ":am-resend"
+
+    def snapshot(self, suite: str, slice: str | None = None) -> str:
+        """A series' snapshot hash: the suite's, or one slice's (``slice:<id>:snapshot``)."""
+        return self.suite(suite, "snapshot" if slice is None else f"slice:{slice}:snapshot")
+
+    @staticmethod
+    def history(snapshot: str, k: int) -> str:
+        """The history string at ``k`` of the series whose snapshot hash is ``snapshot``.
+
+        Named after the snapshot key, so every series with a snapshot has its
+        history in the same hash slot.
+        """
+        return f"{snapshot}:h:k{k}"
+
+    @staticmethod
+    def transitions(snapshot: str) -> str:
+        """The alert transitions of the series whose snapshot hash is ``snapshot``."""
+        return f"{snapshot}:transitions"
 
     @property
     def suites(self) -> str:

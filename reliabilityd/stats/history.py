@@ -1,0 +1,262 @@
+"""A series' history: its estimates over time and its alert transitions (pure, no I/O).
+
+The read API (``store.history.read``) returns these Structs::
+
+    History(suite, slice, points, transitions)
+    Point(t, values, tier)      values: {"pass^k@5": (point, lo, hi), "pass@k@5": ...}
+                                an element None = UNKNOWN
+    Transition(t, rule, state, severity, reason)
+
+``points`` are sorted by ``t`` with no duplicates across tiers: a coarser
+tier's points appear only before the oldest time a finer tier still reaches.
+``label(metric, k)`` builds the keys of ``Point.values``.
+
+Storage, one fixed-size string per series and k (``RECORD_SIZE`` bytes per
+record, ``TIERS`` regions of slots): a record is the snapshot's time as a
+big-endian uint32 of unix seconds, then pass@k (point, lo, hi) and pass^k
+(point, lo, hi), each a big-endian uint16 of the value times ``SCALE``
+(``UNKNOWN_CODE`` = UNKNOWN). The point is rounded to the nearest code, the
+lower bound down and the upper bound up, so a stored interval always
+contains the computed one and the error is at most 1/``SCALE``. A write puts
+the record in the slot ``floor(t / resolution) mod capacity`` of every tier,
+unless that slot holds a later time: each tier keeps the last snapshot of
+each of its buckets, and ages out by being overwritten, so the string never
+grows and nothing needs a sweep.
+
+Alert transitions are stored as MessagePack arrays ``[t, rule, state,
+severity, reason]`` in a list capped at ``TRANSITIONS_KEPT``.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final, TypeAlias
+
+import msgspec
+
+from reliabilityd.stats.estimate import Estimate
+
+__all__ = [
+    "KEY_TTL",
+    "RECORD_SIZE",
+    "SCALE",
+    "SERIES_BYTES",
+    "TIERS",
+    "TRANSITIONS_KEPT",
+    "UNKNOWN_CODE",
+    "Estimate3",
+    "History",
+    "Point",
+    "Tier",
+    "Transition",
+    "decode_points",
+    "decode_transition",
+    "encode_point",
+    "encode_transition",
+    "label",
+    "merge",
+    "point_of",
+]
+
+Estimate3: TypeAlias = tuple[float | None, float | None, float | None]
+
+METRICS: Final = ("pass@k", "pass^k")
+
+
+class Point(msgspec.Struct, frozen=True):
+    """One snapshot's estimates at the time it was computed."""
+
+    # Unix seconds the snapshot was computed at (whole seconds).
+    t: float
+    # label(metric, k) -> (point, lo, hi); None = UNKNOWN.
+    values: dict[str, Estimate3]
+    # The tier the point was read from: 0 is the finest.
+    tier: int = 0
+
+
+class Transition(msgspec.Struct, frozen=True):
+    """An alert rule's state change, recorded with the compare-and-set that made it."""
+
+    t: float
+    rule: str
+    # "inactive", "pending", "firing" or "resolved" (alerting.rules.State).
+    state: str
+    severity: str | None = None
+    # Why it breaches ("below", "unknown", "stale"), None when not breaching.
+    reason: str | None = None
+
+
+class History(msgspec.Struct, frozen=True):
+    """A series' points (sorted by time) and its alert transitions (sorted by time)."""
+
+    suite: str
+    slice: str | None
+    points: list[Point]
+    transitions: list[Transition]
+
+
+class Tier(msgspec.Struct, frozen=True):
+    """A region of a history string: one slot per ``resolution`` seconds, ``capacity`` slots."""
+
+    resolution: int
+    capacity: int
+
+    @property
+    def span(self) -> int:
+        """Seconds this tier reaches back (its current bucket included)."""
+        return self.resolution * self.capacity
+
+
+# Per minute for 6 hours, per 10 minutes for 7 days, per day for 420 days.
+TIERS: Final = (Tier(60, 360), Tier(600, 1008), Tier(86_400, 420))
+RECORD_SIZE: Final = 16
+SCALE: Final = 65_534
+UNKNOWN_CODE: Final = 65_535
+# Bytes of one series' history string per k: 1,788 records of 16 bytes.
+SERIES_BYTES: Final = RECORD_SIZE * sum(tier.capacity for tier in TIERS)
+# A history key outlives its last write by the longest span (then nothing in it is in reach).
+KEY_TTL: Final = max(tier.span for tier in TIERS) + 86_400
+TRANSITIONS_KEPT: Final = 100
+
+_RECORD = struct.Struct(">I6H")
+assert _RECORD.size == RECORD_SIZE
+
+
+def label(metric: str, k: int) -> str:
+    """The key of ``Point.values`` for ``metric`` ("pass@k" or "pass^k") at ``k``."""
+    return f"{metric}@{k}"
+
+
+def point_of(estimates: Iterable[Estimate], t: float) -> Point:
+    """The point a snapshot's estimates make at time ``t``."""
+    return Point(
+        t=float(math.floor(t)),
+        values={label(e.metric, e.k): (e.value, e.ci_low, e.ci_high) for e in estimates},
+    )
+
+
+def _code(x: float | None, rounding: str) -> int:
+    if x is None or math.isnan(x):
+        return UNKNOWN_CODE
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"a history value must be within [0, 1], got {x!r}")
+    scaled = x * SCALE
+    if rounding == "down":
+        return math.floor(scaled)
+    if rounding == "up":
+        return math.ceil(scaled)
+    return round(scaled)
+
+
+def _value(code: int) -> float | None:
+    return None if code == UNKNOWN_CODE else code / SCALE
+
+
+def _codes(triple: Estimate3 | None) -> tuple[int, int, int]:
+    p, lo, hi = (None, None, None) if triple is None else triple
+    return _code(p, "nearest"), _code(lo, "down"), _code(hi, "up")
+
+
+def encode_point(point: Point) -> dict[int, bytes]:
+    """k -> the point's record for that k's history string (both metrics in one record)."""
+    ks = sorted({int(name.rpartition("@")[2]) for name in point.values})
+    t = int(point.t)
+    if not 0 < t < 2**32:
+        raise ValueError(f"a history time must be unix seconds in (0, 2**32), got {point.t!r}")
+    out: dict[int, bytes] = {}
+    for k in ks:
+        at = _codes(point.values.get(label("pass@k", k)))
+        hat = _codes(point.values.get(label("pass^k", k)))
+        out[k] = _RECORD.pack(t, *at, *hat)
+    return out
+
+
+def decode_points(raw: bytes, k: int) -> list[list[Point]]:
+    """Each tier's points (in slot order) of one k's history string; empty slots skipped.
+
+    Raises ValueError when ``raw`` is not ``SERIES_BYTES`` long.
+    """
+    if len(raw) != SERIES_BYTES:
+        raise ValueError(f"a history string holds {SERIES_BYTES} bytes, got {len(raw)}")
+    at_label, hat_label = label("pass@k", k), label("pass^k", k)
+    tiers: list[list[Point]] = []
+    offset = 0
+    for index, tier in enumerate(TIERS):
+        points: list[Point] = []
+        for t, a0, a1, a2, h0, h1, h2 in _RECORD.iter_unpack(
+            raw[offset : offset + tier.capacity * RECORD_SIZE]
+        ):
+            if t:
+                values = {
+                    at_label: (_value(a0), _value(a1), _value(a2)),
+                    hat_label: (_value(h0), _value(h1), _value(h2)),
+                }
+                points.append(Point(t=float(t), values=values, tier=index))
+        tiers.append(points)
+        offset += tier.capacity * RECORD_SIZE
+    return tiers
+
+
+def merge(
+    per_k: Mapping[int, Sequence[Sequence[Point]]],
+    *,
+    since: float | None = None,
+    until: float | None = None,
+) -> list[Point]:
+    """One time-sorted list of points from every k's tiers (``decode_points`` of each).
+
+    Tier i's reach starts at the start of the oldest bucket it still holds,
+    counted back from the newest point of the series; a slot older than that
+    is a leftover the ring has not yet overwritten and is dropped. A tier's
+    points count only before the reach of every finer tier, so no time
+    appears twice. Points of the same time from different ks are one point.
+    """
+    newest = max((p.t for tiers in per_k.values() for ps in tiers for p in ps), default=None)
+    if newest is None:
+        return []
+    reach = [
+        float((math.floor(newest / tier.resolution) - tier.capacity + 1) * tier.resolution)
+        for tier in TIERS
+    ]
+    by_time: dict[float, tuple[int, dict[str, Estimate3]]] = {}
+    for tiers in per_k.values():
+        for index, points in enumerate(tiers):
+            finer = min(reach[:index], default=math.inf)
+            for p in points:
+                if p.t < reach[index] or p.t >= finer:
+                    continue
+                if since is not None and p.t < since:
+                    continue
+                if until is not None and p.t > until:
+                    continue
+                tier, values = by_time.setdefault(p.t, (index, {}))
+                values.update(p.values)
+                if index < tier:
+                    by_time[p.t] = (index, values)
+    return [
+        Point(t=t, values=dict(sorted(values.items())), tier=tier)
+        for t, (tier, values) in sorted(by_time.items())
+    ]
+
+
+def encode_transition(transition: Transition) -> bytes:
+    return msgspec.msgpack.encode(
+        (
+            transition.t,
+            transition.rule,
+            transition.state,
+            transition.severity,
+            transition.reason,
+        )
+    )
+
+
+_transition_decoder = msgspec.msgpack.Decoder(tuple[float, str, str, str | None, str | None])
+
+
+def decode_transition(raw: bytes) -> Transition:
+    """One stored transition; msgspec.DecodeError / ValidationError when it is not one."""
+    t, rule, state, severity, reason = _transition_decoder.decode(raw)
+    return Transition(t=t, rule=rule, state=state, severity=severity, reason=reason)

@@ -1,0 +1,271 @@
+"""History in Redis: points written with the snapshot, tiers, budget, transitions, UNKNOWN."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+from redis.crc import key_slot
+
+from reliabilityd.alerting.rules import AlertState
+from reliabilityd.stats import history
+from reliabilityd.stats.history import SCALE, TIERS, Point, Transition, label
+from reliabilityd.store import Store
+from reliabilityd.store._snapshots import SnapshotWrite
+
+DAY = 86_400
+# The stated budget: a series' history at the default k = [1, 5], its
+# transition list full, in MEMORY USAGE bytes.
+BUDGET = 64 * 1024
+T0 = 1_764_460_800  # 2025-11-30T00:00:00Z
+
+
+def values(t: float, ks: tuple[int, ...] = (1, 5)) -> dict[str, history.Estimate3]:
+    """Synthetic estimates that differ from one write to the next (every 7th pass^k UNKNOWN)."""
+    x = (int(t) // 60 % 997) / 997
+    out: dict[str, history.Estimate3] = {}
+    for k in ks:
+        out[label("pass@k", k)] = (x, x * 0.9, min(1.0, x * 1.1 + 0.01))
+        step = int(t) // 60
+        out[label("pass^k", k)] = (
+            (None, None, None) if step % 7 == 0 else (x / k, x / k * 0.8, min(1.0, x / k + 0.05))
+        )
+    return out
+
+
+def close(got: history.Estimate3, want: history.Estimate3) -> bool:
+    """Within the stored resolution; the stored interval contains the written one."""
+    for have, exact, side in zip(got, want, ("p", "lo", "hi"), strict=True):
+        if exact is None or have is None:
+            if exact is not have:
+                return False
+            continue
+        if abs(have - exact) > 1 / SCALE:
+            return False
+        if (side == "lo" and have > exact) or (side == "hi" and have < exact):
+            return False
+    return True
+
+
+def write(version: int, t: float, ks: tuple[int, ...] = (1, 5)) -> SnapshotWrite:
+    return SnapshotWrite("s", version, {"json": f"v{version}"}, {}, point=Point(t, values(t, ks)))
+
+
+async def test_a_point_is_written_with_the_ci_part_once_per_version(store: Store) -> None:
+    t = float(T0)
+    await store.snapshots.write_snapshot(
+        "s", 3, {"json": "v3"}, {"tasks": 1}, point=Point(t, values(t))
+    )
+    # Another replica writes the same version a minute later: the snapshot, not a second point.
+    assert await store.snapshots.write_snapshot(
+        "s", 3, {"json": "v3"}, {}, point=Point(t + 60, values(t + 60))
+    ) == (True, False)
+    # An older version writes neither.
+    assert await store.snapshots.write_snapshot(
+        "s", 2, {"json": "v2"}, {}, point=Point(t + 120, values(t + 120))
+    ) == (False, False)
+    # A live-only write (no CI part) writes no point.
+    await store.snapshots.write_snapshot("s", 4, {}, {"tasks": 2}, point=Point(t + 150, values(t)))
+    await store.snapshots.write_snapshot(
+        "s", 4, {"json": "v4"}, {}, point=Point(t + 180, values(t + 180))
+    )
+    got = await store.history.read("s")
+    assert [p.t for p in got.points] == [t, t + 180]
+    for p in got.points:
+        assert p.tier == 0
+        assert set(p.values) == set(values(p.t))
+        assert all(close(p.values[name], v) for name, v in values(p.t).items())
+    assert (got.suite, got.slice, got.transitions) == ("s", None, [])
+    assert await store.history.ks("s") == [1, 5]
+
+
+async def test_unknown_round_trips_as_unknown(store: Store) -> None:
+    t = float((T0 // 420 + 1) * 420)  # a minute whose pass^k is UNKNOWN in values()
+    point = Point(t, {**values(t), label("pass@k", 5): (None, 0.25, None)})
+    await store.snapshots.write_snapshot("s", 1, {"json": "v1"}, {}, point=point)
+    (back,) = (await store.history.read("s")).points
+    assert back.values[label("pass^k", 5)] == (None, None, None)
+    assert back.values[label("pass^k", 1)] == (None, None, None)
+    p, lo, hi = back.values[label("pass@k", 5)]
+    assert p is None
+    assert hi is None
+    assert lo is not None
+    assert lo <= 0.25 < lo + 1 / SCALE
+
+
+async def test_the_last_snapshot_of_a_bucket_stays_and_an_older_time_never_replaces_it(
+    store: Store,
+) -> None:
+    base = float(T0)
+    await store.snapshots.write_snapshots(
+        [write(1, base + 5), write(2, base + 50), write(3, base + 30)]
+    )
+    (only,) = (await store.history.read("s")).points
+    assert only.t == base + 50
+    assert close(only.values[label("pass@k", 1)], values(base + 50)[label("pass@k", 1)])
+    # A write one lap of tier 0 older lands on the same slot there and must not take it;
+    # in the coarser tiers its bucket is another one, and it is the older point it is.
+    older = base + 50 - TIERS[0].span
+    await store.snapshots.write_snapshots([write(4, older)])
+    points = (await store.history.read("s")).points
+    assert [(p.t, p.tier) for p in points] == [(older, 1), (base + 50, 0)]
+
+
+async def test_history_keys_live_in_the_suite_slot_and_expire(store: Store) -> None:
+    await store.snapshots.write_snapshots([write(1, float(T0))])
+    snapshot = store.keys.snapshot("s")
+    names = [store.keys.history(snapshot, k) for k in (1, 5)]
+    slot = key_slot(snapshot.encode())
+    assert all(key_slot(name.encode()) == slot for name in names)
+    assert key_slot(store.keys.transitions(snapshot).encode()) == slot
+    for name in names:
+        assert await store.client.strlen(name) == history.SERIES_BYTES
+        ttl = await store.client.ttl(name)
+        assert history.KEY_TTL - 60 <= ttl <= history.KEY_TTL
+    assert store.keys.snapshot("s", "model=x").endswith(":{s}:slice:model=x:snapshot")
+
+
+async def test_a_new_k_starts_its_own_history_at_the_version_already_stored(store: Store) -> None:
+    t = float(T0)
+    await store.snapshots.write_snapshots([write(5, t, (1,))])
+    # A config adds k = 5: the same data version, recomputed, gets a point at k = 5 only.
+    await store.snapshots.write_snapshots([write(5, t + 60, (1, 5))])
+    points = (await store.history.read("s")).points
+    assert [(p.t, sorted(p.values)) for p in points] == [
+        (t, [label("pass@k", 1), label("pass^k", 1)]),
+        (t + 60, [label("pass@k", 5), label("pass^k", 5)]),
+    ]
+
+
+async def test_a_transition_is_recorded_with_the_state_it_changes(store: Store) -> None:
+    firing = AlertState(state="firing", started_at=1.0, reason="below", snapshot_version=2)
+    mark = Transition(t=T0 + 0.5, rule="r", state="firing", severity="page", reason="below")
+    won = await store.alerts.alert_cas(
+        "s", "r", expected_seq=0, new=firing, notification=None, sinks=[], transition=mark
+    )
+    assert won.won
+    # A refused compare-and-set (another replica decided first) records nothing.
+    lost = await store.alerts.alert_cas(
+        "s", "r", expected_seq=0, new=firing, notification=None, sinks=[], transition=mark
+    )
+    assert not lost.won
+    got = await store.history.read("s")
+    assert got.transitions == [mark]
+    assert (await store.history.read("s", since=T0 + 1)).transitions == []
+
+
+async def test_transitions_are_capped_at_the_newest(store: Store) -> None:
+    for seq in range(history.TRANSITIONS_KEPT + 20):
+        state = AlertState(state="firing" if seq % 2 == 0 else "resolved", snapshot_version=seq)
+        mark = Transition(t=float(T0 + seq), rule="r", state=state.state, severity="page")
+        cas = await store.alerts.alert_cas(
+            "s", "r", expected_seq=seq, new=state, notification=None, sinks=[], transition=mark
+        )
+        assert cas.won
+    kept = (await store.history.read("s")).transitions
+    assert len(kept) == history.TRANSITIONS_KEPT
+    assert kept[0].t == T0 + 20
+    assert kept[-1].t == T0 + history.TRANSITIONS_KEPT + 19
+
+
+def _clock(days: int, checkpoints: list[int]) -> list[tuple[float, bool]]:
+    """(time, is a checkpoint) of the writes of ``days`` days from T0.
+
+    One write a day throughout; every 10 minutes in the 7 days before each
+    checkpoint and every minute in its last 6 hours, so at every checkpoint
+    each tier has a write in every bucket it can hold. More frequent writes
+    would only replace points within the same buckets (the test above).
+    """
+    times: set[int] = {T0 + d * DAY + 3_601 for d in range(days)}
+    for day in checkpoints:
+        end = T0 + day * DAY - 17  # 17 s before midnight of that day
+        times.update(end - j * 600 for j in range(7 * 144))
+        times.update(end - j * 60 for j in range(360))
+    ends = {T0 + day * DAY - 17 for day in checkpoints}
+    return [(float(t), t in ends) for t in sorted(times) if t >= T0 + 3_601]
+
+
+async def test_400_days_stay_within_the_budget_and_the_tiers_hold_their_spans(
+    store: Store,
+) -> None:
+    """The clock driven through 400 simulated days by calling the store's write directly."""
+    started = time.monotonic()
+    checkpoints = [1, 8, 60, 200, 400]
+    rule = "pass5-below-0.80"
+    seq = 0
+    version = 0
+    memory_seen: list[int] = []
+    batch: list[SnapshotWrite] = []
+    for t, checkpoint in _clock(400, checkpoints):
+        version += 1
+        batch.append(write(version, t))
+        if len(batch) < 500 and not checkpoint:
+            continue
+        await store.snapshots.write_snapshots(batch)
+        batch = []
+        if not checkpoint:
+            continue
+        # Alert transitions keep coming: 40 per checkpoint, past the list's cap by the end.
+        for _ in range(40):
+            state = AlertState(state="firing" if seq % 2 == 0 else "resolved", snapshot_version=seq)
+            mark = Transition(t=t - 40 + seq % 40, rule=rule, state=state.state, severity="page")
+            assert (
+                await store.alerts.alert_cas(
+                    "s",
+                    rule,
+                    expected_seq=seq,
+                    new=state,
+                    notification=None,
+                    sinks=[],
+                    transition=mark,
+                )
+            ).won
+            seq += 1
+        used = await store.history.memory("s")
+        memory_seen.append(sum(used.values()))
+        assert sum(used.values()) <= BUDGET, used
+        got = await store.history.read("s")
+        _assert_tiers(got.points, newest=t, age=t - T0)
+        assert len(got.transitions) == min(seq, history.TRANSITIONS_KEPT)
+    # The estimate strings are allocated whole at the first point: their memory never grows.
+    strings = [v for name, v in (await store.history.memory("s")).items() if ":h:k" in name]
+    assert len(strings) == 2
+    assert all(v == strings[0] for v in strings)
+    assert memory_seen == sorted(memory_seen)
+    assert time.monotonic() - started < 60
+
+
+def _assert_tiers(points: list[Point], *, newest: float, age: float) -> None:
+    times = [p.t for p in points]
+    assert times == sorted(set(times))
+    assert times[-1] == newest
+    for p in points:
+        assert all(close(p.values[name], v) for name, v in values(p.t).items()), p
+    by_tier = {i: [p.t for p in points if p.tier == i] for i in range(len(TIERS))}
+    fine, mid, coarse = by_tier[0], by_tier[1], by_tier[2]
+    # Per minute for 6 hours.
+    assert len(fine) == TIERS[0].capacity
+    assert all(b - a == 60 for a, b in itertools.pairwise(fine))
+    # Per 10 minutes for 7 days, where the minutes no longer reach.
+    assert mid
+    assert mid[-1] < fine[0]
+    assert all(b - a == 600 for a, b in itertools.pairwise(mid))
+    assert newest - mid[0] > min(age - 3_601 - 600, TIERS[1].span - 2 * TIERS[1].resolution)
+    # Per day for 420 days before that, back to the first day.
+    if age > TIERS[1].span:
+        assert coarse
+        assert coarse[-1] < mid[0]
+        days = [int(t) // DAY for t in coarse]
+        first = max(T0 // DAY, int(newest) // DAY - TIERS[2].capacity + 1)
+        assert days == list(range(first, first + len(days)))
+    else:
+        assert not coarse or coarse[-1] < mid[0]
+
+
+@pytest.mark.parametrize("slice_id", ["model=x"])
+async def test_a_series_without_history_reads_empty(store: Store, slice_id: str) -> None:
+    empty = await store.history.read("nothing")
+    assert (empty.points, empty.transitions) == ([], [])
+    sliced = await store.history.read("nothing", slice=slice_id)
+    assert (sliced.slice, sliced.points) == (slice_id, [])

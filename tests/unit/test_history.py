@@ -1,0 +1,168 @@
+"""The history model: records, UNKNOWN, rounding directions, tiers merged without duplicates."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reliabilityd.stats import history
+from reliabilityd.stats.history import SCALE, TIERS, Point, Transition, label
+
+probability = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
+maybe = st.one_of(st.none(), probability)
+
+
+def _slots(points_by_tier: list[list[Point]], k: int) -> bytes:
+    """A history string holding the given points, each in its slot (as the write script puts it)."""
+    raw = bytearray(history.SERIES_BYTES)
+    base = 0
+    for tier, points in zip(TIERS, points_by_tier, strict=True):
+        for p in points:
+            slot = base + (int(p.t) // tier.resolution) % tier.capacity
+            raw[slot * history.RECORD_SIZE : (slot + 1) * history.RECORD_SIZE] = (
+                history.encode_point(p)[k]
+            )
+        base += tier.capacity
+    return bytes(raw)
+
+
+@given(p=maybe, lo=maybe, hi=maybe)
+def test_a_record_round_trips_within_its_stated_error_and_unknown_stays_unknown(
+    p: float | None, lo: float | None, hi: float | None
+) -> None:
+    point = Point(t=1_764_460_800.0, values={label("pass^k", 5): (p, lo, hi)})
+    raw = _slots([[point], [], []], 5)
+    [[back], [], []] = history.decode_points(raw, 5)
+    assert back.t == point.t
+    got = back.values[label("pass^k", 5)]
+    # pass@k at this k was not in the point: UNKNOWN, not a number.
+    assert back.values[label("pass@k", 5)] == (None, None, None)
+    for want, have, direction in zip((p, lo, hi), got, ("nearest", "down", "up"), strict=True):
+        if want is None:
+            assert have is None
+            continue
+        assert have is not None
+        assert abs(have - want) <= 1 / SCALE
+        if direction == "down":
+            assert have <= want
+        elif direction == "up":
+            assert have >= want
+        else:
+            assert abs(have - want) <= 0.5 / SCALE + 1e-12
+
+
+@given(lo=probability, width=probability, at=probability)
+def test_a_stored_interval_contains_the_computed_one_and_its_point(
+    lo: float, width: float, at: float
+) -> None:
+    hi = lo + (1 - lo) * width
+    p = lo + (hi - lo) * at
+    raw = history.encode_point(Point(t=100.0, values={label("pass@k", 1): (p, lo, hi)}))[1]
+    [[back], _, _] = history.decode_points(
+        _slots([[Point(100.0, {label("pass@k", 1): (p, lo, hi)})], [], []], 1), 1
+    )
+    bp, blo, bhi = back.values[label("pass@k", 1)]
+    assert blo is not None
+    assert bhi is not None
+    assert bp is not None
+    assert blo <= lo
+    assert bhi >= hi
+    assert blo <= bp <= bhi
+    assert len(raw) == history.RECORD_SIZE
+
+
+def test_exact_ends_and_out_of_range_values() -> None:
+    raw = history.encode_point(Point(t=5.0, values={label("pass^k", 2): (1.0, 0.0, 1.0)}))[2]
+    [[back], _, _] = history.decode_points(
+        _slots([[Point(5.0, {label("pass^k", 2): (1.0, 0.0, 1.0)})], [], []], 2), 2
+    )
+    assert back.values[label("pass^k", 2)] == (1.0, 0.0, 1.0)
+    assert len(raw) == history.RECORD_SIZE
+    with pytest.raises(ValueError, match=r"within \[0, 1\]"):
+        history.encode_point(Point(t=5.0, values={label("pass^k", 2): (1.5, 0.0, 1.0)}))
+    with pytest.raises(ValueError, match="unix seconds"):
+        history.encode_point(Point(t=0.0, values={label("pass^k", 2): (0.5, 0.0, 1.0)}))
+    with pytest.raises(ValueError, match="holds"):
+        history.decode_points(b"\0" * 10, 2)
+
+
+def test_the_tiers_fit_the_stated_allocation() -> None:
+    # 1,788 records of 16 bytes: a 28,672-byte allocation class with the string header.
+    assert history.SERIES_BYTES == 28_608
+    assert [t.span for t in TIERS] == [6 * 3600, 7 * 86_400, 420 * 86_400]
+
+
+def test_merge_takes_each_time_from_the_finest_tier_that_reaches_it() -> None:
+    now = 1_764_460_800 + 17  # a write 17 s into a minute
+    # Every minute for 8 days, as the write script would leave it in each tier.
+    writes = [float(now - 60 * j) for j in range(8 * 1440)]
+    tiers: list[list[Point]] = [[], [], []]
+    for index, tier in enumerate(TIERS):
+        slots: dict[int, float] = {}
+        for t in writes:
+            slot = (int(t) // tier.resolution) % tier.capacity
+            slots[slot] = max(slots.get(slot, 0.0), t)
+        tiers[index] = [
+            Point(t, {label("pass^k", 1): (0.5, 0.4, 0.6)}, index) for t in slots.values()
+        ]
+    merged = history.merge({1: tiers})
+    times = [p.t for p in merged]
+    assert times == sorted(set(times))
+    fine = [p for p in merged if p.tier == 0]
+    mid = [p for p in merged if p.tier == 1]
+    coarse = [p for p in merged if p.tier == 2]
+    assert len(fine) == 360
+    assert fine[-1].t == now
+    assert all(b.t - a.t == 60 for a, b in itertools.pairwise(fine))
+    assert all(b.t - a.t == 600 for a, b in itertools.pairwise(mid))
+    assert mid[-1].t < fine[0].t
+    assert now - mid[0].t > 7 * 86_400 - 2 * 600
+    assert coarse
+    assert coarse[-1].t < mid[0].t
+    # A window of time, and two ks' points of one time are one point.
+    five = [
+        [Point(p.t, {label("pass^k", 5): (None, None, None)}, p.tier) for p in ps] for ps in tiers
+    ]
+    both = history.merge({1: tiers, 5: five}, since=now - 3600, until=now - 60)
+    assert [p.t for p in both] == [t for t in times if now - 3600 <= t <= now - 60]
+    assert all(set(p.values) == {label("pass^k", 1), label("pass^k", 5)} for p in both)
+    assert history.merge({}) == []
+
+
+def test_a_leftover_slot_older_than_its_tier_is_not_shown() -> None:
+    now = 1_764_460_800.0
+    old = now - 6 * 3600 - 120  # one lap ago in tier 0, in a slot no later write took
+    tiers = [
+        [
+            Point(old, {label("pass@k", 1): (0.1, 0.0, 0.2)}, 0),
+            Point(now, {label("pass@k", 1): (0.5, 0.4, 0.6)}, 0),
+        ],
+        [Point(now, {label("pass@k", 1): (0.5, 0.4, 0.6)}, 1)],
+        [Point(now, {label("pass@k", 1): (0.5, 0.4, 0.6)}, 2)],
+    ]
+    assert [(p.t, p.tier) for p in history.merge({1: tiers})] == [(now, 0)]
+
+
+def test_transitions_round_trip() -> None:
+    tr = Transition(
+        t=1_764_460_800.25, rule="pass5", state="firing", severity="page", reason="below"
+    )
+    assert history.decode_transition(history.encode_transition(tr)) == tr
+    bare = Transition(t=1.0, rule="r", state="resolved")
+    assert history.decode_transition(history.encode_transition(bare)) == bare
+
+
+def test_point_of_uses_the_snapshot_estimates() -> None:
+    from reliabilityd.stats.estimate import estimate
+
+    est = estimate([(10, 7), (10, 10), (10, 3)], 5, "pass^k", n_boot=200)
+    unknown = estimate([(3, 3)], 5, "pass@k")
+    point = history.point_of([est, unknown], 1_764_460_800.9)
+    assert point.t == 1_764_460_800.0
+    assert point.values[label("pass^k", 5)] == (est.value, est.ci_low, est.ci_high)
+    assert point.values[label("pass@k", 5)] == (None, None, None)
+    assert not math.isnan(point.t)
