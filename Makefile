@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs only the package and its `embedded` extra, not the test tools.
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: demo test check lint typecheck unit bench bench-stats bench-ci bench-ingest bench-import bench-http \
+.PHONY: demo test check lint typecheck unit bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history \
 	study-pages study-coverage study-compare servers clean
 
 $(STAMP): pyproject.toml
@@ -48,7 +48,7 @@ unit: $(STAMP)
 check: $(STAMP) servers lint typecheck
 	$(VENV)/bin/pytest -q -n 2 tests/unit tests/integration
 
-bench: bench-stats bench-ci bench-ingest bench-import bench-http
+bench: bench-stats bench-ci bench-ingest bench-import bench-http bench-history
 
 bench-stats: $(STAMP)
 	$(PY) -m benchmarks.bench_stats
@@ -60,6 +60,10 @@ study-coverage: $(STAMP)
 ## 1,000 changed suites recomputed by the daemon, beside the math alone.
 bench-ci: $(STAMP) servers
 	$(PY) -m benchmarks.bench_ci
+
+## The snapshot write with its history point, beside the same write without it.
+bench-history: $(STAMP) servers
+	$(PY) -m benchmarks.bench_history
 
 bench-ingest: $(STAMP) servers
 	$(PY) -m benchmarks.bench_ingest

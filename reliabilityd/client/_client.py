@@ -10,6 +10,7 @@ not only the configured ones.
     with Client("redis://127.0.0.1:6379/0") as rel:
         rel.suites()                       # ['deploy-bot', ...]
         rel.snapshot("deploy-bot")         # the daemon's last Snapshot, or None
+        rel.history("deploy-bot", since=t) # estimates over time and alert transitions
         rel.estimate("deploy-bot", 8)      # pass^8 with its CI, computed now
         rel.compare("bot-v1", "bot-v2", 5) # paired candidate - baseline over shared tasks
 """
@@ -26,6 +27,7 @@ from reliabilityd.client._bridge import LoopThread
 from reliabilityd.stats.compare import CompareOptions, Comparison, Side, compare
 from reliabilityd.stats.estimate import Estimate, EstimateOptions, estimate
 from reliabilityd.stats.estimators import Metric
+from reliabilityd.stats.history import History
 from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Counters, Store, connect
@@ -79,6 +81,18 @@ class AsyncClient:
             return msgspec.json.decode(raw, type=Snapshot)
         except msgspec.ValidationError:
             return None
+
+    async def history(
+        self,
+        suite: str,
+        *,
+        slice: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> History:
+        """The series' estimates over time (``since <= t <= until``, unix seconds) and its
+        alert transitions; empty before its first snapshot (``stats.history``)."""
+        return await self.store.history.read(suite, slice=slice, since=since, until=until)
 
     async def summary(self, suite: str) -> SuiteSummary:
         state = await self.store.reads.read_state(suite)
@@ -177,6 +191,16 @@ class Client:
 
     def summary(self, suite: str) -> SuiteSummary:
         return self._bridge.call(self._async.summary(suite))
+
+    def history(
+        self,
+        suite: str,
+        *,
+        slice: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> History:
+        return self._bridge.call(self._async.history(suite, slice=slice, since=since, until=until))
 
     def estimate(
         self, suite: str, k: int, metric: Metric = "pass^k", **options: Unpack[EstimateOptions]

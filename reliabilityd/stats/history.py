@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Final, TypeAlias
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
 from reliabilityd.stats.estimate import Estimate
 
@@ -120,8 +122,9 @@ SERIES_BYTES: Final = RECORD_SIZE * sum(tier.capacity for tier in TIERS)
 KEY_TTL: Final = max(tier.span for tier in TIERS) + 86_400
 TRANSITIONS_KEPT: Final = 100
 
+# A bound a rounding error puts this far outside [0, 1] is stored at the end it passed.
+_SLACK = 1e-9
 _RECORD = struct.Struct(">I6H")
-assert _RECORD.size == RECORD_SIZE
 
 
 def label(metric: str, k: int) -> str:
@@ -140,9 +143,9 @@ def point_of(estimates: Iterable[Estimate], t: float) -> Point:
 def _code(x: float | None, rounding: str) -> int:
     if x is None or math.isnan(x):
         return UNKNOWN_CODE
-    if not 0.0 <= x <= 1.0:
+    if not -_SLACK <= x <= 1.0 + _SLACK:
         raise ValueError(f"a history value must be within [0, 1], got {x!r}")
-    scaled = x * SCALE
+    scaled = min(1.0, max(0.0, x)) * SCALE
     if rounding == "down":
         return math.floor(scaled)
     if rounding == "up":
@@ -173,70 +176,93 @@ def encode_point(point: Point) -> dict[int, bytes]:
     return out
 
 
+_DTYPE = np.dtype([("t", ">u4"), ("v", ">u2", (6,))])
+assert _DTYPE.itemsize == RECORD_SIZE
+
+
+def _tiers_of(raw: bytes) -> list[npt.NDArray[np.void]]:
+    if len(raw) != SERIES_BYTES:
+        raise ValueError(f"a history string holds {SERIES_BYTES} bytes, got {len(raw)}")
+    records = np.frombuffer(raw, dtype=_DTYPE)
+    out = []
+    offset = 0
+    for tier in TIERS:
+        out.append(records[offset : offset + tier.capacity])
+        offset += tier.capacity
+    return out
+
+
+def _triples(codes: npt.NDArray[np.uint16]) -> list[list[float | None]]:
+    """Rows of six codes -> rows of six values, None for UNKNOWN."""
+    values = np.where(codes == UNKNOWN_CODE, np.nan, codes / SCALE).tolist()
+    return [[None if math.isnan(x) else x for x in row] for row in values]
+
+
+def _values(k: int, row: list[float | None]) -> dict[str, Estimate3]:
+    return {
+        label("pass@k", k): (row[0], row[1], row[2]),
+        label("pass^k", k): (row[3], row[4], row[5]),
+    }
+
+
 def decode_points(raw: bytes, k: int) -> list[list[Point]]:
     """Each tier's points (in slot order) of one k's history string; empty slots skipped.
 
     Raises ValueError when ``raw`` is not ``SERIES_BYTES`` long.
     """
-    if len(raw) != SERIES_BYTES:
-        raise ValueError(f"a history string holds {SERIES_BYTES} bytes, got {len(raw)}")
-    at_label, hat_label = label("pass@k", k), label("pass^k", k)
-    tiers: list[list[Point]] = []
-    offset = 0
-    for index, tier in enumerate(TIERS):
-        points: list[Point] = []
-        for t, a0, a1, a2, h0, h1, h2 in _RECORD.iter_unpack(
-            raw[offset : offset + tier.capacity * RECORD_SIZE]
-        ):
-            if t:
-                values = {
-                    at_label: (_value(a0), _value(a1), _value(a2)),
-                    hat_label: (_value(h0), _value(h1), _value(h2)),
-                }
-                points.append(Point(t=float(t), values=values, tier=index))
-        tiers.append(points)
-        offset += tier.capacity * RECORD_SIZE
-    return tiers
+    out: list[list[Point]] = []
+    for index, records in enumerate(_tiers_of(raw)):
+        used = records[records["t"] > 0]
+        out.append(
+            [
+                Point(t=float(t), values=_values(k, row), tier=index)
+                for t, row in zip(used["t"].tolist(), _triples(used["v"]), strict=True)
+            ]
+        )
+    return out
 
 
 def merge(
-    per_k: Mapping[int, Sequence[Sequence[Point]]],
+    raws: Mapping[int, bytes],
     *,
     since: float | None = None,
     until: float | None = None,
 ) -> list[Point]:
-    """One time-sorted list of points from every k's tiers (``decode_points`` of each).
+    """One time-sorted list of points from each k's history string (k -> its bytes).
 
     Tier i's reach starts at the start of the oldest bucket it still holds,
     counted back from the newest point of the series; a slot older than that
     is a leftover the ring has not yet overwritten and is dropped. A tier's
     points count only before the reach of every finer tier, so no time
     appears twice. Points of the same time from different ks are one point.
+    Raises ValueError when a string is not ``SERIES_BYTES`` long.
     """
-    newest = max((p.t for tiers in per_k.values() for ps in tiers for p in ps), default=None)
-    if newest is None:
+    decoded = {k: _tiers_of(raw) for k, raw in raws.items()}
+    newest = max(
+        (int(r["t"].max()) for tiers in decoded.values() for r in tiers if len(r)), default=0
+    )
+    if newest == 0:
         return []
-    reach = [
-        float((math.floor(newest / tier.resolution) - tier.capacity + 1) * tier.resolution)
-        for tier in TIERS
-    ]
-    by_time: dict[float, tuple[int, dict[str, Estimate3]]] = {}
-    for tiers in per_k.values():
-        for index, points in enumerate(tiers):
-            finer = min(reach[:index], default=math.inf)
-            for p in points:
-                if p.t < reach[index] or p.t >= finer:
-                    continue
-                if since is not None and p.t < since:
-                    continue
-                if until is not None and p.t > until:
-                    continue
-                tier, values = by_time.setdefault(p.t, (index, {}))
-                values.update(p.values)
+    reach = [(newest // tier.resolution - tier.capacity + 1) * tier.resolution for tier in TIERS]
+    by_time: dict[int, tuple[int, dict[str, Estimate3]]] = {}
+    for k, tiers in decoded.items():
+        for index, records in enumerate(tiers):
+            t = records["t"].astype(np.int64)
+            keep = (t > 0) & (t >= reach[index])
+            if index > 0:
+                keep &= t < min(reach[:index])
+            if since is not None:
+                keep &= t >= since
+            if until is not None:
+                keep &= t <= until
+            kept = records[keep]
+            for when, row in zip(kept["t"].tolist(), _triples(kept["v"]), strict=True):
+                tier, values = by_time.setdefault(when, (index, {}))
+                values.update(_values(k, row))
                 if index < tier:
-                    by_time[p.t] = (index, values)
+                    by_time[when] = (index, values)
     return [
-        Point(t=t, values=dict(sorted(values.items())), tier=tier)
+        Point(t=float(t), values=dict(sorted(values.items())), tier=tier)
         for t, (tier, values) in sorted(by_time.items())
     ]
 

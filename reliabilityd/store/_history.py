@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from reliabilityd.stats import history
-from reliabilityd.stats.history import History, Point, Transition
+from reliabilityd.stats.history import History, Transition
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store.keys import Keys
 
@@ -50,18 +50,15 @@ class Histories:
         pipe.lrange(self.keys.transitions(snapshot), 0, -1)
         fields, raw_transitions = await pipe.execute()
         ks = _ks(fields)
-        per_k: dict[int, list[list[Point]]] = {}
+        raws: dict[int, bytes] = {}
         if ks:
             pipe = self.client.pipeline(transaction=False)
             for k in ks:
                 pipe.get(self.keys.history(snapshot, k))
             for k, raw in zip(ks, await pipe.execute(), strict=True):
-                if raw is None:
-                    continue  # expired: no point in reach
-                try:
-                    per_k[k] = history.decode_points(bytes(raw), k)
-                except ValueError:
-                    continue
+                # None: expired, nothing in reach; another length: another layout.
+                if raw is not None and len(raw) == history.SERIES_BYTES:
+                    raws[k] = bytes(raw)
         transitions: list[Transition] = []
         for raw in raw_transitions:
             try:
@@ -74,7 +71,7 @@ class Histories:
         return History(
             suite=suite,
             slice=slice,
-            points=history.merge(per_k, since=since, until=until),
+            points=history.merge(raws, since=since, until=until),
             transitions=transitions,
         )
 

@@ -276,6 +276,10 @@ async def test_redis_cluster_gives_the_same_snapshot_as_one_node(
                 del doc["updated_at"], doc["last_trial_at"]
             assert docs[0] == docs[1]
             assert await many.reads.task_counts(suite) == truth.counts(suite)
+            # The history is written by the same script call on the cluster: its newest
+            # point holds that snapshot's numbers on both.
+            newest = [(await s.history.read(suite)).points[-1].values for s in (one, many)]
+            assert newest[0] == newest[1]
         assert sorted(await many.reads.suites()) == ["alpha", "beta", "delta", "gamma"]
         # The suites really are spread over the nodes.
         assert isinstance(many.client, RedisCluster)

@@ -269,3 +269,24 @@ async def test_a_series_without_history_reads_empty(store: Store, slice_id: str)
     assert (empty.points, empty.transitions) == ([], [])
     sliced = await store.history.read("nothing", slice=slice_id)
     assert (sliced.slice, sliced.points) == (slice_id, [])
+
+
+async def test_reset_deletes_the_history(store: Store) -> None:
+    await store.snapshots.write_snapshots([write(1, float(T0))])
+    mark = Transition(t=float(T0), rule="r", state="firing")
+    await store.alerts.alert_cas(
+        "s",
+        "r",
+        expected_seq=0,
+        new=AlertState(state="firing", snapshot_version=1),
+        notification=None,
+        sinks=[],
+        transition=mark,
+    )
+    before = await store.history.read("s")
+    assert before.points
+    assert before.transitions
+    await store.admin.reset_suite("s")
+    after = await store.history.read("s")
+    assert (after.points, after.transitions) == ([], [])
+    assert await store.history.memory("s") == {}

@@ -109,7 +109,7 @@ def test_merge_takes_each_time_from_the_finest_tier_that_reaches_it() -> None:
         tiers[index] = [
             Point(t, {label("pass^k", 1): (0.5, 0.4, 0.6)}, index) for t in slots.values()
         ]
-    merged = history.merge({1: tiers})
+    merged = history.merge({1: _slots(tiers, 1)})
     times = [p.t for p in merged]
     assert times == sorted(set(times))
     fine = [p for p in merged if p.tier == 0]
@@ -127,9 +127,15 @@ def test_merge_takes_each_time_from_the_finest_tier_that_reaches_it() -> None:
     five = [
         [Point(p.t, {label("pass^k", 5): (None, None, None)}, p.tier) for p in ps] for ps in tiers
     ]
-    both = history.merge({1: tiers, 5: five}, since=now - 3600, until=now - 60)
+    both = history.merge(
+        {1: _slots(tiers, 1), 5: _slots(five, 5)}, since=now - 3600, until=now - 60
+    )
     assert [p.t for p in both] == [t for t in times if now - 3600 <= t <= now - 60]
-    assert all(set(p.values) == {label("pass^k", 1), label("pass^k", 5)} for p in both)
+    assert all(
+        set(p.values) == {label(m, k) for m in ("pass@k", "pass^k") for k in (1, 5)} for p in both
+    )
+    assert all(p.values[label("pass^k", 5)] == (None, None, None) for p in both)
+    assert all(p.values[label("pass^k", 1)] != (None, None, None) for p in both)
     assert history.merge({}) == []
 
 
@@ -144,7 +150,7 @@ def test_a_leftover_slot_older_than_its_tier_is_not_shown() -> None:
         [Point(now, {label("pass@k", 1): (0.5, 0.4, 0.6)}, 1)],
         [Point(now, {label("pass@k", 1): (0.5, 0.4, 0.6)}, 2)],
     ]
-    assert [(p.t, p.tier) for p in history.merge({1: tiers})] == [(now, 0)]
+    assert [(p.t, p.tier) for p in history.merge({1: _slots(tiers, 1)})] == [(now, 0)]
 
 
 def test_transitions_round_trip() -> None:
