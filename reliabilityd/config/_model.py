@@ -195,9 +195,11 @@ class OtlpConfig(Base):
 class HttpConfig(Base):
     # 127.0.0.1 by default; anything beyond loopback needs `token`.
     host: str = "127.0.0.1"
-    # /metrics, /healthz, /readyz, POST /v1/trials, GET /suites/<suite>; 0 = no HTTP server.
+    # /metrics, /healthz, /readyz, POST /v1/trials, GET /suites/<suite>, the web UI;
+    # 0 = no HTTP server.
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0
-    # Bearer token POST /v1/trials requires (RELIABILITYD_HTTP_TOKEN overrides); "" = none.
+    # Bearer token POST /v1/trials requires, and beyond loopback every page and
+    # snapshot read (RELIABILITYD_HTTP_TOKEN overrides); "" = none.
     token: str = ""
     # Seconds a POST may wait for Redis before it is answered 503.
     commit_timeout: PositiveFloat = 10.0
