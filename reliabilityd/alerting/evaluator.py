@@ -147,6 +147,10 @@ class Evaluator:
                 notification=None if note is None else msgspec.json.encode(note),
                 sinks=list(self.outbox.sinks),
                 transition=_transition(rule, current, new, now),
+                # A new breach: the store keeps every task's counts as of its start.
+                breach_started=new.started_at
+                if new.started_at is not None and new.started_at != current.started_at
+                else None,
             )
             if not cas.won:
                 # Another replica moved the state on, or decided on a newer snapshot.

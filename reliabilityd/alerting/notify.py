@@ -106,7 +106,7 @@ def build(
         severity=rule.severity,
         lottery=snap.lottery.rows[:3],
         at=rfc3339(now),
-        generator_url=generator_url(config, suite, rule.name),
+        generator_url=generator_url(config, suite, rule.name, state.started_at),
     )
 
 
@@ -155,11 +155,36 @@ def parse_time(text: str | None) -> float | None:
     return None if text is None else datetime.fromisoformat(text).timestamp()
 
 
-def generator_url(config: Config, suite: str, rule: str) -> str | None:
-    if not config.external_url:
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+
+
+def base_url(config: Config) -> str | None:
+    """Where this daemon's pages are: ``external_url``, else the HTTP server's bound address.
+
+    A server bound to every interface is named by the host name; None when
+    the daemon serves no HTTP (``http.port = 0``) and no ``external_url`` is set.
+    """
+    if config.external_url:
+        return config.external_url.rstrip("/")
+    if not config.http.port:
         return None
-    base = config.external_url.rstrip("/")
-    return f"{base}/suites/{quote(suite, safe='')}?rule={quote(rule, safe='')}"
+    host = config.http.host
+    if host in WILDCARD_HOSTS:
+        import socket
+
+        host = socket.gethostname()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{config.http.port}"
+
+
+def generator_url(config: Config, suite: str, rule: str, at: float | None = None) -> str | None:
+    """The suite's page opened at the rule (and at the breach's start ``at``, unix s)."""
+    base = base_url(config)
+    if base is None:
+        return None
+    url = f"{base}/suites/{quote(suite, safe='')}?rule={quote(rule, safe='')}"
+    return url if at is None else f"{url}&at={at:.3f}"
 
 
 def _pct(x: float | None) -> str:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from reliabilityd.cli import _daemon, _gate, _history, _ingest, _oncall, _query
+from reliabilityd.cli import _daemon, _gate, _history, _ingest, _oncall, _query, _ui
 from reliabilityd.cli._common import Exit
 
 __all__ = ["build_parser", "main"]
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     _gate.add_parsers(sub)
     _oncall.add_parsers(sub)
     _history.add_parsers(sub)
+    _ui.add_parsers(sub)
     return parser
 
 

@@ -211,7 +211,8 @@ class HttpToken(Base):
 class HttpConfig(Base):
     # 127.0.0.1 by default; anything beyond loopback needs `token` or `tokens`.
     host: str = "127.0.0.1"
-    # /metrics, /healthz, /readyz, POST /v1/trials, GET /suites/<suite>; 0 = no HTTP server.
+    # /metrics, /healthz, /readyz, POST /v1/trials, GET /suites/<suite>, the web UI;
+    # 0 = no HTTP server.
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0
     # The all-suites bearer token: writes need it, and so do reads beyond
     # loopback (RELIABILITYD_HTTP_TOKEN overrides); "" = none.

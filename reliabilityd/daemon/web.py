@@ -27,12 +27,14 @@
   unusable (OTLP clients retry it; trial ids make it idempotent). Write
   scopes as for ``/v1/trials``: a forbidden record counts in
   ``partial_success`` (403 when nothing but forbidden trials came).
-* ``GET /suites/<suite>``: the newest snapshot document (what alert
-  ``generatorURL``s point at), 404 when the suite has none.
+* ``GET /suites/<suite>``: the newest snapshot document, 404 when the suite
+  has none; a browser (``Accept: text/html``) gets the suite's page instead.
+* ``GET /`` and the suite pages: the web UI (``daemon.ui``), where alert
+  ``generatorURL``s point.
 
 Who may write and read which suite is ``auth``'s: on loopback reads are
-open; beyond it ``/suites/<suite>`` and ``/metrics`` need a token that may
-read the suite (every suite, for ``/metrics``). With ``http.tls_cert`` and
+open; beyond it pages, ``/suites/<suite>`` and ``/metrics`` need a token that
+may read the suite (every suite, for ``/metrics``). With ``http.tls_cert`` and
 ``tls_key`` the port serves HTTPS only. The daemon implements ``Backend``
 (its HTTP handlers reach Redis through a pool of their own); nothing here
 knows its loops.
@@ -53,6 +55,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from reliabilityd.config import HttpConfig, HttpTlsProblem, http_tls_context, parse_mqtt_url
+from reliabilityd.daemon import ui
 from reliabilityd.daemon.auth import Authority, Grant
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ConfigError, ReliabilitydError
@@ -74,8 +77,8 @@ class IngestUnavailable(ReliabilitydError):
     """Redis cannot take the commit now; the client should retry after a pause."""
 
 
-class Backend(Protocol):
-    """What the HTTP server needs from the daemon."""
+class Backend(ui.Source, Protocol):
+    """What the HTTP server needs from the daemon (and the pages: its store and config)."""
 
     metrics: Metrics
 
@@ -417,7 +420,7 @@ def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Appl
     app.router.add_get("/metrics", h.metrics)
     app.router.add_get("/healthz", h.healthz)
     app.router.add_get("/readyz", h.readyz)
-    app.router.add_get("/suites/{suite}", h.suite)
+    ui.register(app, backend, config, json_suite=h.suite)
     return app
 
 

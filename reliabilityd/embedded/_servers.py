@@ -386,6 +386,7 @@ class EmbeddedServers:
             f"(MQTT {self.mqtt_protocol}, QoS 1; {self.broker_kind})",
             f"Redis is at        {self.redis_url}  ({self.redis_kind})",
             f"HTTP is at         {self.http_url}  (POST /v1/trials, GET /suites/<suite>, /metrics)",
+            f"web UI at          {self.http_url}/  (open it in a browser; `reliabilityd ui`)",
             f"data directory     {self.datadir}",
         ]
 

@@ -126,7 +126,8 @@ async def _run(servers: EmbeddedServers, duration: float, live: bool) -> int:
     agents = fleet.Agents(fleet.default_fleet())
     schedule = Schedule(agents)
     log: list[str] = []
-    footer = [liveview.rule_line(RULE), *servers.describe(), "Ctrl-C stops everything"]
+    page = f"open {servers.http_url}/suites/{RULE.suite} in a browser: the suite's page, live"
+    footer = [page, liveview.rule_line(RULE), *servers.describe(), "Ctrl-C stops everything"]
     live_view = None
     if live:
         from rich.console import Console
@@ -134,6 +135,7 @@ async def _run(servers: EmbeddedServers, duration: float, live: bool) -> int:
 
         live_view = Live(console=Console(), refresh_per_second=4, transient=False)
         say = log.append
+        print(page, flush=True)  # stays above the live view, for a click or a copy
     else:
         for line in footer[:-1]:
             print(line, flush=True)

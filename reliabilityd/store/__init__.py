@@ -8,6 +8,7 @@ and the Lua scripts live in ``lua/`` beside the module that loads them.
 
 from __future__ import annotations
 
+from reliabilityd.store._alerts import Baseline
 from reliabilityd.store._base import (
     Applied,
     Counters,
@@ -23,6 +24,7 @@ from reliabilityd.store._store import Store
 
 __all__ = [
     "Applied",
+    "Baseline",
     "Counters",
     "DeadLetter",
     "ImportApplied",

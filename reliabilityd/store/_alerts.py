@@ -37,6 +37,13 @@ class Cas(msgspec.Struct, frozen=True):
     stale_snapshot: bool = False
 
 
+class Baseline(msgspec.Struct, frozen=True):
+    """Every task's (n, c) as they stood when a rule's latest breach began at ``at``."""
+
+    at: float
+    tasks: dict[str, tuple[int, int]]
+
+
 _state_decoder = msgspec.json.Decoder(AlertState)
 
 
@@ -100,16 +107,21 @@ class Alerts:
         notification: bytes | None,
         sinks: Sequence[str],
         transition: Transition | None = None,
+        breach_started: float | None = None,
     ) -> Cas:
         """Store ``new`` if the stored seq is still ``expected_seq`` and ``new`` rests on a
         snapshot at least as new as the stored state's; queue the notification.
 
         ``transition`` (a state change) is recorded on the suite's history in
         the same call, so it is recorded exactly when the state is stored.
+        ``breach_started``: this transition starts a breach at that time; every
+        task's counts are copied into the rule's baseline in the same call.
         """
         keys = [
             self.alert_key(suite, rule),
             self.keys.transitions(self.keys.snapshot(suite)),
+            self.keys.suite(suite, "tasks"),
+            self.keys.baseline(suite, rule),
             *(self.outbox_key(suite, rule, s) for s in sinks),
         ]
         doc = msgspec.json.encode(msgspec.structs.replace(new, seq=expected_seq + 1))
@@ -125,9 +137,24 @@ class Alerts:
                 b"" if transition is None else history.encode_transition(transition),
                 history.TRANSITIONS_KEPT,
                 history.KEY_TTL * 1000,
+                "" if breach_started is None else repr(breach_started),
             )
         )
         return Cas(won=won == 1, stale_snapshot=won == -1)
+
+    async def baseline(self, suite: str, rule: str) -> Baseline | None:
+        """Every task's (n, c) when the rule's latest breach began; None before any breach."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(self.alert_key(suite, rule), "baseline_at")
+        pipe.hgetall(self.keys.baseline(suite, rule))
+        at_raw, raw = await pipe.execute()
+        if at_raw is None:
+            return None
+        tasks: dict[str, tuple[int, int]] = {}
+        for task, value in raw.items():
+            n, c = _text(value).split(":")[:2]
+            tasks[_text(task)] = (int(n), int(c))
+        return Baseline(at=float(_text(at_raw)), tasks=tasks)
 
     async def outbox_lengths(self, triples: Sequence[tuple[str, str, str]]) -> list[int]:
         if not triples:

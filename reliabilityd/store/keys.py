@@ -16,6 +16,7 @@ Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
     <p>:{<suite>}:imported    hash  import ledger: digest of every imported (task, trial) -> 1
     <p>:{<suite>}:imports     hash  run id -> note of its first finished import
     <p>:{<suite>}:alert:<rule> hash alert rule state: seq, snap (its snapshot version), doc
+    <p>:{<suite>}:alert:<rule>:baseline             hash  every task's counts at the breach start
     <p>:{<suite>}:alert:<rule>:outbox:<sink>        list  notifications not yet delivered
     <p>:{<suite>}:alert:<rule>:outbox:<sink>:lease  string  the daemon draining it
     <p>:{<suite>}:alert:<rule>:am-resend            string  Alertmanager re-send pacing
@@ -97,6 +98,10 @@ class Keys:
 
     def alert(self, suite: str, rule: str) -> str:
         return self.suite(suite, f"alert:{rule}")
+
+    def baseline(self, suite: str, rule: str) -> str:
+        """Every task's counts when the rule's latest breach began (a copy of ``tasks``)."""
+        return self.suite(suite, f"alert:{rule}:baseline")
 
     def outbox(self, suite: str, rule: str, sink: str) -> str:
         return self.suite(suite, f"alert:{rule}:outbox:{sink}")

@@ -50,6 +50,15 @@ def test_the_cli_finds_a_running_embedded_daemon(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         assert "t     10  10" in done.stdout
 
+        # The web UI: `ui` names the suite's page, and a browser's request gets it.
+        done = cli(env, "ui", SUITE)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"{ends.http_url}/suites/{SUITE}\n"
+        page = urllib.request.Request(done.stdout.strip(), headers={"Accept": "text/html"})
+        with urllib.request.urlopen(page, timeout=10) as resp:
+            assert resp.headers["Content-Type"].startswith("text/html")
+            assert f"<h1>{SUITE}</h1>" in resp.read().decode()
+
         # A healthy embedded daemon is healthy to check, with or without its config.
         for argv in (["check", "-c", str(config)], ["check"]):
             done = cli(env, *argv)
@@ -61,6 +70,11 @@ def test_the_cli_finds_a_running_embedded_daemon(tmp_path: Path) -> None:
             done = cli(env, verb, "nobody")
             assert done.returncode == 2  # a usage error: no such suite
             assert done.stderr == f"reliabilityd: no suite named 'nobody' in {where}\n"
+
+    # Stopped: no UI to name.
+    done = cli(env, "ui")
+    assert done.returncode == 1
+    assert "no web UI found" in done.stderr
 
     # Stopped: the CLI no longer asks its Redis, and says which one it asked instead.
     done = cli(env, "check", "--redis", ends.redis_url)

@@ -39,6 +39,9 @@ def test_a_wheel_in_a_fresh_venv_runs_the_demo(tmp_path: Path) -> None:
     lua = sorted(p.name for p in (REPO / "reliabilityd" / "store" / "lua").glob("*.lua"))
     assert lua
     assert sorted(n.rsplit("/", 1)[1] for n in names if n.endswith(".lua")) == lua
+    # The web UI's stylesheet and script ship with it: the pages fetch nothing elsewhere.
+    assert "reliabilityd/daemon/ui/static/ui.css" in names
+    assert "reliabilityd/daemon/ui/static/ui.js" in names
     # Only the package: no benchmark, study or test module rides along.
     top = {n.split("/", 1)[0] for n in names if not n.startswith("reliabilityd-")}
     assert top == {"reliabilityd"}, top

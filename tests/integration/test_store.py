@@ -11,7 +11,7 @@ import pytest
 from reliabilityd.alerting.rules import AlertState
 from reliabilityd.events import Rejected, TrialEvent
 from reliabilityd.stats.lottery import lottery_cases, ranked_cell_groups
-from reliabilityd.store import Store
+from reliabilityd.store import Baseline, Store
 from reliabilityd.store._alerts import Cas
 from tests.support.helpers import make_events, truth_of, wait_until
 
@@ -208,3 +208,30 @@ async def test_alert_cas_refuses_a_verdict_on_an_older_snapshot(store: Store) ->
         "s", "r", expected_seq=1, new=later, notification=None, sinks=[]
     )
     assert stale == Cas(won=False)
+
+
+async def test_a_breach_start_copies_every_tasks_counts_into_the_baseline(store: Store) -> None:
+    """The transition that starts a breach keeps the counts; later transitions leave them."""
+    first = [TrialEvent("s", "a", "1", "pass"), TrialEvent("s", "b", "1", "fail")]
+    await store.ingest.apply({"s": first}, windows={}, dedup_ttl=60)
+    assert await store.alerts.baseline("s", "r") is None
+    pending = AlertState(state="pending", started_at=50.0, reason="below", snapshot_version=1)
+    won = await store.alerts.alert_cas(
+        "s", "r", expected_seq=0, new=pending, notification=None, sinks=[], breach_started=50.0
+    )
+    assert won == Cas(won=True)
+    await store.ingest.apply({"s": [TrialEvent("s", "a", "2", "fail")]}, windows={}, dedup_ttl=60)
+    firing = msgspec.structs.replace(pending, state="firing", snapshot_version=2)
+    await store.alerts.alert_cas("s", "r", expected_seq=1, new=firing, notification=None, sinks=[])
+    assert await store.alerts.baseline("s", "r") == Baseline(
+        at=50.0, tasks={"a": (1, 1), "b": (1, 0)}
+    )
+    # A refused compare-and-set copies nothing.
+    again = msgspec.structs.replace(pending, started_at=99.0, snapshot_version=3)
+    refused = await store.alerts.alert_cas(
+        "s", "r", expected_seq=0, new=again, notification=None, sinks=[], breach_started=99.0
+    )
+    assert refused == Cas(won=False)
+    baseline = await store.alerts.baseline("s", "r")
+    assert baseline is not None
+    assert baseline.at == 50.0

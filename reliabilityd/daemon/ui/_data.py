@@ -1,0 +1,168 @@
+"""What the pages read from Redis, through the Store: snapshots, alert states, history,
+breach baselines, dead letters and rejected counts. Every read is the Store's; the
+numbers shown are what any other reader of Redis sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from reliabilityd.alerting.rules import Rule
+from reliabilityd.config import Config
+from reliabilityd.daemon.ui import _model
+from reliabilityd.daemon.ui._pages import IndexPage, IndexRow, RuleView, SuitePage, TransitionRow
+from reliabilityd.daemon.ui._svg import Mark
+from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store import Store
+
+if TYPE_CHECKING:
+    from reliabilityd.stats.history import Estimate3, History
+
+HOUR = 3600.0
+LETTERS = 20  # dead letters listed on a suite page
+LETTERS_SINCE = 7 * 86400.0  # how far back the page looks for them
+MOVERS = 10
+_snapshot = msgspec.json.Decoder(Snapshot)
+
+
+def _decode(raw: bytes | None) -> Snapshot | None:
+    if raw is None:
+        return None
+    try:
+        return _snapshot.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None  # written by another version: shown as "no snapshot yet"
+
+
+def watching(config: Config, suite: str) -> list[Rule]:
+    return [r for r in config.rules() if fnmatch.fnmatchcase(suite, r.suite)]
+
+
+def _points(history: History) -> list[tuple[float, dict[str, Estimate3]]]:
+    return [(p.t, p.values) for p in history.points]
+
+
+async def index(
+    store: Store,
+    config: Config,
+    now: float,
+    readable: Callable[[list[str]], list[str]] = list,
+) -> IndexPage:
+    """Each readable suite's headline value, interval, day's trend, alerts and rejected count."""
+    suites = readable(await store.reads.suites())
+    docs = await store.snapshots.snapshot_docs(suites)
+    rules = {s: watching(config, s) for s in suites}
+    pairs = [(s, r.name) for s in suites for r in rules[s]]
+    states = dict(zip(pairs, await store.alerts.alert_states(pairs), strict=True))
+    rejected = await store.reads.rejected_counts(now)
+    histories = await asyncio.gather(
+        *(store.history.read(s, since=now - _model.DAY, until=now) for s in suites)
+    )
+    rows = []
+    for suite, raw, history in zip(suites, docs, histories, strict=True):
+        snap = _decode(raw)
+        k = _model.headline_k(snap, rules[suite])
+        trend = (
+            [] if k is None else _model.samples(_points(history), _model.series_key("pass^k", k))
+        )
+        rows.append(
+            IndexRow(
+                suite=suite,
+                snap=snap,
+                k=k,
+                trend=trend,
+                alert=_model.worst_state(states[(suite, r.name)] for r in rules[suite]),
+                rejected=rejected.get(suite, 0),
+            )
+        )
+    return IndexPage(rows=rows, unattributed=rejected.get(None, 0), now=now)
+
+
+async def suite_page(
+    store: Store,
+    config: Config,
+    suite: str,
+    *,
+    now: float,
+    k: int | None = None,
+    focus: str | None = None,
+    anchor: float | None = None,
+    since: float | None = None,
+) -> SuitePage | None:
+    """A suite's page; None when Redis knows no such suite."""
+    raw = await store.snapshots.snapshot_json(suite)
+    if raw is None and suite not in await store.reads.suites():
+        return None
+    snap = _decode(raw)
+    rules = watching(config, suite)
+    states = await store.alerts.alert_states([(suite, r.name) for r in rules])
+    if focus is not None and anchor is None:
+        # An alert link without a time opens at the rule's latest breach.
+        state = next((s for r, s in zip(rules, states, strict=True) if r.name == focus), None)
+        anchor = None if state is None else state.started_at
+    t0, t1 = _model.time_range(now, anchor, since)
+    history = await store.history.read(suite, since=t0, until=t1)
+    shown = k if k is not None and snap is not None and snap.get("pass^k", k) else None
+    shown = shown or _model.headline_k(snap, rules)
+    points = _points(history)
+    hat = [] if shown is None else _model.samples(points, _model.series_key("pass^k", shown))
+    at = [] if shown is None else _model.samples(points, _model.series_key("pass@k", shown))
+    names = {r.name for r in rules}
+    transitions = [t for t in history.transitions if t.rule in names]
+    t0 = _model.drawn_from(t0, t1, [s.t for s in hat + at] + [t.t for t in transitions], anchor)
+    views = [
+        RuleView(
+            rule=r,
+            state=s,
+            transitions=[
+                TransitionRow(t.t, t.state, t.severity) for t in transitions if t.rule == r.name
+            ],
+        )
+        for r, s in zip(rules, states, strict=True)
+    ]
+    movers_rule, movers_since, movers = await _movers(store, config, suite, rules, views)
+    letters = await store.reads.recent_deadletters(
+        since=now - LETTERS_SINCE, suite=suite, limit=LETTERS
+    )
+    rejected = (await store.reads.rejected_counts(now)).get(suite, 0)
+    return SuitePage(
+        suite=suite,
+        snap=snap,
+        k=shown,
+        hat=hat,
+        at=at,
+        marks=[Mark(t.t, t.rule, t.state) for t in transitions],
+        rules=views,
+        movers=movers,
+        movers_rule=movers_rule,
+        movers_since=movers_since,
+        letters=letters,
+        rejected=rejected,
+        t0=t0,
+        t1=t1,
+        anchor=anchor,
+        focus=focus,
+        now=now,
+    )
+
+
+async def _movers(
+    store: Store, config: Config, suite: str, rules: Sequence[Rule], views: Sequence[RuleView]
+) -> tuple[str | None, float | None, list[_model.Mover]]:
+    """The tasks that moved most since the breach of the rule that needs a person most."""
+    breached = [v for v in views if v.state.started_at is not None and v.state.state != "inactive"]
+    if not breached:
+        return None, None, []
+    view = max(breached, key=lambda v: (_model.STATE_RANK[v.state.state], v.state.started_at))
+    baseline = await store.alerts.baseline(suite, view.rule.name)
+    if baseline is None:
+        return None, None, []
+    current = await store.reads.task_counts(suite)
+    window, _ = config.suite_settings(suite)
+    rows = _model.movers(baseline.tasks, current, windowed=window > 0, limit=MOVERS)
+    return view.rule.name, baseline.at, rows

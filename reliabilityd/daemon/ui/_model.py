@@ -1,0 +1,126 @@
+"""What the pages show, computed from what Redis holds: pure, no I/O.
+
+The headline k of a suite, the worst alert state, a history series as chart
+samples, the time range a page opens on, and the tasks that moved most since
+a breach began.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import msgspec
+
+from reliabilityd.alerting.rules import AlertState, Rule
+from reliabilityd.daemon.ui._svg import Sample
+from reliabilityd.stats.snapshot import Snapshot
+
+DAY = 86400.0
+# How far before an alert's time a page opened at the alert starts its charts.
+BEFORE_ANCHOR = 3 * 3600.0
+STATE_RANK = {"firing": 3, "pending": 2, "resolved": 1, "inactive": 0}
+
+
+def headline_k(snap: Snapshot | None, rules: Sequence[Rule]) -> int | None:
+    """The k a suite is summarised at: its first pass^k rule's k when the snapshot has it,
+    else the largest k of the snapshot."""
+    if snap is None or not snap.pass_hat_k:
+        return None
+    have = {e.k for e in snap.pass_hat_k}
+    for rule in rules:
+        if rule.metric == "pass^k" and rule.k in have:
+            return rule.k
+    return max(have)
+
+
+def worst_state(states: Iterable[AlertState]) -> str:
+    """The state that needs a person most: firing, then pending, resolved, inactive."""
+    return max((s.state for s in states), key=STATE_RANK.__getitem__, default="inactive")
+
+
+def series_key(metric: str, k: int) -> str:
+    """The key of a history point's values: ``pass^k@5``, ``pass@k@5``."""
+    return f"{metric}@{k}"
+
+
+Triple = tuple[float | None, float | None, float | None]
+
+
+def samples(points: Iterable[tuple[float, Mapping[str, Triple]]], key: str) -> list[Sample]:
+    """The chart samples of one series: each (t, values) that has the key, in time order."""
+    out = [Sample(t, *values[key]) for t, values in points if key in values]
+    out.sort(key=lambda s: s.t)
+    return out
+
+
+def time_range(now: float, anchor: float | None, since: float | None) -> tuple[float, float]:
+    """(start, end) of a page's charts: the last day, reaching back to before the anchor."""
+    start = now - DAY
+    if since is not None:
+        start = since
+    if anchor is not None:
+        start = min(start, anchor - BEFORE_ANCHOR)
+    return start, now
+
+
+# The shortest span a chart's axis covers.
+MIN_SPAN = 600.0
+
+
+def drawn_from(start: float, end: float, times: Sequence[float], anchor: float | None) -> float:
+    """Where a chart's axis begins: at ``start``, or later where the history begins later,
+    so a young suite's points spread over the chart; the anchor always stays in view, and
+    the axis covers at least ``MIN_SPAN`` seconds."""
+    first = min([*times, *([] if anchor is None else [anchor])], default=start)
+    return max(start, min(first, end - MIN_SPAN))
+
+
+class Mover(msgspec.Struct, frozen=True):
+    """One task's pass rate before the breach and after it began, and the change."""
+
+    task: str
+    before_n: int
+    before_c: int
+    after_n: int
+    after_c: int
+
+    @property
+    def before(self) -> float:
+        return self.before_c / self.before_n
+
+    @property
+    def after(self) -> float:
+        return self.after_c / self.after_n
+
+    @property
+    def change(self) -> float:
+        return self.after - self.before
+
+
+def movers(
+    baseline: Mapping[str, tuple[int, int]],
+    current: Mapping[str, tuple[int, int]],
+    *,
+    windowed: bool,
+    limit: int = 10,
+) -> list[Mover]:
+    """The tasks whose pass rate changed most since the baseline, largest drop first.
+
+    Without a window a task's counts only grow, so "after" is the trials
+    counted since the baseline (current minus baseline); with a window the
+    counts are the last W outcomes, and "after" is the current window. A task
+    with no trial after the baseline, or none before it, has no change to
+    show and is left out. Ties go to the task name.
+    """
+    rows: list[Mover] = []
+    for task, (n, c) in current.items():
+        before = baseline.get(task)
+        if before is None or before[0] < 1:
+            continue
+        n0, c0 = before
+        after_n, after_c = (n, c) if windowed else (n - n0, c - c0)
+        if after_n < 1:
+            continue
+        rows.append(Mover(task, n0, c0, after_n, after_c))
+    rows.sort(key=lambda m: (m.change, m.task))
+    return [m for m in rows if m.change != 0][:limit]

@@ -1,0 +1,226 @@
+"""The UI's routes on the daemon's HTTP app: pages, their fragments, static files, the token form.
+
+``GET /suites/<suite>`` is negotiated: a request whose ``Accept`` names
+``text/html`` (a browser) at least as high as ``application/json`` gets the
+page; anything else (``application/json``, ``*/*``, no header) gets the
+snapshot document, byte for byte what the JSON handler serves. Every read
+asks ``can_read`` first.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from importlib import resources
+from typing import Protocol
+from urllib.parse import quote
+
+from aiohttp import web
+
+from reliabilityd.config import Config
+from reliabilityd.daemon.ui import _data, _pages
+from reliabilityd.daemon.ui._access import AUTHORITY, COOKIE, can_read, readable, token_reads
+from reliabilityd.logs import RateLimited
+from reliabilityd.store import Store
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+STATIC = {"ui.css": "text/css", "ui.js": "text/javascript"}
+HTML = "text/html"
+_failures = RateLimited()
+
+
+class Source(Protocol):
+    """What the pages read: the daemon's store and its config."""
+
+    store: Store
+    config: Config
+
+
+class BadQuery(ValueError):
+    """A query parameter that does not parse; answered 400 with the message."""
+
+
+def wants_html(accept: str) -> bool:
+    """True when ``accept`` ranks text/html above zero and at least as high as JSON."""
+    q: dict[str, float] = {}
+    for part in accept.split(","):
+        media, *params = (p.strip() for p in part.split(";"))
+        weight = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    weight = float(value)
+                except ValueError:
+                    weight = 0.0
+        q[media.lower()] = max(weight, q.get(media.lower(), 0.0))
+    html = q.get("text/html", 0.0)
+    return html > 0 and html >= q.get("application/json", 0.0)
+
+
+def parse_time(text: str | None, name: str) -> float | None:
+    """Unix seconds or RFC 3339 (``2026-12-01T13:05:00Z``); BadQuery otherwise."""
+    if text is None or text == "":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace(" ", "+"))
+    except ValueError:
+        raise BadQuery(f"{name}={text!r}: give unix seconds or an RFC 3339 time") from None
+    if moment.tzinfo is None:
+        raise BadQuery(f"{name}={text!r}: an RFC 3339 time needs its offset (Z for UTC)")
+    return moment.timestamp()
+
+
+def _html(text: str, status: int = 200) -> web.Response:
+    return web.Response(
+        text=text,
+        status=status,
+        content_type=HTML,
+        headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
+    )
+
+
+def _problem(request: web.Request, status: int, message: str, *, html: bool) -> web.Response:
+    if not html:
+        return web.json_response({"error": message}, status=status)
+    main = f'<h1>{status}</h1><p class="empty">{_escape(message)}</p>'
+    return _html(_pages.layout(f"{status}", main, refresh=None), status)
+
+
+def _escape(text: str) -> str:
+    from html import escape
+
+    return escape(text)
+
+
+def _login_form(request: web.Request, *, wrong: bool = False) -> web.Response:
+    target = request.path_qs if request.path != "/ui/login" else request.query.get("next", "/")
+    main = (
+        "<h1>Token required</h1>"
+        + ('<p class="banner">That token is not valid.</p>' if wrong else "")
+        + "<p>This daemon answers beyond loopback: reads need the <code>[http] token</code>.</p>"
+        '<form class="token" method="post" action="/ui/login">'
+        f'<input type="hidden" name="next" value="{_escape(target)}">'
+        '<input type="password" name="token" autocomplete="current-password" '
+        'placeholder="token" aria-label="token" required>'
+        '<button type="submit">Open</button></form>'
+    )
+    return _html(_pages.layout("token required", main, refresh=None), 401)
+
+
+class Routes:
+    def __init__(self, source: Source, json_suite: Handler) -> None:
+        self.source = source
+        self.json_suite = json_suite
+
+    async def _guard(
+        self,
+        request: web.Request,
+        page: Callable[[], Awaitable[web.Response]],
+        *,
+        html: bool = True,
+    ) -> web.Response:
+        try:
+            return await page()
+        except BadQuery as exc:
+            return _problem(request, 400, str(exc), html=html)
+        except Exception as exc:  # a Redis outage: the page says so, the daemon goes on
+            _failures.emit(
+                logging.WARNING,
+                "ui_read_failed",
+                path=request.path,
+                error=f"{type(exc).__name__}: {exc}"[:200],
+            )
+            return _problem(request, 503, f"Redis unavailable: {type(exc).__name__}", html=html)
+
+    async def index(self, request: web.Request) -> web.Response:
+        if not can_read(request, None):
+            return _login_form(request)
+
+        async def page() -> web.Response:
+            view = await _data.index(
+                self.source.store,
+                self.source.config,
+                time.time(),
+                lambda suites: readable(request, suites),
+            )
+            main = _pages.index_main(view)
+            if request.query.get("fragment"):
+                return _html(main)
+            return _html(_pages.layout("reliabilityd", main, refresh="/?fragment=1"))
+
+        return await self._guard(request, page)
+
+    async def suite(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["suite"]
+        html = wants_html(request.headers.get("Accept", ""))
+        if not can_read(request, name):
+            if html:
+                return _login_form(request)
+            return web.json_response(
+                {"error": "a valid bearer token is required"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="reliabilityd"'},
+            )
+        if not html:
+            return await self.json_suite(request)
+
+        async def page() -> web.Response:
+            q = request.query
+            k_text = q.get("k")
+            if k_text is not None and not k_text.isdigit():
+                raise BadQuery(f"k={k_text!r}: give a positive integer")
+            view = await _data.suite_page(
+                self.source.store,
+                self.source.config,
+                name,
+                now=time.time(),
+                k=None if k_text is None else int(k_text),
+                focus=q.get("rule") or None,
+                anchor=parse_time(q.get("at"), "at"),
+                since=parse_time(q.get("since"), "since"),
+            )
+            if view is None:
+                return _problem(request, 404, f"no suite {name!r} in Redis", html=True)
+            main = _pages.suite_main(view)
+            if q.get("fragment"):
+                return _html(main)
+            refresh = request.rel_url.update_query(fragment="1")
+            return _html(_pages.layout(f"{name}: reliabilityd", main, refresh=str(refresh)))
+
+        return await self._guard(request, page)
+
+    async def static(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in STATIC:
+            raise web.HTTPNotFound()
+        body = resources.files("reliabilityd.daemon.ui").joinpath("static", name).read_bytes()
+        return web.Response(
+            body=body,
+            content_type=STATIC[name],
+            headers={"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"},
+        )
+
+    async def login_form(self, request: web.Request) -> web.Response:
+        return _login_form(request)
+
+    async def login(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        token = str(form.get("token", ""))
+        target = str(form.get("next", "/"))
+        if not target.startswith("/") or target.startswith("//"):
+            target = "/"  # only this daemon's own pages
+        if not token_reads(request.app[AUTHORITY], token):
+            return _login_form(request, wrong=True)
+        response = web.Response(status=303, headers={"Location": quote(target, safe="/?=&%:;,+@#")})
+        # Lax: sent when a person follows an alert's link from a chat or a mail.
+        response.set_cookie(
+            COOKIE, token, httponly=True, samesite="Lax", secure=request.secure, path="/"
+        )
+        return response
