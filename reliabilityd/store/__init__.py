@@ -18,6 +18,7 @@ from reliabilityd.store._base import (
     SuiteState,
     connect,
 )
+from reliabilityd.store._snapshots import SnapshotWrite
 from reliabilityd.store._store import Store
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "DeadLetter",
     "ImportApplied",
     "Redis",
+    "SnapshotWrite",
     "Store",
     "StreamCursor",
     "SuiteState",

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._scripts import CLAIM, WRITE_SNAPSHOT
 from reliabilityd.store.keys import Keys
@@ -17,6 +19,16 @@ from reliabilityd.store.keys import Keys
 # The snapshot hash field holding the fingerprint of the settings its CI part
 # was computed under (written with the CI part; see Snapshots.mark_stale).
 SETTINGS_FIELD = "settings"
+
+
+class SnapshotWrite(msgspec.Struct, frozen=True):
+    """One suite's snapshot write: ``Snapshots.write_snapshot``'s arguments."""
+
+    suite: str
+    version: int
+    ci_fields: Mapping[str, str | int | float]
+    value_fields: Mapping[str, str | int | float]
+    settings: str | None = None
 
 
 class Snapshots:
@@ -58,17 +70,25 @@ class Snapshots:
         ``settings`` (the fingerprint of what the CI part was computed under)
         is written with the CI part. Returns (ci part written, value part written).
         """
-        if settings is not None and ci_fields:
-            ci_fields = {**ci_fields, SETTINGS_FIELD: settings}
-        args: list[Any] = [version, len(ci_fields)]
-        for field, value in ci_fields.items():
-            args += [field, value]
-        for field, value in value_fields.items():
-            args += [field, value]
-        wrote = int(
-            await self.client.eval(WRITE_SNAPSHOT, 1, self.keys.suite(suite, "snapshot"), *args)
-        )
-        return bool(wrote & 1), bool(wrote & 2)
+        write = SnapshotWrite(suite, version, ci_fields, value_fields, settings=settings)
+        return (await self.write_snapshots([write]))[0]
+
+    async def write_snapshots(self, writes: Sequence[SnapshotWrite]) -> list[tuple[bool, bool]]:
+        """``write_snapshot`` of each write, in one round trip (one script call each)."""
+        if not writes:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for w in writes:
+            ci_fields = w.ci_fields
+            if w.settings is not None and ci_fields:
+                ci_fields = {**ci_fields, SETTINGS_FIELD: w.settings}
+            args: list[Any] = [w.version, len(ci_fields)]
+            for field, value in ci_fields.items():
+                args += [field, value]
+            for field, value in w.value_fields.items():
+                args += [field, value]
+            pipe.eval(WRITE_SNAPSHOT, 1, self.keys.suite(w.suite, "snapshot"), *args)
+        return [(bool(int(r) & 1), bool(int(r) & 2)) for r in await pipe.execute()]
 
     async def versions(self, suites: Sequence[str]) -> list[tuple[int, int, str | None]]:
         """(data version, snapshot version, snapshot settings) per suite.
