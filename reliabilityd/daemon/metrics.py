@@ -262,7 +262,8 @@ class Metrics:
         )
         self.ci_seconds = Histogram(
             "reliabilityd_ci_duration_seconds",
-            "Computing one suite's estimates with CIs for every k (bootstrap)",
+            "Computing one suite's estimates with CIs for every k (a batch's time shared among"
+            " its suites)",
             buckets=CI_BUCKETS,
             registry=r,
         )
