@@ -159,14 +159,49 @@ class Recompute:
         """
         if not suites:
             return []
+        try:
+            read = await self._read(suites)
+        except REDIS_ERRORS:
+            raise
+        except Exception:
+            # A suite whose stored state does not parse: read each alone.
+            read = []
+            for suite in suites:
+                try:
+                    read += await self._read([suite])
+                except REDIS_ERRORS:
+                    raise
+                except Exception:
+                    log.exception("%s", kv("snapshot_failed", suite=suite))
+                    await self.store.snapshots.mark_changed([suite])
+        wanted = dict(read)
+        done = await self._refresh_read([s for s in suites if s in wanted], wanted)
+        return [done.get(s) for s in suites]
+
+    async def _read(self, suites: Sequence[str]) -> list[tuple[str, SuiteState]]:
+        """Each suite's state, with the windows where a detector rule watches it."""
+        detector = [self._detector(s) for s in suites]
+        states = await self.store.reads.read_states(suites, windows=detector)
+        return list(zip(suites, states, strict=True))
+
+    def _detector(self, suite: str) -> bool:
+        watched = any(
+            r.trigger == "detector" for r in self.rules if fnmatch.fnmatchcase(suite, r.suite)
+        )
+        detector = self.settings(suite).window > 0 and watched
+        if watched and not detector:
+            self._no_window_log.emit(logging.WARNING, "detector_without_window", suite=suite)
+        return detector
+
+    async def _refresh_read(
+        self, suites: Sequence[str], read: dict[str, SuiteState]
+    ) -> dict[str, snapshot.Snapshot]:
+        """The snapshots of suites already read; the suites whose CI part was written."""
+        if not suites:
+            return {}
+        states = [read[s] for s in suites]
         rules = [[r for r in self.rules if fnmatch.fnmatchcase(s, r.suite)] for s in suites]
         settings = [self.settings(s) for s in suites]
-        watched = [any(r.trigger == "detector" for r in rs) for rs in rules]
-        detector = [st.window > 0 and w for st, w in zip(settings, watched, strict=True)]
-        for suite, w, d in zip(suites, watched, detector, strict=True):
-            if w and not d:
-                self._no_window_log.emit(logging.WARNING, "detector_without_window", suite=suite)
-        states = await self.store.reads.read_states(suites, windows=detector)
         ruled = [s for s, rs in zip(suites, rules, strict=True) if rs]
         previous = await self.evaluator.newest_snapshots(ruled) if ruled else {}
         now = time.time()
@@ -217,16 +252,15 @@ class Recompute:
                     SnapshotWrite(suite, snap.version, ci, values, settings=self.fingerprint(suite))
                 )
         wrote = iter(await self.store.snapshots.write_snapshots(writes))
-        out: list[snapshot.Snapshot | None] = []
+        out: dict[str, snapshot.Snapshot] = {}
         for snap in snaps:
             if snap is None or not next(wrote)[0]:
-                out.append(None)
                 continue
             if self.publisher is not None:
                 self.publisher.publish(
                     f"{self.config.mqtt.snapshot_topic}/{snap.suite}", msgspec.json.encode(snap)
                 )
-            out.append(snap)
+            out[snap.suite] = snap
         return out
 
     async def _alone(
