@@ -53,7 +53,7 @@ def expected(view: SuiteView) -> Samples:
     for snap in view.snapshots:
         for metric, ests in (("pass_at_k", snap.pass_at_k), ("pass_hat_k", snap.pass_hat_k)):
             for e in ests:
-                labels = (("k", str(e.k)), ("suite", snap.suite))
+                labels: tuple[tuple[str, str], ...] = (("k", str(e.k)), ("suite", snap.suite))
                 out[(f"reliabilityd_{metric}_unknown", labels)] = float(e.value is None)
                 if e.value is not None:
                     out[(f"reliabilityd_{metric}_ratio", labels)] = e.value
@@ -66,8 +66,9 @@ def expected(view: SuiteView) -> Samples:
         out[("reliabilityd_last_trial_age_seconds", (("suite", snap.suite),))] = view.read_at - last
     for suite, rule, state in view.alerts:
         for s in ALERT_STATES:
-            labels = (("rule", rule), ("state", s), ("suite", suite))
-            out[("reliabilityd_alert_state", labels)] = float(state.state == s)
+            out[("reliabilityd_alert_state", (("rule", rule), ("state", s), ("suite", suite)))] = (
+                float(state.state == s)
+            )
     for sink, depth in view.outbox.items():
         out[("reliabilityd_outbox_depth", (("sink", sink),))] = float(depth)
     return out
