@@ -56,7 +56,7 @@ CLAIM_LIFETIME = 30.0
 TICK_SHARE = 0.8
 # A claim is recomputed in batches of LANE_BATCH suites (one pipeline per
 # step, one vectorised pass of math), RECOMPUTE_LANES batches at once.
-LANE_BATCH = 64
+LANE_BATCH = 128
 RECOMPUTE_LANES = 2
 # The full version scan that finds what the change marks cannot (see mark_stale).
 RECONCILE_EVERY = 60.0
@@ -221,9 +221,21 @@ class Recompute:
             self.metrics.ci_seconds.observe(spent)
         lottery_k = max(self.config.stats.k)
         limit = self.config.stats.lottery_limit
-        groups = [
-            ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k, limit) for state in states
-        ]
+
+        def ranked(state: SuiteState) -> list[list[tuple[int, int]]] | None:
+            try:
+                return ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k, limit)
+            except Exception:
+                log.exception("%s", kv("snapshot_failed", suite=state.suite))
+                return None
+
+        # Exact rationals for the ties: CPU, so off the event loop with the math.
+        ranking = await asyncio.to_thread(lambda: [ranked(state) for state in states])
+        for i, order in enumerate(ranking):
+            if order is None and estimates[i] is not None:
+                estimates[i] = None
+                await self.store.snapshots.mark_changed([suites[i]])
+        groups = [order or [] for order in ranking]
         rows = await self.store.reads.lottery_rows_many(
             list(zip(suites, groups, strict=True)), limit
         )

@@ -66,10 +66,11 @@ class Snapshots:
             return []
         pipe = self.client.pipeline(transaction=False)
         for suite in suites:
-            pipe.hmget(self.keys.suite(suite, "snapshot"), ["version", "updated_at", "json"])
+            # Both are written with the document (the CI part), never without it.
+            pipe.hmget(self.keys.suite(suite, "snapshot"), ["version", "updated_at"])
         out: list[tuple[int, str] | None] = []
-        for version, updated, doc in await pipe.execute():
-            missing = version is None or updated is None or doc is None
+        for version, updated in await pipe.execute():
+            missing = version is None or updated is None
             out.append(None if missing else (int(version), _text(updated)))
         return out
 
