@@ -23,6 +23,7 @@ import fnmatch
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from math import inf, isnan
+from typing import NamedTuple
 
 import msgspec
 import redis.exceptions
@@ -115,18 +116,31 @@ def _suite_lines(snap: Snapshot) -> list[str]:
     out: list[str] = []
     suite = _label(snap.suite)
     for metric, names in _ESTIMATE_FAMILIES:
-        value, low, high, unknown = ([] for _ in range(4))
+        value, low, high, unknown = [], [], [], []
+        (v_name, _), (lo_name, _), (hi_name, _), (u_name, _) = names
         for est in getattr(snap, metric):
-            labels = f'{{suite="{suite}",k="{est.k}"}}'
-            unknown.append(f"{names[3][0]}{labels} {1.0 if est.value is None else 0.0}\n")
-            if est.value is not None:
-                value.append(f"{names[0][0]}{labels} {_number(est.value)}\n")
-            if est.ci_low is not None and est.ci_high is not None:
-                low.append(f"{names[1][0]}{labels} {_number(est.ci_low)}\n")
-                high.append(f"{names[2][0]}{labels} {_number(est.ci_high)}\n")
+            labels = f'{{suite="{suite}",k="{est.k}"}} '
+            if est.value is None:
+                unknown.append(f"{u_name}{labels}1.0\n")
+            else:
+                unknown.append(f"{u_name}{labels}0.0\n")
+                value.append(f"{v_name}{labels}{_number(est.value)}\n")
+            if est.ci is not None:
+                low.append(f"{lo_name}{labels}{_number(est.ci[0])}\n")
+                high.append(f"{hi_name}{labels}{_number(est.ci[1])}\n")
         out.extend("".join(lines) for lines in (value, low, high, unknown))
     out.append(f'reliabilityd_tasks{{suite="{suite}"}} {float(snap.tasks)}\n')
     return out
+
+
+class _Kept(NamedTuple):
+    """One suite's formatted lines, kept while its snapshot stays the same."""
+
+    updated_at: str
+    lines: list[str]
+    # The age family's line without its value, and the time it counts from.
+    age_prefix: str
+    last_trial_at: float | None
 
 
 class SuiteText:
@@ -140,7 +154,7 @@ class SuiteText:
 
     def __init__(self) -> None:
         self.view: SuiteView | None = None
-        self._lines: dict[str, tuple[str, list[str]]] = {}
+        self._lines: dict[str, _Kept] = {}
         self._rendered: tuple[SuiteView | None, bytes] | None = None
 
     def render(self) -> bytes:
@@ -162,29 +176,33 @@ class SuiteText:
         return body
 
     def _suite_families(self, view: SuiteView) -> list[str]:
-        lines: list[list[str]] = []
-        fresh: dict[str, tuple[str, list[str]]] = {}
+        kept_all: list[_Kept] = []
+        fresh: dict[str, _Kept] = {}
         for snap in view.snapshots:
             kept = self._lines.get(snap.suite)
-            if kept is None or kept[0] != snap.updated_at:
-                kept = (snap.updated_at, _suite_lines(snap))
+            if kept is None or kept.updated_at != snap.updated_at:
+                kept = _Kept(
+                    snap.updated_at,
+                    _suite_lines(snap),
+                    f'reliabilityd_last_trial_age_seconds{{suite="{_label(snap.suite)}"}} ',
+                    _safe_time(snap.last_trial_at),
+                )
             fresh[snap.suite] = kept
-            lines.append(kept[1])
+            kept_all.append(kept)
         # Suites gone from the view drop their lines.
         self._lines = fresh
         names = [n for _, family in _ESTIMATE_FAMILIES for n in family]
         names.append(("reliabilityd_tasks", "Tasks in the suite's pool (n > 0)"))
         parts = [
-            _family(name, text, (suite[i] for suite in lines))
+            _family(name, text, (kept.lines[i] for kept in kept_all))
             for i, (name, text) in enumerate(names)
         ]
-        age = []
-        for snap in view.snapshots:
-            last = _safe_time(snap.last_trial_at)
-            if last is not None:
-                seconds = _number(max(0.0, view.read_at - last))
-                suite = _label(snap.suite)
-                age.append(f'reliabilityd_last_trial_age_seconds{{suite="{suite}"}} {seconds}\n')
+        at = view.read_at
+        age = [
+            f"{kept.age_prefix}{_number(max(0.0, at - kept.last_trial_at))}\n"
+            for kept in kept_all
+            if kept.last_trial_at is not None
+        ]
         parts.append(
             _family(
                 "reliabilityd_last_trial_age_seconds",
