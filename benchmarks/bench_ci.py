@@ -76,6 +76,8 @@ async def seed(store: Store, hists: list[Histogram], version: int) -> None:
     """Write each suite's counters and histogram, and mark every suite changed."""
     pipe = store.client.pipeline(transaction=False)
     for i, hist in enumerate(hists):
+        if i and i % 500 == 0:
+            await pipe.execute()
         cells: list[str | int] = []
         for n, c, count in hist.cells():
             cells += [f"{n}:{c}", count]
@@ -152,7 +154,8 @@ async def metrics_figures(store: Store, series: int) -> None:
             )
             ci, values = snapshot.redis_fields(snap)
             writes.append(SnapshotWrite(snap.suite, snap.version, ci, values))
-        await store.snapshots.write_snapshots(writes)
+        for start in range(0, len(writes), 500):
+            await store.snapshots.write_snapshots(writes[start : start + 500])
 
     # Only the copies: the benchmark's suites leave the set.
     await store.client.delete(store.keys.suites)
@@ -226,7 +229,8 @@ async def run(workdir: Path, args: argparse.Namespace) -> None:
             f"   ({alone * args.suites:5.1f} s for all)"
         )
         print(
-            f"  math, batched (all series)            {batched / args.suites * 1e3:6.2f} ms a series"
+            f"  math, batched (all series)            {batched / args.suites * 1e3:6.2f}"
+            " ms a series"
             f"   ({batched:5.2f} s for all, {alone * args.suites / batched:.1f}x faster)"
         )
         print(
