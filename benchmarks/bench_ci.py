@@ -43,6 +43,7 @@ import numpy as np
 
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
+from reliabilityd.daemon._recompute import RECONCILE_EVERY
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.embedded.processes import RedisServer, free_port
 from reliabilityd.stats import snapshot
@@ -109,7 +110,13 @@ def replica(url: str, ready: Any, start: Event, out: Any) -> None:
     async def run() -> tuple[float, float, int]:
         client = connect(url)
         daemon = Daemon(config(url), Store(client, PREFIX))
-        await client.ping()
+        # A replica that is already running: its start-up reconcile is behind
+        # it (a reconcile scan while the other replica holds claims would mark
+        # those suites again, and both would compute them).
+        await daemon.store.snapshots.mark_stale(
+            await daemon.store.reads.suites(), daemon.recompute.fingerprint
+        )
+        daemon.recompute._next_reconcile = time.monotonic() + RECONCILE_EVERY
         ready.put(True)
         await asyncio.to_thread(start.wait)
         wall, cpu = time.perf_counter(), time.process_time()
