@@ -43,7 +43,7 @@ def alone(hist: Histogram, k: int, **options: object) -> list[object]:
     top=st.sampled_from([6, 100]),
 )
 def test_batched_estimates_are_the_per_series_ones_exactly(
-    seed: int, sizes: list[int], ks: list[int], interval: str, min_coverage: float, top: int
+    *, seed: int, sizes: list[int], ks: list[int], interval: str, min_coverage: float, top: int
 ) -> None:
     rng = np.random.default_rng(seed)
     hists = [live_like(rng, size, top) for size in sizes]
