@@ -196,7 +196,7 @@ class Recompute:
     async def _refresh_read(
         self, suites: Sequence[str], read: dict[str, SuiteState]
     ) -> dict[str, snapshot.Snapshot]:
-        """The snapshots of suites already read; the suites whose CI part was written."""
+        """Snapshots of suites already read, by suite, for those whose CI part was written."""
         if not suites:
             return {}
         states = [read[s] for s in suites]
