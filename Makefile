@@ -57,7 +57,8 @@ bench-stats: $(STAMP)
 study-coverage: $(STAMP)
 	$(PY) -m studies.coverage --out coverage.jsonl
 
-## 1,000 changed suites recomputed by the daemon, beside the math alone.
+## 5,000 changed series recomputed by one daemon and by two replicas, beside the math alone;
+## /metrics with 10,000 suites.
 bench-ci: $(STAMP) servers
 	$(PY) -m benchmarks.bench_ci
 

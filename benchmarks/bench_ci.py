@@ -1,131 +1,280 @@
-"""Benchmark: the daemon recomputing 1,000 changed suites, against the math alone.
+"""Benchmark: the CI tick over 5,000 changed series, beside the math alone; /metrics at 10,000.
 
-A private redis-server holds 1,000 suites of 1,000 live-like tasks each
-(n uniform in [5, 100] per task, so every suite has hundreds of (n, c)
-cells), every one of them marked changed. One daemon's CI ticks then claim,
-recompute and write every snapshot (both metrics at k = 5, B = 2000: the
-issue's "one CI"):
-the figure is the wall time until no mark is left, beside the same
-computation without Redis (``snapshot.full_estimates`` on the same
-histograms) measured in the same run, and the target, one 5 s ``ci_interval``.
-Then two daemons drain the same marks side by side: each takes its own
-share (the claims), and the shares add up to all suites exactly once.
+A private redis-server (the ``deploy/`` settings: every write waits for its
+fsync) holds 5,000 suites of 200 live-like tasks each (n uniform in [5, 100]
+per task, so a series has about 190 (n, c) cells), every one marked changed.
+The figures, all from the same run:
 
-The suites' histograms are written directly (what 52 million trial events
-would leave behind), so the benchmark measures the CI path, not ingest.
+* the math alone: every series' estimates (both metrics at k = 1 and 5,
+  ``gaffke``, B = 2000) by the per-series path (``snapshot.full_estimates``,
+  on the first ``--baseline`` series) and by the batched pass
+  (``snapshot.full_estimates_many``, on all of them), CPU seconds of this
+  process;
+* one daemon's CI ticks claiming, reading, recomputing and writing every
+  snapshot, wall time until no mark is left, beside one 5 s ``ci_interval``;
+* two replicas, each in its own process, draining the same marks side by
+  side: each one's wall time and share (the shares add up to every suite
+  exactly once);
+* ``/metrics`` with 10,000 suites: the view read and the text formatted
+  cold, again with nothing new (the cached bytes), and after half the
+  suites got a new snapshot.
+
+The histograms are written directly (what the events would leave behind,
+without the lottery index), so the figures measure the CI path, not ingest.
+``--profile`` prints the one-daemon drain's top cProfile entries.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import cProfile
+import io
+import multiprocessing
+import pstats
 import tempfile
 import time
+from multiprocessing.synchronize import Event
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import numpy as np
 
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
+from reliabilityd.daemon._recompute import RECONCILE_EVERY
+from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.embedded.processes import RedisServer, free_port
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.histogram import Histogram
-from reliabilityd.store import Store, connect
+from reliabilityd.store import SnapshotWrite, Store, connect
 
-SUITES = 1000
-TASKS = 1000
 CI_INTERVAL = 5.0
+KS = [1, 5]
+PREFIX = "bench"
 
 
-def live_like(rng: np.random.Generator) -> Histogram:
-    n = rng.integers(5, 101, size=TASKS)
-    p = rng.beta(2.0, 0.8, size=TASKS)
+def live_like(rng: np.random.Generator, tasks: int) -> Histogram:
+    n = rng.integers(5, 101, size=tasks)
+    p = rng.beta(2.0, 0.8, size=tasks)
     return Histogram.from_pairs(np.column_stack([n, rng.binomial(n, p)]))
 
 
-async def seed(store: Store, hists: list[Histogram]) -> None:
+def config(url: str) -> Config:
+    return Config(
+        redis=RedisConfig(url=url, prefix=PREFIX),
+        mqtt=MqttConfig(enabled=False),
+        stats=StatsConfig(k=KS, ci_interval=CI_INTERVAL),
+    )
+
+
+def name(i: int) -> str:
+    return f"suite-{i:05d}"
+
+
+async def seed(store: Store, hists: list[Histogram], version: int) -> None:
     """Write each suite's counters and histogram, and mark every suite changed."""
     pipe = store.client.pipeline(transaction=False)
     for i, hist in enumerate(hists):
-        suite = f"suite-{i:04d}"
+        if i and i % 500 == 0:
+            await pipe.execute()
         cells: list[str | int] = []
         for n, c, count in hist.cells():
             cells += [f"{n}:{c}", count]
-        pipe.hset(store.key(suite, "hist"), items=cells)
+        pipe.delete(store.key(name(i), "hist"))
+        pipe.hset(store.key(name(i), "hist"), items=cells)
         pipe.hset(
-            store.key(suite, "meta"),
-            mapping={"version": 1, "trials": int((hist.n * hist.count).sum())},
+            store.key(name(i), "meta"),
+            mapping={"version": version, "trials": int((hist.n * hist.count).sum())},
         )
-    names = [f"suite-{i:04d}" for i in range(len(hists))]
+    names = [name(i) for i in range(len(hists))]
     pipe.sadd(store.keys.suites, *names)
     pipe.sadd(store.keys.changed, *names)
     await pipe.execute()
 
 
-async def drain(daemons: list[Daemon]) -> tuple[float, list[int]]:
-    """Run the daemons' CI ticks until no mark is left; (seconds, suites each one did)."""
-    shares = [0] * len(daemons)
-
-    async def ticks(i: int, daemon: Daemon) -> None:
-        while True:
-            done = await daemon.recompute.ci_tick()
-            shares[i] += len(done)
-            if not done and not await daemon.store.snapshots.changed():
-                return
-
-    started = time.perf_counter()
-    await asyncio.gather(*(ticks(i, d) for i, d in enumerate(daemons)))
-    return time.perf_counter() - started, shares
+async def drain(daemon: Daemon) -> int:
+    """Run the daemon's CI ticks until no mark is left; the suites it did."""
+    did = 0
+    while True:
+        done = await daemon.recompute.ci_tick()
+        did += len(done)
+        if not done and not await daemon.store.snapshots.changed():
+            return did
 
 
-async def run(workdir: Path) -> None:
+def replica(url: str, ready: Any, start: Event, out: Any) -> None:
+    """One replica in its own process: (wall seconds, CPU seconds, suites it did)."""
+
+    async def run() -> tuple[float, float, int]:
+        client = connect(url)
+        daemon = Daemon(config(url), Store(client, PREFIX))
+        # A replica that is already running: its start-up reconcile is behind
+        # it (a reconcile scan while the other replica holds claims would mark
+        # those suites again, and both would compute them).
+        await daemon.store.snapshots.mark_stale(
+            await daemon.store.reads.suites(), daemon.recompute.fingerprint
+        )
+        daemon.recompute._next_reconcile = time.monotonic() + RECONCILE_EVERY
+        ready.put(True)
+        await asyncio.to_thread(start.wait)
+        wall, cpu = time.perf_counter(), time.process_time()
+        did = await drain(daemon)
+        result = (time.perf_counter() - wall, time.process_time() - cpu, did)
+        await client.aclose()
+        return result
+
+    out.put(asyncio.run(run()))
+
+
+def replicas(url: str, count: int) -> list[tuple[float, float, int]]:
+    ctx = multiprocessing.get_context("spawn")
+    ready, out = ctx.Queue(), ctx.Queue()
+    start = ctx.Event()
+    procs = [ctx.Process(target=replica, args=(url, ready, start, out)) for _ in range(count)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=120)
+    start.set()
+    results = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    return sorted(results)
+
+
+async def metrics_figures(store: Store, series: int) -> None:
+    """Copies of the written snapshots up to ``series`` suites, then three scrapes' costs."""
+    have = await store.reads.suites()
+    docs = await store.snapshots.snapshot_docs(have)
+    snaps = [msgspec.json.decode(d, type=snapshot.Snapshot) for d in docs if d is not None]
+
+    async def write(stamp: float, count: int) -> None:
+        writes = []
+        for i in range(count):
+            snap = msgspec.structs.replace(
+                snaps[i % len(snaps)],
+                suite=f"metrics-{i:05d}",
+                version=int(stamp),
+                updated_at=snapshot.rfc3339(stamp),
+            )
+            ci, values = snapshot.redis_fields(snap)
+            writes.append(SnapshotWrite(snap.suite, snap.version, ci, values))
+        for start in range(0, len(writes), 500):
+            await store.snapshots.write_snapshots(writes[start : start + 500])
+
+    # Only the copies: the benchmark's suites leave the set.
+    await store.client.delete(store.keys.suites)
+    await store.client.sadd(store.keys.suites, *(f"metrics-{i:05d}" for i in range(series)))
+    await write(1_000_000.0, series)
+    metrics = Metrics()
+
+    async def scrape() -> tuple[float, float, int]:
+        started = time.perf_counter()
+        await metrics.refresh(store, [], [])
+        read = time.perf_counter() - started
+        started = time.perf_counter()
+        body = metrics.render()
+        return read, time.perf_counter() - started, len(body)
+
+    cold_read, cold_render, size = await scrape()
+    warm_read, warm_render, _ = await scrape()
+    await write(1_000_001.0, series // 2)
+    half_read, half_render, _ = await scrape()
+    lines = size // 1024
+    print(
+        f"/metrics with {series:,} suites (k = {', '.join(map(str, KS))}; {lines:,} KiB of text):"
+    )
+    print(f"  cold: read the view {cold_read * 1e3:7.1f} ms, format {cold_render * 1e3:7.1f} ms")
+    print(
+        f"  nothing new: read {warm_read * 1e3:7.1f} ms, serve the cached text"
+        f" {warm_render * 1e3:7.3f} ms"
+    )
+    print(
+        f"  {series // 2:,} new snapshots: read {half_read * 1e3:7.1f} ms,"
+        f" format {half_render * 1e3:7.1f} ms"
+    )
+
+
+async def run(workdir: Path, args: argparse.Namespace) -> None:
     server = RedisServer("redis", workdir / "redis", free_port())
     server.workdir.mkdir(parents=True)
     server.start()
     try:
-        rng = np.random.default_rng(20261130)
-        hists = [live_like(rng) for _ in range(SUITES)]
+        rng = np.random.default_rng(20261201)
+        hists = [live_like(rng, args.tasks) for _ in range(args.suites)]
         cells = int(np.mean([len(h) for h in hists]))
-        cfg = Config(
-            redis=RedisConfig(url=server.url, prefix="bench"),
-            mqtt=MqttConfig(enabled=False),
-            stats=StatsConfig(k=[5], ci_interval=CI_INTERVAL),
-        )
-        settings = Daemon(cfg).recompute.settings("suite-0000")
-        started = time.perf_counter()
-        for hist in hists:
+        settings = Daemon(config(server.url)).recompute.settings(name(0))
+        started = time.process_time()
+        for hist in hists[: args.baseline]:
             snapshot.full_estimates(hist, settings)
-        compute = time.perf_counter() - started
+        alone = (time.process_time() - started) / args.baseline
+        started = time.process_time()
+        snapshot.full_estimates_many([(h, settings) for h in hists])
+        batched = time.process_time() - started
 
         client = connect(server.url)
-        store = Store(client, "bench")
-        await seed(store, hists)
-        one = Daemon(cfg, store)
-        took, _ = await drain([one])
+        store = Store(client, PREFIX)
+        await seed(store, hists, 1)
+        one = Daemon(config(server.url), store)
+        profile = cProfile.Profile() if args.profile else None
+        wall, cpu = time.perf_counter(), time.process_time()
+        if profile is not None:
+            profile.enable()
+        did = await drain(one)
+        if profile is not None:
+            profile.disable()
+        took, took_cpu = time.perf_counter() - wall, time.process_time() - cpu
+        assert did == args.suites, did
         print(
-            f"{SUITES:,} changed suites x {TASKS:,} live-like tasks ({cells} (n, c) cells each),"
-            " both metrics at k = 5, B = 2000:"
+            f"{args.suites:,} changed series x {args.tasks:,} live-like tasks ({cells} (n, c)"
+            f" cells each), both metrics at k = {', '.join(map(str, KS))}, gaffke, B = 2000:"
         )
-        print(f"  math alone (full_estimates, no Redis)   {compute:6.2f} s")
         print(
-            f"  one daemon, claim to snapshot written   {took:6.2f} s"
-            f"   {took / compute:4.2f}x the math, {took / CI_INTERVAL:.0%} of a"
+            f"  math, per-series path ({args.baseline} series)  {alone * 1e3:6.2f} ms a series"
+            f"   ({alone * args.suites:5.1f} s for all)"
+        )
+        print(
+            f"  math, batched (all series)            {batched / args.suites * 1e3:6.2f}"
+            " ms a series"
+            f"   ({batched:5.2f} s for all, {alone * args.suites / batched:.1f}x faster)"
+        )
+        print(
+            f"  one daemon, claim to snapshot written {took:6.2f} s wall, {took_cpu:5.2f} s CPU"
+            f"   {took / batched:4.2f}x the batched math, {took / CI_INTERVAL:.0%} of a"
             f" {CI_INTERVAL:.0f} s ci_interval"
         )
-
-        await seed(store, hists)
-        second = Daemon(cfg, Store(connect(server.url), "bench"))
-        took2, shares = await drain([one, second])
+        await seed(store, hists, 2)
+        results = replicas(server.url, 2)
+        shares = " + ".join(str(r[2]) for r in results)
+        walls = ", ".join(f"{r[0]:.2f} s ({r[1]:.2f} s CPU)" for r in results)
         print(
-            f"  two daemons side by side                {took2:6.2f} s"
-            f"   shares {shares[0]} + {shares[1]} = {sum(shares)} suites"
-            " (one process, one core: the split, not a speed-up)"
+            f"  two replicas (two processes)           {walls}; shares {shares}"
+            f" = {sum(r[2] for r in results)} suites, each {max(r[0] for r in results) / took:.0%}"
+            " of the one daemon's time at most"
         )
-        await second.store.client.aclose()
+        if profile is not None:
+            text = io.StringIO()
+            pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(15)
+            print(text.getvalue())
+        await metrics_figures(store, args.metrics_series)
         await client.aclose()
     finally:
         server.stop()
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suites", type=int, default=5000)
+    parser.add_argument("--tasks", type=int, default=200)
+    parser.add_argument("--baseline", type=int, default=500, help="series on the per-series path")
+    parser.add_argument("--metrics-series", type=int, default=10_000)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reliabilityd-bench-ci-") as tmp:
-        asyncio.run(run(Path(tmp)))
+        asyncio.run(run(Path(tmp), args))
+
+
+if __name__ == "__main__":
+    main()

@@ -25,7 +25,6 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from functools import partial
 
 import msgspec
 import redis.exceptions
@@ -41,8 +40,10 @@ from reliabilityd.daemon._canary import Canaries
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.stats import history, snapshot
-from reliabilityd.stats.lottery import ranked_cell_groups
-from reliabilityd.store import Store
+from reliabilityd.stats.estimate import Estimate
+from reliabilityd.stats.histogram import Histogram
+from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
+from reliabilityd.store import SnapshotWrite, Store, SuiteState
 
 __all__ = ["Recompute"]
 
@@ -51,14 +52,13 @@ LIVE_INTERVAL = 0.2
 REDIS_ERRORS = (redis.exceptions.RedisError,)
 # Change marks taken per claim (a tick claims again while marks remain, for at
 # most TICK_SHARE of its interval), and how long a claim lasts before it returns.
-CLAIM_BATCH = 32
+CLAIM_BATCH = 256
 CLAIM_LIFETIME = 30.0
 TICK_SHARE = 0.8
-# Suites recomputed at once within a tick.
-RECOMPUTE_LANES = 4
-# A suite with at most this many (n, c) cells gets its CI on the event loop
-# (about 1-3 ms, see make bench-stats); a larger one in a worker thread.
-INLINE_CELLS = 2000
+# A claim is recomputed in batches of LANE_BATCH suites (one pipeline per
+# step, one vectorised pass of math), RECOMPUTE_LANES batches at once.
+LANE_BATCH = 128
+RECOMPUTE_LANES = 2
 # The full version scan that finds what the change marks cannot (see mark_stale).
 RECONCILE_EVERY = 60.0
 # Idle tasks are looked for this often (at most 500 per suite per sweep).
@@ -148,76 +148,210 @@ class Recompute:
 
     async def refresh_snapshot(self, suite: str) -> snapshot.Snapshot | None:
         """CIs, lottery cases, rule views and the whole snapshot; None if a newer one is stored."""
-        rules = [r for r in self.rules if fnmatch.fnmatchcase(suite, r.suite)]
-        settings = self.settings(suite)
-        watched = any(r.trigger == "detector" for r in rules)
-        detector = settings.window > 0 and watched
+        return (await self.refresh_snapshots([suite]))[0]
+
+    async def refresh_snapshots(self, suites: Sequence[str]) -> list[snapshot.Snapshot | None]:
+        """``refresh_snapshot`` of many suites: one round trip per step, the math in one pass.
+
+        The reads (one script call per suite), the previous snapshots, the
+        lottery ranges and the writes (one script call per suite) each go in
+        one pipeline; the estimates of every suite come from one vectorised
+        pass in a worker thread. A suite whose computation fails is logged and
+        marked changed (retried on the next tick) without stopping the others;
+        a Redis error propagates.
+        """
+        if not suites:
+            return []
+        try:
+            read = await self._read(suites)
+        except REDIS_ERRORS:
+            raise
+        except Exception:
+            # A suite whose stored state does not parse: read each alone.
+            read = []
+            for suite in suites:
+                try:
+                    read += await self._read([suite])
+                except REDIS_ERRORS:
+                    raise
+                except Exception:
+                    log.exception("%s", kv("snapshot_failed", suite=suite))
+                    await self.store.snapshots.mark_changed([suite])
+        wanted = dict(read)
+        done = await self._refresh_read([s for s in suites if s in wanted], wanted)
+        return [done.get(s) for s in suites]
+
+    async def _read(self, suites: Sequence[str]) -> list[tuple[str, SuiteState]]:
+        """Each suite's state, with the windows where a detector rule watches it."""
+        detector = [self._detector(s) for s in suites]
+        states = await self.store.reads.read_states(suites, windows=detector)
+        return list(zip(suites, states, strict=True))
+
+    def _detector(self, suite: str) -> bool:
+        watched = any(
+            r.trigger == "detector" for r in self.rules if fnmatch.fnmatchcase(suite, r.suite)
+        )
+        detector = self.settings(suite).window > 0 and watched
         if watched and not detector:
             self._no_window_log.emit(logging.WARNING, "detector_without_window", suite=suite)
-        state = await self.store.reads.read_state(suite, windows=detector)
-        previous = await self.evaluator.newest_snapshot(suite) if rules else None
+        return detector
+
+    async def _refresh_read(
+        self, suites: Sequence[str], read: dict[str, SuiteState]
+    ) -> dict[str, snapshot.Snapshot]:
+        """Snapshots of suites already read, by suite, for those whose CI part was written."""
+        if not suites:
+            return {}
+        states = [read[s] for s in suites]
+        rules = [[r for r in self.rules if fnmatch.fnmatchcase(s, r.suite)] for s in suites]
+        settings = [self.settings(s) for s in suites]
+        ruled = [s for s, rs in zip(suites, rules, strict=True) if rs]
+        previous = await self.evaluator.newest_snapshots(ruled) if ruled else {}
         now = time.time()
-        c = state.counters
-        suite_pace = rulestate.pace(
-            c.trials,
-            state.hist.tasks,
-            now,
-            None
-            if previous is None
-            else (previous.trials, parse_time(previous.updated_at) or now, previous.pace),
-        )
-        views = partial(
-            rulestate.rule_views,
-            rules,
-            state.hist,
-            state.windows,
-            window=settings.window,
-            settings=settings,
-        )
-        with self.metrics.ci_seconds.time():
-            if len(state.hist) <= INLINE_CELLS:
-                # A few milliseconds: a worker thread's handoff would cost more.
-                estimates = snapshot.full_estimates(state.hist, settings)
-            else:
-                estimates = await asyncio.to_thread(snapshot.full_estimates, state.hist, settings)
-        rule_views = await asyncio.to_thread(views) if rules else []
+        started = time.perf_counter()
+        series = [(state.hist, st) for state, st in zip(states, settings, strict=True)]
+        try:
+            estimates: list[list[Estimate] | None] = list(
+                await asyncio.to_thread(snapshot.full_estimates_many, series)
+            )
+        except Exception:
+            # One suite's bad data must not cost the others theirs: each alone.
+            estimates = [
+                await self._alone(s, *pair) for s, pair in zip(suites, series, strict=True)
+            ]
+        spent = (time.perf_counter() - started) / len(suites)
+        for _ in suites:
+            self.metrics.ci_seconds.observe(spent)
         lottery_k = max(self.config.stats.k)
         limit = self.config.stats.lottery_limit
-        groups = ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k, limit)
-        rows = await self.store.reads.lottery_rows(suite, groups, limit)
-        snap = snapshot.build(
-            suite=suite,
-            hist=state.hist,
-            trials=c.trials,
-            errors=c.errors,
-            skips=c.skips,
-            duplicates=c.duplicates,
-            version=c.version,
-            settings=settings,
-            estimates=estimates,
-            lottery_k=lottery_k,
-            lottery_rows=rows,
-            now=now,
-            last_trial_at=c.last_trial_at,
-            pace=suite_pace,
-            rules=rule_views,
+
+        def ranked(state: SuiteState) -> list[list[tuple[int, int]]] | None:
+            try:
+                return ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k, limit)
+            except Exception:
+                log.exception("%s", kv("snapshot_failed", suite=state.suite))
+                return None
+
+        # Exact rationals for the ties: CPU, so off the event loop with the math.
+        ranking = await asyncio.to_thread(lambda: [ranked(state) for state in states])
+        for i, order in enumerate(ranking):
+            if order is None and estimates[i] is not None:
+                estimates[i] = None
+                await self.store.snapshots.mark_changed([suites[i]])
+        groups = [order or [] for order in ranking]
+        rows = await self.store.reads.lottery_rows_many(
+            list(zip(suites, groups, strict=True)), limit
         )
-        ci, values = snapshot.redis_fields(snap)
-        wrote_ci, _ = await self.store.snapshots.write_snapshot(
-            suite,
-            c.version,
-            ci,
-            values,
-            settings=self.fingerprint(suite),
-            point=history.point_of(estimates, now),
-        )
-        if not wrote_ci:
-            return None
-        if self.publisher is not None:
-            self.publisher.publish(
-                f"{self.config.mqtt.snapshot_topic}/{suite}", msgspec.json.encode(snap)
+        snaps: list[snapshot.Snapshot | None] = []
+        for i, suite in enumerate(suites):
+            est = estimates[i]
+            snaps.append(
+                None
+                if est is None
+                else await self._built(
+                    suite,
+                    state=states[i],
+                    settings=settings[i],
+                    rules=rules[i],
+                    previous=previous.get(suite),
+                    estimates=est,
+                    rows=rows[i],
+                    now=now,
+                )
             )
-        return snap
+        writes: list[SnapshotWrite] = []
+        for suite, snap, est in zip(suites, snaps, estimates, strict=True):
+            if snap is not None and est is not None:
+                ci, values = snapshot.redis_fields(snap)
+                writes.append(
+                    SnapshotWrite(
+                        suite,
+                        snap.version,
+                        ci,
+                        values,
+                        settings=self.fingerprint(suite),
+                        point=history.point_of(est, now),
+                    )
+                )
+        wrote = iter(await self.store.snapshots.write_snapshots(writes))
+        out: dict[str, snapshot.Snapshot] = {}
+        for snap in snaps:
+            if snap is None or not next(wrote)[0]:
+                continue
+            if self.publisher is not None:
+                self.publisher.publish(
+                    f"{self.config.mqtt.snapshot_topic}/{snap.suite}", msgspec.json.encode(snap)
+                )
+            out[snap.suite] = snap
+        return out
+
+    async def _alone(
+        self, suite: str, hist: Histogram, settings: snapshot.StatsSettings
+    ) -> list[Estimate] | None:
+        """One suite's estimates by themselves; None (logged, marked changed) when they fail."""
+        try:
+            return await asyncio.to_thread(snapshot.full_estimates, hist, settings)
+        except Exception:
+            log.exception("%s", kv("snapshot_failed", suite=suite))
+            await self.store.snapshots.mark_changed([suite])
+            return None
+
+    async def _built(
+        self,
+        suite: str,
+        *,
+        state: SuiteState,
+        settings: snapshot.StatsSettings,
+        rules: list[Rule],
+        previous: snapshot.Snapshot | None,
+        estimates: list[Estimate],
+        rows: list[LotteryCase],
+        now: float,
+    ) -> snapshot.Snapshot | None:
+        """The suite's snapshot from its computed parts; None (logged, marked) when it fails."""
+        try:
+            c = state.counters
+            suite_pace = rulestate.pace(
+                c.trials,
+                state.hist.tasks,
+                now,
+                None
+                if previous is None
+                else (previous.trials, parse_time(previous.updated_at) or now, previous.pace),
+            )
+            rule_views = (
+                await asyncio.to_thread(
+                    rulestate.rule_views,
+                    rules,
+                    state.hist,
+                    state.windows,
+                    window=settings.window,
+                    settings=settings,
+                )
+                if rules
+                else []
+            )
+            return snapshot.build(
+                suite=suite,
+                hist=state.hist,
+                trials=c.trials,
+                errors=c.errors,
+                skips=c.skips,
+                duplicates=c.duplicates,
+                version=c.version,
+                settings=settings,
+                estimates=estimates,
+                lottery_k=max(self.config.stats.k),
+                lottery_rows=rows,
+                now=now,
+                last_trial_at=c.last_trial_at,
+                pace=suite_pace,
+                rules=rule_views,
+            )
+        except Exception:
+            log.exception("%s", kv("snapshot_failed", suite=suite))
+            await self.store.snapshots.mark_changed([suite])
+            return None
 
     async def ci_tick(self) -> list[str]:
         """New snapshots for the suites this replica claims; returns them.
@@ -241,26 +375,27 @@ class Recompute:
         done: list[str] = []
         lanes = asyncio.Semaphore(RECOMPUTE_LANES)
 
-        async def recompute(suite: str) -> None:
+        async def recompute(batch: list[str]) -> None:
             async with lanes:
-                await self._recompute(suite)
+                await self.refresh_snapshots(batch)
 
         while True:
             claimed = await self.store.snapshots.claim_changed(CLAIM_BATCH, CLAIM_LIFETIME)
-            # A few suites at once: one's Redis round trips overlap another's
-            # math (numpy releases the GIL in the worker threads).
+            batches = [claimed[i : i + LANE_BATCH] for i in range(0, len(claimed), LANE_BATCH)]
+            # Two batches at once: one's Redis round trips overlap the other's
+            # math (numpy releases the GIL in the worker thread).
             results = await asyncio.gather(
-                *(recompute(suite) for suite in claimed), return_exceptions=True
+                *(recompute(batch) for batch in batches), return_exceptions=True
             )
-            failed = [(s, r) for s, r in zip(claimed, results, strict=True) if r is not None]
+            failed = [(b, r) for b, r in zip(batches, results, strict=True) if r is not None]
             if failed:
-                # Only Redis errors reach here (_recompute logs the rest).
-                self._unfinished.update(s for s, _ in failed)
+                # Only Redis errors reach here (refresh_snapshots logs the rest).
+                self._unfinished.update(s for b, _ in failed for s in b)
                 await self.store.snapshots.release_claims(
                     [s for s in claimed if s not in self._unfinished]
                 )
                 raise failed[0][1]
-            # One write for the batch's claims (each write waits for the AOF fsync).
+            # One write for the claims (each write waits for the AOF fsync).
             await self.store.snapshots.release_claims(claimed)
             done.extend(claimed)
             if len(claimed) < CLAIM_BATCH or time.monotonic() >= deadline:
@@ -278,17 +413,6 @@ class Recompute:
                     emit(logging.INFO, "tasks_expired", suite=suite, tasks=left, idle_s=idle)
                 gone += left
         return gone
-
-    async def _recompute(self, suite: str) -> None:
-        try:
-            await self.refresh_snapshot(suite)
-        except REDIS_ERRORS:
-            raise
-        except Exception:
-            # One suite's failure must not stop the others or ingest:
-            # marked again, it is retried on the next tick.
-            log.exception("%s", kv("snapshot_failed", suite=suite))
-            await self.store.snapshots.mark_changed([suite])
 
     async def live_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

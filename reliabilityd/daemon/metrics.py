@@ -22,11 +22,13 @@ from __future__ import annotations
 import fnmatch
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from math import inf, isnan
+from typing import NamedTuple
 
 import msgspec
 import redis.exceptions
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from reliabilityd.alerting.notify import parse_time
@@ -64,85 +66,173 @@ def _safe_time(text: str | None) -> float | None:
         return None
 
 
-class SuiteCollector(Collector):
-    """Suite gauges from the view the last ``refresh`` read (nothing before the first)."""
+def _number(x: float) -> str:
+    """A sample value as the text exposition format writes it."""
+    if isnan(x):
+        return "NaN"
+    if x in (inf, -inf):
+        return "+Inf" if x > 0 else "-Inf"
+    return repr(float(x))
+
+
+def _label(value: str) -> str:
+    """A label value escaped for the text exposition format."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _family(name: str, text: str, lines: Iterable[str]) -> str:
+    return f"# HELP {name} {text}\n# TYPE {name} gauge\n" + "".join(lines)
+
+
+# The per-(suite, k) families, in exposition order: (name, help) by metric.
+_ESTIMATE_FAMILIES = [
+    (
+        metric,
+        [
+            (
+                f"reliabilityd_{metric}_ratio",
+                f"{label} point estimate of the newest snapshot (absent while UNKNOWN)",
+            ),
+            (
+                f"reliabilityd_{metric}_ci_lower_ratio",
+                f"Lower bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
+            ),
+            (
+                f"reliabilityd_{metric}_ci_upper_ratio",
+                f"Upper bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
+            ),
+            (
+                f"reliabilityd_{metric}_unknown",
+                f"1 while {label} is UNKNOWN (too few trials for k): visible, never a pass",
+            ),
+        ],
+    )
+    for metric, label in (("pass_at_k", "pass@k"), ("pass_hat_k", "pass^k"))
+]
+
+
+def _suite_lines(snap: Snapshot) -> list[str]:
+    """One suite's lines of each per-suite family but the age (it moves with the clock)."""
+    out: list[str] = []
+    suite = _label(snap.suite)
+    for metric, names in _ESTIMATE_FAMILIES:
+        value, low, high, unknown = [], [], [], []
+        (v_name, _), (lo_name, _), (hi_name, _), (u_name, _) = names
+        for est in getattr(snap, metric):
+            labels = f'{{suite="{suite}",k="{est.k}"}} '
+            if est.value is None:
+                unknown.append(f"{u_name}{labels}1.0\n")
+            else:
+                unknown.append(f"{u_name}{labels}0.0\n")
+                value.append(f"{v_name}{labels}{_number(est.value)}\n")
+            if est.ci is not None:
+                low.append(f"{lo_name}{labels}{_number(est.ci[0])}\n")
+                high.append(f"{hi_name}{labels}{_number(est.ci[1])}\n")
+        out.extend("".join(lines) for lines in (value, low, high, unknown))
+    out.append(f'reliabilityd_tasks{{suite="{suite}"}} {float(snap.tasks)}\n')
+    return out
+
+
+class _Kept(NamedTuple):
+    """One suite's formatted lines, kept while its snapshot stays the same."""
+
+    updated_at: str
+    lines: list[str]
+    # The age family's line without its value, and the time it counts from.
+    age_prefix: str
+    last_trial_at: float | None
+
+
+class SuiteText:
+    """The suite gauges as exposition text, from the view the last ``refresh`` read.
+
+    Each suite's lines are formatted once per snapshot (kept by suite and
+    ``updated_at``) and the whole text once per view, so a scrape with
+    nothing new serves the bytes it served before and one after a tick
+    formats only the suites that tick changed.
+    """
 
     def __init__(self) -> None:
         self.view: SuiteView | None = None
+        self._lines: dict[str, _Kept] = {}
+        self._rendered: tuple[SuiteView | None, bytes] | None = None
 
-    def collect(self) -> Iterator[Metric]:
+    def render(self) -> bytes:
         view = self.view
-        up = GaugeMetricFamily(
-            "reliabilityd_redis_up", "1 when this scrape could read the suites from Redis"
-        )
-        up.add_metric([], 1.0 if view is not None and view.redis_up else 0.0)
-        yield up
-        if view is None:
-            return
-        for name, attr in (("pass_at_k", "pass_at_k"), ("pass_hat_k", "pass_hat_k")):
-            label = "pass@k" if name == "pass_at_k" else "pass^k"
-            value = GaugeMetricFamily(
-                f"reliabilityd_{name}_ratio",
-                f"{label} point estimate of the newest snapshot (absent while UNKNOWN)",
-                labels=["suite", "k"],
+        if self._rendered is not None and self._rendered[0] is view:
+            return self._rendered[1]
+        up = 1.0 if view is not None and view.redis_up else 0.0
+        parts = [
+            _family(
+                "reliabilityd_redis_up",
+                "1 when this scrape could read the suites from Redis",
+                [f"reliabilityd_redis_up {up}\n"],
             )
-            low = GaugeMetricFamily(
-                f"reliabilityd_{name}_ci_lower_ratio",
-                f"Lower bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
-                labels=["suite", "k"],
-            )
-            high = GaugeMetricFamily(
-                f"reliabilityd_{name}_ci_upper_ratio",
-                f"Upper bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
-                labels=["suite", "k"],
-            )
-            unknown = GaugeMetricFamily(
-                f"reliabilityd_{name}_unknown",
-                f"1 while {label} is UNKNOWN (too few trials for k): visible, never a pass",
-                labels=["suite", "k"],
-            )
-            for snap in view.snapshots:
-                for est in getattr(snap, attr):
-                    labels = [snap.suite, str(est.k)]
-                    unknown.add_metric(labels, 1.0 if est.value is None else 0.0)
-                    if est.value is not None:
-                        value.add_metric(labels, est.value)
-                    if est.ci_low is not None and est.ci_high is not None:
-                        low.add_metric(labels, est.ci_low)
-                        high.add_metric(labels, est.ci_high)
-            yield from (value, low, high, unknown)
-        tasks = GaugeMetricFamily(
-            "reliabilityd_tasks", "Tasks in the suite's pool (n > 0)", labels=["suite"]
-        )
-        age = GaugeMetricFamily(
-            "reliabilityd_last_trial_age_seconds",
-            "Seconds since the suite's last counted trial, as of its newest snapshot",
-            labels=["suite"],
-        )
+        ]
+        if view is not None:
+            parts += self._suite_families(view)
+        body = "".join(parts).encode()
+        self._rendered = (view, body)
+        return body
+
+    def _suite_families(self, view: SuiteView) -> list[str]:
+        kept_all: list[_Kept] = []
+        fresh: dict[str, _Kept] = {}
         for snap in view.snapshots:
-            tasks.add_metric([snap.suite], float(snap.tasks))
-            last = _safe_time(snap.last_trial_at)
-            if last is not None:
-                age.add_metric([snap.suite], max(0.0, view.read_at - last))
-        yield tasks
-        yield age
-        state = GaugeMetricFamily(
-            "reliabilityd_alert_state",
-            "1 for the alert rule's current state on the suite, 0 for the others",
-            labels=["suite", "rule", "state"],
+            kept = self._lines.get(snap.suite)
+            if kept is None or kept.updated_at != snap.updated_at:
+                kept = _Kept(
+                    snap.updated_at,
+                    _suite_lines(snap),
+                    f'reliabilityd_last_trial_age_seconds{{suite="{_label(snap.suite)}"}} ',
+                    _safe_time(snap.last_trial_at),
+                )
+            fresh[snap.suite] = kept
+            kept_all.append(kept)
+        # Suites gone from the view drop their lines.
+        self._lines = fresh
+        names = [n for _, family in _ESTIMATE_FAMILIES for n in family]
+        names.append(("reliabilityd_tasks", "Tasks in the suite's pool (n > 0)"))
+        parts = [
+            _family(name, text, (kept.lines[i] for kept in kept_all))
+            for i, (name, text) in enumerate(names)
+        ]
+        at = view.read_at
+        age = [
+            f"{kept.age_prefix}{_number(max(0.0, at - kept.last_trial_at))}\n"
+            for kept in kept_all
+            if kept.last_trial_at is not None
+        ]
+        parts.append(
+            _family(
+                "reliabilityd_last_trial_age_seconds",
+                "Seconds since the suite's last counted trial, as of its newest snapshot",
+                age,
+            )
         )
-        for suite, rule, current in view.alerts:
-            for s in ALERT_STATES:
-                state.add_metric([suite, rule, s], 1.0 if current.state == s else 0.0)
-        yield state
-        outbox = GaugeMetricFamily(
-            "reliabilityd_outbox_depth",
-            "Notifications queued for a sink and not yet accepted by it",
-            labels=["sink"],
+        parts.append(
+            _family(
+                "reliabilityd_alert_state",
+                "1 for the alert rule's current state on the suite, 0 for the others",
+                (
+                    f'reliabilityd_alert_state{{suite="{_label(suite)}",rule="{_label(rule)}",'
+                    f'state="{s}"}} {1.0 if current.state == s else 0.0}\n'
+                    for suite, rule, current in view.alerts
+                    for s in ALERT_STATES
+                ),
+            )
         )
-        for sink, depth in sorted(view.outbox.items()):
-            outbox.add_metric([sink], float(depth))
-        yield outbox
+        parts.append(
+            _family(
+                "reliabilityd_outbox_depth",
+                "Notifications queued for a sink and not yet accepted by it",
+                (
+                    f'reliabilityd_outbox_depth{{sink="{_label(sink)}"}} {float(depth)}\n'
+                    for sink, depth in sorted(view.outbox.items())
+                ),
+            )
+        )
+        return parts
 
 
 class MqttCollector(Collector):
@@ -177,18 +267,37 @@ class MqttCollector(Collector):
             yield family
 
 
-async def read_view(store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -> SuiteView:
-    """The newest snapshot of every suite, every alert state and outbox depth."""
+async def read_view(
+    store: Store,
+    rules: Sequence[Rule],
+    sinks: Sequence[str],
+    known: Mapping[str, Snapshot] | None = None,
+) -> SuiteView:
+    """The newest snapshot of every suite, every alert state and outbox depth.
+
+    With ``known`` (the snapshots an earlier view read), only the documents
+    of suites whose stored snapshot is another one are read and decoded.
+    """
     suites = await store.reads.suites()
-    raws = await store.snapshots.snapshot_docs(suites)
-    snapshots = []
-    for raw in raws:
+    kept: dict[str, Snapshot] = {}
+    wanted = suites
+    if known:
+        stamps = await store.snapshots.snapshot_stamps(suites)
+        wanted = []
+        for suite, stamp in zip(suites, stamps, strict=True):
+            snap = known.get(suite)
+            if snap is not None and stamp == (snap.version, snap.updated_at):
+                kept[suite] = snap
+            elif stamp is not None:
+                wanted.append(suite)
+    for suite, raw in zip(wanted, await store.snapshots.snapshot_docs(wanted), strict=True):
         if raw is None:
             continue
         try:
-            snapshots.append(msgspec.json.decode(raw, type=Snapshot))
+            kept[suite] = msgspec.json.decode(raw, type=Snapshot)
         except msgspec.DecodeError:
             continue  # written by another schema version, or damaged: one suite, not the scrape
+    snapshots = [kept[s] for s in suites if s in kept]
     pairs = [(s, r.name) for s in suites for r in rules if fnmatch.fnmatchcase(s, r.suite)]
     states = await store.alerts.alert_states(pairs)
     triples = [(s, r, sink) for s, r in pairs for sink in sinks]
@@ -263,7 +372,8 @@ class Metrics:
         )
         self.ci_seconds = Histogram(
             "reliabilityd_ci_duration_seconds",
-            "Computing one suite's estimates with CIs for every k (bootstrap)",
+            "Computing one suite's estimates with CIs for every k (a batch's time shared among"
+            " its suites)",
             buckets=CI_BUCKETS,
             registry=r,
         )
@@ -285,8 +395,7 @@ class Metrics:
             registry=r,
         )
         age.set_function(lambda: max(0.0, time.time() - last_commit_at()))
-        self.suites = SuiteCollector()
-        r.register(self.suites)
+        self.suites = SuiteText()
         r.register(MqttCollector(mqtt_watch or Watch()))
 
     # --- hooks the daemon calls --------------------------------------------
@@ -320,13 +429,16 @@ class Metrics:
 
     async def refresh(self, store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -> None:
         """Read the suite gauges from Redis; on a Redis error keep none and say so."""
+        last = self.suites.view
+        known = {} if last is None else {snap.suite: snap for snap in last.snapshots}
         try:
-            self.suites.view = await read_view(store, rules, sinks)
+            self.suites.view = await read_view(store, rules, sinks, known)
         except (redis.exceptions.RedisError, OSError):
             self.suites.view = SuiteView([], [], {}, redis_up=False, read_at=time.time())
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """This process's metrics, then the suite gauges (formatted once per change)."""
+        return generate_latest(self.registry) + self.suites.render()
 
 
 class _CountingSink:

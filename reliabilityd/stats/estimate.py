@@ -10,7 +10,7 @@ left out are counted in the result.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeAlias, TypedDict
+from typing import NamedTuple, TypeAlias, TypedDict
 
 import msgspec
 import numpy as np
@@ -23,7 +23,7 @@ from reliabilityd.stats.bootstrap import (
 from reliabilityd.stats.estimators import ESTIMATOR_NAME, METRICS, Metric, metric_cells
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.intervals import Interval, check_interval
-from reliabilityd.stats.intervals import interval as compute_interval
+from reliabilityd.stats.intervals import intervals as compute_intervals
 
 Tasks: TypeAlias = Histogram | Sequence[tuple[int, int]] | npt.NDArray[np.int64]
 
@@ -139,64 +139,131 @@ def estimate_metrics(
     With ``with_ci=False`` only the point estimates are computed (the live
     path after every commit); ``ci`` is then None.
     """
-    _check_args(k, min_coverage, confidence, n_boot, interval)
+    (row,) = estimate_many(
+        [tasks],
+        [k],
+        metrics,
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        min_coverage=min_coverage,
+        with_ci=with_ci,
+        interval=interval,
+    )
+    return dict(zip(metrics, row, strict=True))
+
+
+class _Pending(NamedTuple):
+    """A known estimate waiting for its interval."""
+
+    series: int
+    slot: int
+    metric: Metric
+    k: int
+    value: float
+    job: int
+    runs: int
+    tasks: int
+    left_out: int
+
+
+def estimate_many(
+    series: Sequence[Tasks],
+    ks: Sequence[int],
+    metrics: Sequence[Metric] = METRICS,
+    *,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+    min_coverage: float = 1.0,
+    with_ci: bool = True,
+    interval: str = "gaffke",
+) -> list[list[Estimate]]:
+    """Every metric at every k of many series, their intervals in one vectorised pass.
+
+    ``result[i]`` holds series i's estimates k by k, and within a k in the
+    order of ``metrics``: each one exactly what ``estimate_metrics`` gives
+    for that series, k and metric alone (it is this function with one series),
+    because every interval is computed from its own series and seed and the
+    batched saddlepoint solves each row as it would alone. pass@1 and pass^1
+    are the same number (both c / n per task) and share one interval.
+    """
+    for k in ks:
+        _check_args(k, min_coverage, confidence, n_boot, interval)
     for metric in metrics:
         if metric not in METRICS:
             raise ValueError(f"metric must be 'pass@k' or 'pass^k', got {metric!r}")
-    hist = as_histogram(tasks)
-    used = hist.at_least(k)
-    total = hist.tasks
-    left_out = total - used.tasks
-    known = used.tasks > 0 and used.tasks / total >= min_coverage
-    if not known:
-        runs = int(hist.n.min()) if total else 0
-        return {
-            metric: Estimate(
-                k=k,
-                value=None,
-                ci=None,
-                estimator=ESTIMATOR_NAME[metric],
-                runs=runs,
-                tasks=used.tasks,
-                left_out=left_out,
-                unknown_reason=_unknown_reason(hist, used, k, metric, min_coverage),
-            )
-            for metric in metrics
-        }
-
-    m = used.tasks
-    runs = int(used.n.min())
-    out: dict[Metric, Estimate] = {}
-    for metric in metrics:
-        per_cell = metric_cells(metric, used.n, used.c, k)
-        value = float(per_cell @ used.count) / m
-        # Float sums can leave 1 + 1e-16; the estimand lives in [0, 1].
-        value = min(1.0, max(0.0, value))
-        ci: Interval | None = None
-        if with_ci:
-            ci = compute_interval(
-                interval,
-                per_cell,
-                used.count,
-                confidence=confidence,
-                n_boot=n_boot,
-                rng=np.random.default_rng(seed),
-            )
+    out: list[list[Estimate | None]] = []
+    jobs: list[tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]] = []
+    pending: list[_Pending] = []
+    for i, tasks in enumerate(series):
+        hist = as_histogram(tasks)
+        row: list[Estimate | None] = []
+        out.append(row)
+        for k in ks:
+            used = hist.at_least(k)
+            total = hist.tasks
+            left_out = total - used.tasks
+            if not (used.tasks > 0 and used.tasks / total >= min_coverage):
+                runs = int(hist.n.min()) if total else 0
+                row.extend(
+                    Estimate(
+                        k=k,
+                        value=None,
+                        ci=None,
+                        estimator=ESTIMATOR_NAME[metric],
+                        runs=runs,
+                        tasks=used.tasks,
+                        left_out=left_out,
+                        unknown_reason=_unknown_reason(hist, used, k, metric, min_coverage),
+                    )
+                    for metric in metrics
+                )
+                continue
+            m = used.tasks
+            runs = int(used.n.min())
+            # At k = 1 both metrics are c / n per task: one value, one interval.
+            computed: dict[str, tuple[float, int]] = {}
+            for metric in metrics:
+                key = "k=1" if k == 1 else metric
+                if key not in computed:
+                    per_cell = metric_cells(metric, used.n, used.c, k)
+                    value = float(per_cell @ used.count) / m
+                    # Float sums can leave 1 + 1e-16; the estimand lives in [0, 1].
+                    value = min(1.0, max(0.0, value))
+                    computed[key] = (value, len(jobs))
+                    if with_ci:
+                        jobs.append((per_cell, used.count))
+                value, job = computed[key]
+                pending.append(_Pending(i, len(row), metric, k, value, job, runs, m, left_out))
+                row.append(None)
+    cis: list[Interval] = []
+    if with_ci:
+        cis = compute_intervals(
+            jobs,
+            interval,
+            confidence=confidence,
+            n_boot=n_boot,
+            rngs=[np.random.default_rng(seed) for _ in jobs],
+        )
+    for p in pending:
+        value = p.value
+        ci = cis[p.job] if with_ci else None
+        if ci is not None:
             value = min(max(value, ci.low), ci.high)
-        pair = None if ci is None else (ci.low, ci.high)
-        out[metric] = Estimate(
-            k=k,
+        out[p.series][p.slot] = Estimate(
+            k=p.k,
             value=value,
-            ci=pair,
-            estimator=ESTIMATOR_NAME[metric],
-            runs=runs,
-            tasks=m,
-            left_out=left_out,
+            ci=None if ci is None else (ci.low, ci.high),
+            estimator=ESTIMATOR_NAME[p.metric],
+            runs=p.runs,
+            tasks=p.tasks,
+            left_out=p.left_out,
             confidence=None if ci is None else confidence,
             interval=None if ci is None else interval,
             method=None if ci is None else ci.method,
         )
-    return out
+    return [[e for e in row if e is not None] for row in out]
 
 
 def estimate(

@@ -121,6 +121,10 @@ def pass_at_k_cells(n: npt.ArrayLike, c: npt.ArrayLike, k: int) -> npt.NDArray[n
     na = np.asarray(n, dtype=np.int64)
     ca = np.asarray(c, dtype=np.int64)
     _check_cells(na, ca, k)
+    if k == 1:
+        # 1 - (n - c) / n is c / n: one rounding instead of two, so pass@1 and
+        # pass^1 are the same float.
+        return _ratio_product(ca, na, 1)
     return 1.0 - _ratio_product(na - ca, na, k)
 
 

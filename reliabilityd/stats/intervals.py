@@ -31,13 +31,14 @@ Methods:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, NamedTuple, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
 from reliabilityd.stats.bootstrap import wilson_interval
-from reliabilityd.stats.saddlepoint import bootstrap_mean_quantiles, dirichlet_mean_quantile
+from reliabilityd.stats.saddlepoint import bootstrap_mean_quantiles, dirichlet_mean_quantiles
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -107,6 +108,38 @@ def percentile(
     return Interval(float(q[0]), float(q[1]), "saddlepoint")
 
 
+class _GaffkeRows(NamedTuple):
+    """A gaffke interval's two saddlepoint quantiles, waiting to be solved in a batch."""
+
+    low_values: FloatArray
+    high_values: FloatArray
+    alpha: FloatArray
+    lo_q: float
+    hi_q: float
+
+
+def _gaffke_draw_or_rows(
+    values: FloatArray,
+    count: IntArray,
+    confidence: float,
+    n_boot: int,
+    rng: np.random.Generator,
+) -> Interval | _GaffkeRows:
+    """The exact draw's interval, or the saddlepoint rows that give it."""
+    uniq, merged = atoms(values, count)
+    alpha = np.append(merged.astype(np.float64), 1.0)
+    lo_q, hi_q = _tails(confidence)
+    low_values = np.append(uniq, 0.0)
+    high_values = np.append(uniq, 1.0)
+    if exact_draw_is_small(n_boot, alpha.size):
+        g = rng.standard_gamma(alpha, size=(n_boot, alpha.size))
+        w = g / g.sum(axis=1, keepdims=True)
+        lo = float(np.quantile(w @ low_values, lo_q, method="linear"))
+        hi = float(np.quantile(w @ high_values, hi_q, method="linear"))
+        return Interval(max(0.0, lo), min(1.0, hi), "exact-draw")
+    return _GaffkeRows(low_values, high_values, alpha, lo_q, hi_q)
+
+
 def gaffke(
     values: FloatArray,
     count: IntArray,
@@ -115,20 +148,51 @@ def gaffke(
     rng: np.random.Generator,
 ) -> Interval:
     """Bayesian bootstrap with a pseudo-task at 0 (lower bound) and at 1 (upper)."""
-    uniq, merged = atoms(values, count)
-    alpha = np.r_[merged.astype(np.float64), 1.0]
-    lo_q, hi_q = _tails(confidence)
-    low_values = np.r_[uniq, 0.0]
-    high_values = np.r_[uniq, 1.0]
-    if exact_draw_is_small(n_boot, alpha.size):
-        g = rng.standard_gamma(alpha, size=(n_boot, alpha.size))
-        w = g / g.sum(axis=1, keepdims=True)
-        lo = float(np.quantile(w @ low_values, lo_q, method="linear"))
-        hi = float(np.quantile(w @ high_values, hi_q, method="linear"))
-        return Interval(max(0.0, lo), min(1.0, hi), "exact-draw")
-    lo = dirichlet_mean_quantile(low_values, alpha, lo_q)
-    hi = dirichlet_mean_quantile(high_values, alpha, hi_q)
-    return Interval(max(0.0, lo), min(1.0, hi), "saddlepoint")
+    return intervals([(values, count)], "gaffke", confidence=confidence, n_boot=n_boot, rngs=[rng])[
+        0
+    ]
+
+
+def intervals(
+    jobs: Sequence[tuple[FloatArray, IntArray]],
+    name: str,
+    *,
+    confidence: float,
+    n_boot: int,
+    rngs: Sequence[np.random.Generator],
+) -> list[Interval]:
+    """The named interval of each (per-task values, count) job, ``rngs[i]`` drawing for job i.
+
+    ``gaffke``'s saddlepoint quantiles of every job are solved in one
+    vectorised pass (``dirichlet_mean_quantiles``), each bit-identical to
+    the job computed alone; draws and ``percentile`` are computed job by job.
+    """
+    check_interval(name)
+    if name == "percentile":
+        return [
+            percentile(values, count, confidence, n_boot, rng)
+            for (values, count), rng in zip(jobs, rngs, strict=True)
+        ]
+    planned = [
+        _gaffke_draw_or_rows(values, count, confidence, n_boot, rng)
+        for (values, count), rng in zip(jobs, rngs, strict=True)
+    ]
+    pending = [p for p in planned if isinstance(p, _GaffkeRows)]
+    quantiles = iter(
+        dirichlet_mean_quantiles(
+            [v for p in pending for v in (p.low_values, p.high_values)],
+            [p.alpha for p in pending for _ in range(2)],
+            [q for p in pending for q in (p.lo_q, p.hi_q)],
+        ).tolist()
+    )
+    out: list[Interval] = []
+    for p in planned:
+        if isinstance(p, Interval):
+            out.append(p)
+        else:
+            lo, hi = next(quantiles), next(quantiles)
+            out.append(Interval(max(0.0, lo), min(1.0, hi), "saddlepoint"))
+    return out
 
 
 def interval(

@@ -19,6 +19,7 @@ exact draw there. Every quantile lies within [min v, max v].
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import copysign, erfc, exp, inf, isfinite, log, nan, pi, sqrt
 from statistics import NormalDist
 
@@ -110,75 +111,171 @@ def bootstrap_mean_quantiles(
     return out
 
 
-def _gamma_sum_tail(
-    d: FloatArray, alpha: FloatArray, t0: float = 0.0
-) -> tuple[float, float, float]:
-    """P(sum_j G_j d_j <= 0) for independent G_j ~ Gamma(alpha_j), with d = v - x.
+def _row_sums(a: FloatArray) -> FloatArray:
+    """Each row's sum, the same float whatever the row's padding.
 
-    Returns (tail, the saddlepoint t, the density of sum w_j v_j at x), the
-    last for Newton steps on x. d must hold both signs, so the saddlepoint
-    exists.
+    Rows are padded with zeros to a power-of-two width (``_width``); numpy's
+    pairwise sum splits such a row into halves, so the zeros of a wider
+    batch form whole blocks that add exactly nothing, and a series' bounds do
+    not depend on which series are solved beside it.
+    """
+    sums: FloatArray = a.sum(axis=1)
+    return sums
+
+
+def _width(size: int) -> int:
+    """The padded width of a row of ``size`` atoms: the next power of two, at least 8.
+
+    numpy adds fewer than 8 numbers one by one and 8 or more in 8 lanes: at
+    least 8 wide, every row takes the lanes.
+    """
+    return max(8, 1 << max(0, size - 1).bit_length())
+
+
+def _lugannani_rice_rows(w: FloatArray, u: FloatArray) -> FloatArray:
+    """``_lugannani_rice`` row by row."""
+    cdf = np.array([0.5 * erfc(-x / sqrt(2.0)) for x in w.tolist()])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phi = np.exp(-0.5 * w * w) / sqrt(2.0 * pi)
+        tilted = np.clip(cdf + phi * (1.0 / w - 1.0 / u), 0.0, 1.0)
+    out: FloatArray = np.where((np.abs(w) < _W_SMALL) | (u == 0.0), cdf, tilted)
+    return out
+
+
+def _gamma_sum_tails(
+    d: FloatArray, alpha: FloatArray, t0: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """P(sum_j G_j d_j <= 0) per row, for independent G_j ~ Gamma(alpha_j), with d = v - x.
+
+    Rows of ``d`` and ``alpha`` (padding: alpha 0 beside a d the row already
+    holds). Returns (tail, the saddlepoint t, the density of sum w_j v_j at
+    x) per row, the last for Newton steps on x. Every row of d must hold both
+    signs, so the saddlepoint exists.
     """
     # K(t) = -sum a log(1 - t d) lives on (1/min d, 1/max d), where K' is
-    # increasing from -inf to +inf: safeguarded Newton on K'(t) = 0.
-    lo = 1.0 / float(d.min())
-    hi = 1.0 / float(d.max())
-    if not lo < t0 < hi or t0 == 0.0:
-        # One Newton step from 0 without the division: K'(0) + K''(0) t = 0.
-        t0 = -float(alpha @ d) / float(alpha @ (d * d))
-    t = t0 if lo < t0 < hi else 0.0
+    # increasing from -inf to +inf: safeguarded Newton on K'(t) = 0, each row
+    # on its own, stopped rows frozen.
+    lo = 1.0 / d.min(axis=1)
+    hi = 1.0 / d.max(axis=1)
+    inside = (lo < t0) & (t0 < hi) & (t0 != 0.0)
+    # One Newton step from 0 without the division: K'(0) + K''(0) t = 0.
+    start = np.where(inside, t0, -_row_sums(alpha * d) / _row_sums(alpha * d * d))
+    t = np.where((lo < start) & (start < hi), start, 0.0)
+    live = np.arange(d.shape[0])
+    dl, al, tl, lol, hil = d, alpha, t.copy(), lo, hi
     for _ in range(_NEWTON):
-        r = d / (1.0 - t * d)
-        ar = alpha * r
-        g = float(ar.sum())
-        h = float(ar @ r)
-        if g < 0:
-            lo = t
-        else:
-            hi = t
-        step = t - g / h
-        t_new = step if lo < step < hi else 0.5 * (lo + hi)
-        done = abs(t_new - t) <= 1e-12 * max(1.0, abs(t))
-        t = t_new
-        if done:
+        r = dl / (1.0 - tl[:, None] * dl)
+        ar = al * r
+        g = _row_sums(ar)
+        h = _row_sums(ar * r)
+        below = g < 0
+        lol = np.where(below, tl, lol)
+        hil = np.where(below, hil, tl)
+        step = tl - g / h
+        t_new = np.where((lol < step) & (step < hil), step, 0.5 * (lol + hil))
+        done = np.abs(t_new - tl) <= 1e-12 * np.maximum(1.0, np.abs(tl))
+        t[live] = t_new
+        if done.all():
             break
-    one = 1.0 - t * d
-    k = -float(alpha @ np.log(one))
-    k2 = float(alpha @ (d / one) ** 2)
-    w = copysign(sqrt(max(-2.0 * k, 0.0)), t)
-    u = t * sqrt(k2)
+        if done.any():
+            # Finished rows leave the working set; the others go on unchanged.
+            keep = ~done
+            live, dl, al, lol, hil = live[keep], dl[keep], al[keep], lol[keep], hil[keep]
+            t_new = t_new[keep]
+        tl = t_new
+    one = 1.0 - t[:, None] * d
+    k = -_row_sums(alpha * np.log(one))
+    k2 = _row_sums(alpha * (d / one) ** 2)
+    w = np.copysign(np.sqrt(np.maximum(-2.0 * k, 0.0)), t)
+    u = t * np.sqrt(k2)
     # d/dx P(X <= x) = f_S(0) E[sum G | S = 0]; under the tilt E[G_j] = a_j / (1 - t d_j).
-    density = exp(min(k, 0.0)) / sqrt(2.0 * pi * k2) * float((alpha / one).sum())
-    return _lugannani_rice(w, u), t, density
+    density = np.exp(np.minimum(k, 0.0)) / np.sqrt(2.0 * pi * k2) * _row_sums(alpha / one)
+    return _lugannani_rice_rows(w, u), t, density
+
+
+# Rows solved together: a few MB of temporaries at a thousand atoms.
+_BATCH_ROWS = 256
+
+
+def dirichlet_mean_quantiles(
+    values: Sequence[FloatArray], alpha: Sequence[FloatArray], probs: Sequence[float]
+) -> FloatArray:
+    """The ``probs[i]`` quantile of sum_j w_j values[i]_j, w ~ Dirichlet(alpha[i]), for each i.
+
+    One vectorised pass over many (values, alpha, prob) rows of any lengths:
+    each row follows exactly the iteration it would follow alone, and its
+    sums are taken left to right, so a row's quantile is bit-identical
+    whichever rows share its batch (``dirichlet_mean_quantile`` is a batch of
+    one).
+    """
+    rows = len(values)
+    out = np.empty(rows)
+    if rows == 0:
+        return out
+    sizes = np.array([len(v) for v in values])
+    # Rows of similar length together, so little of each batch is padding.
+    order = np.argsort(sizes, kind="stable")
+    for begin in range(0, rows, _BATCH_ROWS):
+        chosen = order[begin : begin + _BATCH_ROWS]
+        out[chosen] = _solve_rows(
+            [values[i] for i in chosen],
+            [alpha[i] for i in chosen],
+            np.array([probs[i] for i in chosen], dtype=np.float64),
+        )
+    return out
+
+
+def _solve_rows(values: list[FloatArray], alpha: list[FloatArray], prob: FloatArray) -> FloatArray:
+    width = _width(max(len(v) for v in values))
+    v = np.empty((len(values), width))
+    a = np.zeros((len(values), width))
+    for i, (vi, ai) in enumerate(zip(values, alpha, strict=True)):
+        v[i, : len(vi)] = vi
+        # Padding repeats the row's first value with weight 0: no minimum,
+        # maximum or sum changes.
+        v[i, len(vi) :] = vi[0]
+        a[i, : len(ai)] = ai
+    vmin, vmax = v.min(axis=1), v.max(axis=1)
+    x = vmin.copy()
+    total = _row_sums(a)
+    mean = _row_sums(a * v) / total
+    sd = np.sqrt(np.maximum(_row_sums(a * (v - mean[:, None]) ** 2) / total, 0.0) / (total + 1.0))
+    # Newton on x from the normal guess, inside a bracket every evaluation
+    # narrows (the tail is increasing in x); bisect when a step leaves it.
+    lo, hi = vmin.copy(), vmax.copy()
+    z = np.array([_ND.inv_cdf(min(max(p, 1e-12), 1.0 - 1e-12)) for p in prob.tolist()])
+    spread = vmax - vmin
+    live = np.flatnonzero(vmax != vmin)
+    x[live] = np.minimum(
+        np.maximum((mean + z * sd)[live], (vmin + 1e-3 * spread)[live]),
+        (vmax - 1e-3 * spread)[live],
+    )
+    t = np.zeros(len(values))
+    for _ in range(_BISECT):
+        if live.size == 0:
+            break
+        xl, pl = x[live], prob[live]
+        f, t[live], density = _gamma_sum_tails(v[live] - xl[:, None], a[live], t[live])
+        settled = np.abs(f - pl) < 1e-10
+        below = f < pl
+        lo[live] = np.where(below, xl, lo[live])
+        hi[live] = np.where(below, hi[live], xl)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = np.where(density > 0, xl - (f - pl) / density, np.nan)
+        inside = (lo[live] < step) & (step < hi[live])
+        x_new = np.where(inside, step, 0.5 * (lo[live] + hi[live]))
+        still = np.abs(x_new - xl) < 1e-14 * np.maximum(1.0, np.abs(xl))
+        finished = settled | still
+        x[live] = np.where(finished, xl, x_new)
+        live = live[~finished]
+    clamped: FloatArray = np.minimum(np.maximum(x, vmin), vmax)
+    return clamped
 
 
 def dirichlet_mean_quantile(values: FloatArray, alpha: FloatArray, prob: float) -> float:
     """The ``prob`` quantile of sum_j w_j v_j, w ~ Dirichlet(alpha)."""
-    v = values.astype(np.float64)
-    a = np.asarray(alpha, dtype=np.float64)
-    vmin, vmax = float(v.min()), float(v.max())
-    if vmax == vmin:
-        return vmin
-    total = float(a.sum())
-    mean = float(a @ v) / total
-    sd = sqrt(max(float(a @ (v - mean) ** 2) / total, 0.0) / (total + 1.0))
-    # Newton on x from the normal guess, inside a bracket every evaluation
-    # narrows (the tail is increasing in x); bisect when a step leaves it.
-    lo, hi = vmin, vmax
-    z = _ND.inv_cdf(min(max(prob, 1e-12), 1.0 - 1e-12))
-    x = min(max(mean + z * sd, vmin + 1e-3 * (vmax - vmin)), vmax - 1e-3 * (vmax - vmin))
-    t = 0.0
-    for _ in range(_BISECT):
-        f, t, density = _gamma_sum_tail(v - x, a, t)
-        if abs(f - prob) < 1e-10:
-            break
-        if f < prob:
-            lo = x
-        else:
-            hi = x
-        step = x - (f - prob) / density if density > 0 else nan
-        x_new = step if lo < step < hi else 0.5 * (lo + hi)
-        if abs(x_new - x) < 1e-14 * max(1.0, abs(x)):
-            break
-        x = x_new
-    return min(max(x, vmin), vmax)
+    return float(
+        dirichlet_mean_quantiles(
+            [values.astype(np.float64)], [np.asarray(alpha, dtype=np.float64)], [prob]
+        )[0]
+    )

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from reliabilityd.stats.estimate import Estimate, EstimateOptions, estimate_metrics
+from reliabilityd.stats.estimate import Estimate, EstimateOptions, estimate_many, estimate_metrics
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.lottery import LotteryCase
 
@@ -169,9 +169,24 @@ def point_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
 
 def full_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
     """Every metric at every k with its CI (``settings.interval``)."""
-    out: list[Estimate] = []
-    for k in settings.ks:
-        out.extend(estimate_metrics(hist, k, **settings.options()).values())
+    return estimate_many([hist], settings.ks, **settings.options())[0]
+
+
+def full_estimates_many(
+    series: Sequence[tuple[Histogram, StatsSettings]],
+) -> list[list[Estimate]]:
+    """``full_estimates`` of many series, those with equal settings in one vectorised pass.
+
+    Each series' estimates are exactly ``full_estimates(hist, settings)``.
+    """
+    out: list[list[Estimate]] = [[] for _ in series]
+    groups: dict[StatsSettings, list[int]] = {}
+    for i, (_, settings) in enumerate(series):
+        groups.setdefault(settings, []).append(i)
+    for settings, members in groups.items():
+        rows = estimate_many([series[i][0] for i in members], settings.ks, **settings.options())
+        for i, row in zip(members, rows, strict=True):
+            out[i] = row
     return out
 
 

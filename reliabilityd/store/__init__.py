@@ -20,6 +20,7 @@ from reliabilityd.store._base import (
     connect,
     url_problem,
 )
+from reliabilityd.store._snapshots import SnapshotWrite
 from reliabilityd.store._store import Store
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "DeadLetter",
     "ImportApplied",
     "Redis",
+    "SnapshotWrite",
     "Store",
     "StreamCursor",
     "SuiteState",

@@ -43,27 +43,31 @@ class Reads:
 
     async def read_state(self, suite: str, *, windows: bool = False) -> SuiteState:
         """Counters and histogram of one suite (and each task's window), read atomically."""
-        keys = [self.keys.suite(suite, "meta"), self.keys.suite(suite, "hist")]
-        if windows:
-            reply = await self.client.eval(READ_WINDOWS, 3, *keys, self.keys.suite(suite, "tasks"))
-            meta_raw, hist_raw, values = reply
-            outcomes = [
-                _text(v).split(":", 2)[2] if _text(v).count(":") == 2 else "" for v in values
-            ]
-        else:
-            meta_raw, hist_raw = await self.client.eval(READ, 2, *keys)
-            outcomes = None
-        meta = _pairs(meta_raw)
-        last = meta.get("last_trial_at")
-        counters = Counters(
-            trials=int(meta.get("trials", 0)),
-            errors=int(meta.get("errors", 0)),
-            skips=int(meta.get("skips", 0)),
-            duplicates=int(meta.get("duplicates", 0)),
-            version=int(meta.get("version", 0)),
-            last_trial_at=float(last) if last else None,
-        )
-        return SuiteState(suite, counters, _histogram(hist_raw), outcomes)
+        return (await self.read_states([suite], windows=[windows]))[0]
+
+    async def read_states(
+        self, suites: Sequence[str], *, windows: Sequence[bool] | None = None
+    ) -> list[SuiteState]:
+        """``read_state`` of each suite (``windows[i]`` for suite i), in one round trip.
+
+        Each suite's state is read atomically by its own script call; the
+        calls go in one pipeline.
+        """
+        if not suites:
+            return []
+        want = [False] * len(suites) if windows is None else list(windows)
+        pipe = self.client.pipeline(transaction=False)
+        for suite, with_windows in zip(suites, want, strict=True):
+            keys = [self.keys.suite(suite, "meta"), self.keys.suite(suite, "hist")]
+            if with_windows:
+                pipe.eval(READ_WINDOWS, 3, *keys, self.keys.suite(suite, "tasks"))
+            else:
+                pipe.eval(READ, 2, *keys)
+        replies = await pipe.execute()
+        return [
+            _suite_state(suite, reply, with_windows)
+            for suite, reply, with_windows in zip(suites, replies, want, strict=True)
+        ]
 
     async def task_counts(self, suite: str) -> dict[str, tuple[int, int]]:
         """Every task's (n, c): O(tasks), for tests and tools, never on the tick path."""
@@ -83,25 +87,39 @@ class Reads:
         this reads at most ``limit`` names per cell, never the whole suite.
         Pass the groups from ``ranked_cell_groups(hist, k, limit)``.
         """
-        if not groups or limit <= 0:
-            return []
-        key = self.keys.suite(suite, "lottery")
+        return (await self.lottery_rows_many([(suite, groups)], limit))[0]
+
+    async def lottery_rows_many(
+        self, wanted: Sequence[tuple[str, Sequence[Sequence[tuple[int, int]]]]], limit: int
+    ) -> list[list[LotteryCase]]:
+        """``lottery_rows`` of each (suite, groups), every suite's ranges in one round trip."""
+        out: list[list[LotteryCase]] = [[] for _ in wanted]
+        if limit <= 0 or not any(groups for _, groups in wanted):
+            return out
         pipe = self.client.pipeline(transaction=False)
-        for group in groups:
-            for n, c in group:
-                prefix = f"{n:0{CELL_PAD}d}:{c:0{CELL_PAD}d}:"
-                # ';' sorts right after ':', so "(prefix;" bounds the cell's range.
-                pipe.zrange(key, f"[{prefix}", f"({prefix[:-1]};", bylex=True, offset=0, num=limit)
+        for suite, groups in wanted:
+            key = self.keys.suite(suite, "lottery")
+            for group in groups:
+                for n, c in group:
+                    prefix = f"{n:0{CELL_PAD}d}:{c:0{CELL_PAD}d}:"
+                    # ';' sorts right after ':', so "(prefix;" bounds the cell's range.
+                    pipe.zrange(
+                        key, f"[{prefix}", f"({prefix[:-1]};", bylex=True, offset=0, num=limit
+                    )
         replies = iter(await pipe.execute())
         cut = 2 * CELL_PAD + 2
-        rows: list[LotteryCase] = []
-        for group in groups:
-            found = [
-                LotteryCase(task=_text(m)[cut:], n=n, c=c) for n, c in group for m in next(replies)
-            ]
-            found.sort(key=lambda row: row.task)
-            rows.extend(found)
-        return rows[:limit]
+        for i, (_, groups) in enumerate(wanted):
+            rows: list[LotteryCase] = []
+            for group in groups:
+                found = [
+                    LotteryCase(task=_text(m)[cut:], n=n, c=c)
+                    for n, c in group
+                    for m in next(replies)
+                ]
+                found.sort(key=lambda row: row.task)
+                rows.extend(found)
+            out[i] = rows[:limit]
+        return out
 
     async def deadletters(self, count: int = 100) -> list[DeadLetter]:
         """The oldest ``count`` dead letters still in the capped stream."""
@@ -150,6 +168,29 @@ class Reads:
         """Dead letters ever written (the stream itself is capped)."""
         raw: Any = await self.client.hget(self.keys.stats, "deadletters")
         return int(raw or 0)
+
+
+def _suite_state(suite: str, reply: Any, windows: bool) -> SuiteState:
+    """A read script's reply as the suite's state."""
+    if windows:
+        meta_raw, hist_raw, values = reply
+        outcomes: list[str] | None = [
+            _text(v).split(":", 2)[2] if _text(v).count(":") == 2 else "" for v in values
+        ]
+    else:
+        meta_raw, hist_raw = reply
+        outcomes = None
+    meta = _pairs(meta_raw)
+    last = meta.get("last_trial_at")
+    counters = Counters(
+        trials=int(meta.get("trials", 0)),
+        errors=int(meta.get("errors", 0)),
+        skips=int(meta.get("skips", 0)),
+        duplicates=int(meta.get("duplicates", 0)),
+        version=int(meta.get("version", 0)),
+        last_trial_at=float(last) if last else None,
+    )
+    return SuiteState(suite, counters, _histogram(hist_raw), outcomes)
 
 
 def _deadletter(entry_id: bytes | str, raw: dict[Any, Any]) -> DeadLetter:

@@ -59,6 +59,24 @@ class Snapshots:
             pipe.hget(self.keys.suite(suite, "snapshot"), "json")
         return [None if raw is None else bytes(raw) for raw in await pipe.execute()]
 
+    async def snapshot_stamps(self, suites: Sequence[str]) -> list[tuple[int, str] | None]:
+        """(version, updated_at) of each suite's stored snapshot document, None without one.
+
+        Tells a reader which documents changed since it read them, without
+        reading the documents.
+        """
+        if not suites:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for suite in suites:
+            # Both are written with the document (the CI part), never without it.
+            pipe.hmget(self.keys.suite(suite, "snapshot"), ["version", "updated_at"])
+        out: list[tuple[int, str] | None] = []
+        for version, updated in await pipe.execute():
+            missing = version is None or updated is None
+            out.append(None if missing else (int(version), _text(updated)))
+        return out
+
     async def write_snapshot(
         self,
         suite: str,

@@ -11,7 +11,7 @@ import pytest
 from reliabilityd.alerting.rules import AlertState
 from reliabilityd.events import Rejected, TrialEvent
 from reliabilityd.stats.lottery import lottery_cases, ranked_cell_groups
-from reliabilityd.store import Baseline, Store
+from reliabilityd.store import Baseline, SnapshotWrite, Store
 from reliabilityd.store._alerts import Cas
 from tests.support.helpers import make_events, truth_of, wait_until
 
@@ -235,3 +235,37 @@ async def test_a_breach_start_copies_every_tasks_counts_into_the_baseline(store:
     baseline = await store.alerts.baseline("s", "r")
     assert baseline is not None
     assert baseline.at == 50.0
+
+
+async def test_pipelined_reads_and_writes_are_each_suites_own(
+    store: Store, rng: np.random.Generator
+) -> None:
+    """One round trip for many suites gives what one call per suite gives."""
+    events = make_events(rng, count=3000, tasks=40, suites=("a", "b", "c"))
+    await apply_in_batches(store, events, 150, window=5)
+    suites = ["a", "b", "missing", "c"]
+    windows = [True, False, False, True]
+    states = await store.reads.read_states(suites, windows=windows)
+    for suite, with_windows, state in zip(suites, windows, states, strict=True):
+        assert state == await store.reads.read_state(suite, windows=with_windows)
+    assert states[2].hist.tasks == 0
+    assert states[0].windows is not None
+    assert states[1].windows is None
+    groups = [ranked_cell_groups(s.hist.at_least(2), 2, 5) for s in states]
+    rows = await store.reads.lottery_rows_many(list(zip(suites, groups, strict=True)), 5)
+    for suite, group, got in zip(suites, groups, rows, strict=True):
+        assert got == await store.reads.lottery_rows(suite, group, 5)
+    assert any(rows)
+    await store.snapshots.write_snapshot("b", 4, {"json": "b4"}, {"pass^1": "0.4"})
+    wrote = await store.snapshots.write_snapshots(
+        [
+            SnapshotWrite("a", 2, {"json": "a2"}, {"pass^1": "0.2"}, settings="f"),
+            SnapshotWrite("b", 3, {"json": "b3"}, {"pass^1": "0.3"}),
+            SnapshotWrite("c", 9, {}, {"pass^1": "0.9"}),
+        ]
+    )
+    assert wrote == [(True, True), (False, False), (False, True)]
+    a = await store.snapshots.snapshot("a")
+    assert (a["json"], a["settings"], a["version"]) == ("a2", "f", "2")
+    assert (await store.snapshots.snapshot("b"))["json"] == "b4"
+    assert "json" not in await store.snapshots.snapshot("c")
