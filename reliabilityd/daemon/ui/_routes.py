@@ -159,17 +159,11 @@ class Routes:
 
     async def suite(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["suite"]
-        html = wants_html(request.headers.get("Accept", ""))
-        if not can_read(request, name):
-            if html:
-                return _login_form(request)
-            return web.json_response(
-                {"error": "a valid bearer token is required"},
-                status=401,
-                headers={"WWW-Authenticate": 'Bearer realm="reliabilityd"'},
-            )
-        if not html:
+        if not wants_html(request.headers.get("Accept", "")):
+            # The JSON handler asks the same scopes, answering 401 or 403 itself.
             return await self.json_suite(request)
+        if not can_read(request, name):
+            return _login_form(request)
 
         async def page() -> web.Response:
             q = request.query
