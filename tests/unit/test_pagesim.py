@@ -12,8 +12,10 @@ from reliabilityd.alerting.rules import Rule
 from reliabilityd.stats.estimate import estimate_metrics
 from reliabilityd.stats.histogram import Histogram
 
-TODAY = Rule(name="r", k=5, below=0.75, resolve_above=0.8)
-PERCENTILE = Rule(name="p", k=5, below=0.75, resolve_above=0.8, interval="percentile")
+TODAY = Rule(name="r", k=5, below=0.75, resolve_above=0.8, trigger="ci-low")
+PERCENTILE = Rule(
+    name="p", k=5, below=0.75, resolve_above=0.8, interval="percentile", trigger="ci-low"
+)
 DETECTOR = Rule(name="d", k=5, below=0.75, resolve_above=0.8, trigger="detector")
 
 
