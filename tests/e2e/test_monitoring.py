@@ -211,6 +211,7 @@ def test_no_generator_url_without_external_url() -> None:
         suite=SUITE,
         metric="pass^k",
         k=5,
+        trigger="ci-low",
         state="firing",
         reason="below",
         value=0.1,

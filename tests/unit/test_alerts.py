@@ -279,3 +279,39 @@ def test_the_level_breaches_a_detector_rule_unless_turned_off() -> None:
     )
     with pytest.raises(msgspec.ValidationError, match="level_evidence"):
         msgspec.toml.decode(b'name = "d"\nk = 5\nbelow = 0.75\nlevel_evidence = -1\n', type=Rule)
+
+
+def test_a_notification_says_what_its_trigger_breached_on() -> None:
+    from reliabilityd.alerting.notify import Notification, describe
+
+    note = Notification(
+        id="s/r/1",
+        rule="r",
+        suite="s",
+        metric="pass^k",
+        k=5,
+        trigger="detector",
+        state="firing",
+        reason="below",
+        value=0.6,
+        ci_low=0.5,
+        ci_high=0.7,
+        below=0.75,
+        resolve_above=0.8,
+        tasks=20,
+        runs=20,
+        started_at=None,
+        severity="page",
+        lottery=[],
+        at="2026-12-01T00:00:00Z",
+    )
+    assert describe(note).endswith("the change detector says below 0.750")
+    assert describe(msgspec.structs.replace(note, trigger="ci-low")).endswith(
+        "lower bound below 0.750"
+    )
+    back = msgspec.structs.replace(note, state="resolved")
+    assert describe(back).endswith(": back at or above 0.800")
+    assert describe(msgspec.structs.replace(back, trigger="ci-low")).endswith(
+        "lower bound back at or above 0.800"
+    )
+    assert msgspec.json.decode(msgspec.json.encode(note))["trigger"] == "detector"

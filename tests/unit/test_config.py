@@ -174,7 +174,8 @@ def test_alert_rules_decode_with_defaults(tmp_path: Path) -> None:
             "[[alerts]]\nname = 'a'\nk = 5\nbelow = 0.5\n",
             "$.alerts[0].trigger",
             "the detector (the default trigger) reads each task's last outcomes: set "
-            'stats.window (or a [[suites]] window) for the suites it watches, or trigger = "ci-low"',
+            "stats.window (or a [[suites]] window) for the suites it watches, or "
+            'trigger = "ci-low"',
         ),
         (
             "[stats]\nwindow = 20\n[[alerts]]\nname = 'a'\nk = 1\nbelow = 0.5\nmetric = 'pass@k'\n",
