@@ -300,9 +300,15 @@ def forecast_error(reps: int = 5, hours: float = 6.0, days: float = 2.0, seed: i
     return "# forecast error (T = 50, mix at 0.85, uniform): " + "; ".join(out)
 
 
-def main(*, quick: bool = False, seed: int | None = None) -> None:
+def main(
+    *, quick: bool = False, seed: int | None = None, sizes: tuple[int, ...] | None = None
+) -> None:
     seed = SEED if seed is None else seed
     grid = QUICK if quick else FULL
+    if sizes is not None:
+        # The cells draw from one generator in order, so a run of the first
+        # sizes of the full grid gives exactly the full run's rows for them.
+        grid = Grid(sizes, grid.make_ups, grid.rates, days=grid.days, reps=grid.reps)
     print(
         f"# below = {BELOW}, resolve_above = {RESOLVE}, k = {K}, window = {WINDOW}, judged every "
         f"{TICK:g} s, a mean of 1 trial per task per minute, seed {seed}"
@@ -335,5 +341,10 @@ if __name__ == "__main__":
     )
     parser.add_argument("--quick", action="store_true", help="a small grid")
     parser.add_argument("--seed", type=int, help="the study's seed (default: its own)")
+    parser.add_argument(
+        "--sizes",
+        type=lambda text: tuple(int(x) for x in text.split(",")),
+        help="suite sizes, comma-separated (default: the grid's)",
+    )
     a = parser.parse_args()
-    main(quick=a.quick, seed=a.seed)
+    main(quick=a.quick, seed=a.seed, sizes=a.sizes)
