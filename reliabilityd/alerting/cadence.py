@@ -360,19 +360,3 @@ def regressions(
                 delay[j, r] = max(at, path.start) - since
                 on_at_start[j, r] = first > 0 and bool(got.firing[j][first - 1])
     return Regressions(delay, on_at_start)
-
-
-def delays(
-    rules: Sequence[Rule],
-    path: Path,
-    rates: FloatArray,
-    *,
-    reps: int,
-    horizon: float,
-    crossing: float | None = None,
-    **judging: Unpack[Judging],
-) -> FloatArray:
-    """``regressions(...).delay``: seconds from the crossing to each rule's first firing tick."""
-    return regressions(
-        rules, path, rates, reps=reps, horizon=horizon, crossing=crossing, **judging
-    ).delay
