@@ -15,8 +15,11 @@ over 2 h (spread; it crosses 0.75 after 90 min; a negative delay pages
 before the crossing). The detector's target: at most a tenth of the false
 pages of the CI-lower-bound rule (``ci-low``, percentile, for = 0) and no longer
 median or p90 delay in every shape; the ``target`` column says where it
-holds. Last, the forecast's error: ``reliabilityd forecast`` (6 h simulated
-from one window's c/n) against a long simulation at the truth.
+holds, and stars a shape where the comparison is degenerate (the
+lower-bound rule was already firing when the change began, or paged before
+the truth crossed 0.75). Last, the forecast's error: ``reliabilityd
+forecast`` (6 h simulated from one window's c/n) against a long simulation
+at the truth.
 """
 
 from __future__ import annotations
