@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Required, TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -168,9 +169,9 @@ def judge(
     *,
     window: int,
     k: int,
-    tick: float,
     duration: float,
     rng: np.random.Generator,
+    tick: float = 5.0,
     interval: str = "gaffke",
     n_boot: int = 2000,
     offset: float = 0.0,
@@ -246,46 +247,51 @@ def judge(
     return out
 
 
-def false_pages_per_day(
+class Judging(TypedDict, total=False):
+    """How a simulated suite is judged: ``judge``'s keywords that every run shares."""
+
+    window: Required[int]
+    k: Required[int]
+    rng: Required[np.random.Generator]
+    tick: float
+    interval: str
+    n_boot: int
+
+
+@dataclass(frozen=True)
+class Steady:
+    """What each rule did on a suite whose rates never change: pages, ticks firing, ticks."""
+
+    pages: list[int]
+    firing: list[int]
+    ticks: int
+
+
+def steady(
     rules: Sequence[Rule],
     p: FloatArray,
     rates: FloatArray,
     *,
-    window: int,
-    k: int,
-    days: float,
-    rng: np.random.Generator,
-    tick: float = 5.0,
-    interval: str = "gaffke",
-    n_boot: int = 2000,
+    duration: float,
     chunk: float = 21600.0,
-) -> tuple[list[float], list[float]]:
-    """``firing`` notifications per day of each rule on a suite whose rates never change,
-    and the share of ticks each spent firing."""
-    path = Path(p, k)
-    total = days * 86400.0
+    **judging: Unpack[Judging],
+) -> Steady:
+    """Every rule judged for ``duration`` seconds on a suite at the fixed rates ``p``.
+
+    Judged ``chunk`` seconds at a time (the rules' states and the windows carry
+    on from one chunk to the next), so memory stays flat in ``duration``.
+    """
+    path = Path(p, judging["k"])
     pages = [0] * len(rules)
     firing = [0] * len(rules)
     ticks = 0
     states: Sequence[AlertState] | None = None
     prefill: Sequence[BoolArray] | None = None
     at = 0.0
-    while at < total - 1e-9:
-        span = min(chunk, total - at)
+    while at < duration - 1e-9:
+        span = min(chunk, duration - at)
         got = judge(
-            rules,
-            path,
-            rates,
-            window=window,
-            k=k,
-            tick=tick,
-            duration=span,
-            rng=rng,
-            interval=interval,
-            n_boot=n_boot,
-            offset=at,
-            states=states,
-            prefill=prefill,
+            rules, path, rates, duration=span, offset=at, states=states, prefill=prefill, **judging
         )
         states, prefill = got.states, got.tail
         for j, f in enumerate(got.fired):
@@ -293,53 +299,64 @@ def false_pages_per_day(
             firing[j] += int(got.firing[j].sum())
         ticks += got.firing[0].size
         at += span
-    return [n / days for n in pages], [f / max(ticks, 1) for f in firing]
+    return Steady(pages, firing, ticks)
 
 
-def delays(
+def false_pages_per_day(
+    rules: Sequence[Rule],
+    p: FloatArray,
+    rates: FloatArray,
+    *,
+    days: float,
+    **judging: Unpack[Judging],
+) -> tuple[list[float], list[float]]:
+    """``firing`` notifications per day of each rule on a suite whose rates never change,
+    and the share of ticks each spent firing."""
+    got = steady(rules, p, rates, duration=days * 86400.0, **judging)
+    return [n / days for n in got.pages], [f / max(got.ticks, 1) for f in got.firing]
+
+
+@dataclass(frozen=True)
+class Regressions:
+    """Per rule and regression: the delay, and whether the rule was firing when it began."""
+
+    delay: FloatArray
+    on_at_start: BoolArray
+
+
+def regressions(
     rules: Sequence[Rule],
     path: Path,
     rates: FloatArray,
     *,
-    window: int,
-    k: int,
     reps: int,
     horizon: float,
-    rng: np.random.Generator,
-    tick: float = 5.0,
-    interval: str = "gaffke",
-    n_boot: int = 2000,
     crossing: float | None = None,
-) -> FloatArray:
+    **judging: Unpack[Judging],
+) -> Regressions:
     """Seconds from the truth crossing each rule's ``below`` to its first firing tick.
 
     With ``crossing`` (seconds) every rule is timed from that moment instead.
 
-    Shape (rules, reps); inf when a rule is not firing by ``horizon`` seconds
-    after ``path.start``, negative when it fires before the crossing (on a
-    drift). The suite is judged from 0 (at ``path.before``), so each rule
-    starts the regression in the state the old suite left it in; a rule
-    already firing at ``path.start`` counts from there.
+    ``delay`` has shape (rules, reps); inf when a rule is not firing by
+    ``horizon`` seconds after ``path.start``, negative when it fires before
+    the crossing (on a drift). The suite is judged from 0 (at
+    ``path.before``), so each rule starts the regression in the state the
+    old suite left it in; a rule already firing at ``path.start`` counts from
+    there, and ``on_at_start`` says so: its delay is that of an alert that
+    was on before anything changed.
     """
-    out = np.full((len(rules), reps), np.inf)
-    first = int(np.ceil(path.start / tick))
+    tick = judging.get("tick", 5.0)
+    delay = np.full((len(rules), reps), np.inf)
+    on_at_start = np.zeros((len(rules), reps), dtype=np.bool_)
+    first = max(0, int(np.ceil(path.start / tick)) - 1)
     for r in range(reps):
-        got = judge(
-            rules,
-            path,
-            rates,
-            window=window,
-            k=k,
-            tick=tick,
-            duration=path.start + horizon,
-            rng=rng,
-            interval=interval,
-            n_boot=n_boot,
-        )
+        got = judge(rules, path, rates, duration=path.start + horizon, **judging)
         for j, rule in enumerate(rules):
-            on = np.flatnonzero(got.firing[j][max(0, first - 1) :])
+            on = np.flatnonzero(got.firing[j][first:])
             if on.size:
-                at = (max(0, first - 1) + on[0] + 1) * tick
+                at = (first + on[0] + 1) * tick
                 since = path.crossing(rule.below) if crossing is None else crossing
-                out[j, r] = max(at, path.start) - since
-    return out
+                delay[j, r] = max(at, path.start) - since
+                on_at_start[j, r] = first > 0 and bool(got.firing[j][first - 1])
+    return Regressions(delay, on_at_start)

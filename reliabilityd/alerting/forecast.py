@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from reliabilityd.alerting.cadence import Path, judge
+from reliabilityd.alerting.cadence import steady
 from reliabilityd.alerting.pagesim import Pages
-from reliabilityd.alerting.rules import AlertState, Rule
+from reliabilityd.alerting.rules import Rule
 from reliabilityd.stats.histogram import Histogram
 
 
@@ -51,34 +51,20 @@ def expected_false_pages(
         raise ValueError("no tasks to simulate")
     p = np.repeat(window_counts.c / window_counts.n, window_counts.count).astype(np.float64)
     rates = np.full(p.size, rounds_per_day / 86400.0)
-    duration = hours * 3600.0
-    rng = np.random.default_rng(seed)
-    path = Path(p, rule.k)
-    pages = firing = ticks = 0
-    states: list[AlertState] | None = None
-    tail = None
-    at = 0.0
-    while at < duration - 1e-9:
-        span = min(21600.0, duration - at)
-        got = judge(
-            [rule],
-            path,
-            rates,
-            window=window,
-            k=rule.k,
-            tick=tick,
-            duration=span,
-            rng=rng,
-            interval=interval,
-            n_boot=n_boot,
-            offset=at,
-            states=states,
-            prefill=tail,
-        )
-        states, tail = got.states, got.tail
-        pages += got.fired[0].size
-        firing += int(got.firing[0].sum())
-        ticks += got.firing[0].size
-        at += span
+    got = steady(
+        [rule],
+        p,
+        rates,
+        window=window,
+        k=rule.k,
+        duration=hours * 3600.0,
+        rng=np.random.default_rng(seed),
+        tick=tick,
+        interval=interval,
+        n_boot=n_boot,
+    )
     days = hours / 24.0
-    return Pages(per_day=pages / days, pages=pages, days=days, firing_share=firing / max(ticks, 1))
+    (pages,), (firing,) = got.pages, got.firing
+    return Pages(
+        per_day=pages / days, pages=pages, days=days, firing_share=firing / max(got.ticks, 1)
+    )

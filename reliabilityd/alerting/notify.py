@@ -15,7 +15,7 @@ from urllib.parse import quote
 import msgspec
 
 from reliabilityd.alerting.canary import CanaryDetail, CanaryRule, detail
-from reliabilityd.alerting.rules import AlertState, Rule
+from reliabilityd.alerting.rules import AlertState, Rule, Trigger
 from reliabilityd.config import Config
 from reliabilityd.stats.compare import Comparison
 from reliabilityd.stats.estimate import Estimate
@@ -34,6 +34,8 @@ class Notification(msgspec.Struct, frozen=True, kw_only=True):
     suite: str
     metric: str
     k: int
+    # What the rule breaches on: "detector", "ci-low", or "canary" (a compare rule).
+    trigger: Trigger | Literal["canary"]
     state: Literal["firing", "resolved"]
     repeat: bool = False
     reason: str | None
@@ -91,6 +93,7 @@ def build(
         suite=suite,
         metric=rule.metric,
         k=rule.k,
+        trigger=rule.trigger,
         state=state.state,
         repeat=repeat,
         reason=state.reason,
@@ -131,6 +134,7 @@ def build_canary(
         suite=suite,
         metric=rule.metric,
         k=rule.k,
+        trigger="canary",
         state=state.state,
         repeat=repeat,
         reason=state.reason,
@@ -230,13 +234,16 @@ def describe(n: Notification) -> str:
         f"{label} of suite {n.suite!r} = {_pct(n.value)}, "
         f"CI [{_pct(n.ci_low)}, {_pct(n.ci_high)}] over {n.tasks} tasks ({n.runs}+ runs each)"
     )
+    bound = "lower bound " if n.trigger == "ci-low" else ""
     if n.state == "resolved":
-        return f"{head}: lower bound back at or above {n.resolve_above:.3f}"
+        return f"{head}: {bound}back at or above {n.resolve_above:.3f}"
     if n.reason == "stale":
         return f"{head}: no counted trial for too long (stale suite)"
     if n.reason == "unknown":
         return f"{head}: the value is UNKNOWN (too few trials for k={n.k})"
-    return f"{head}: lower bound below {n.below:.3f}"
+    if n.trigger == "ci-low":
+        return f"{head}: lower bound below {n.below:.3f}"
+    return f"{head}: the change detector says below {n.below:.3f}"
 
 
 def alertmanager_alert(n: Notification, *, now: float, resend_interval: float) -> dict[str, Any]:

@@ -10,15 +10,17 @@ resolves a firing alert. Too few tasks with n >= k (``min_tasks``) gives no
 verdict. A suite without a counted trial for ``stale_after`` seconds
 breaches too, so a dead judge or a stopped fleet is noticed.
 
-That is the default, ``trigger = "ci-low"``. With ``trigger = "detector"``
-a rule instead breaches on ``Observation.evidence`` (nats, from
-``detector.evidence`` over the suite's committed windows: a recent change)
-reaching ``evidence``, on ``Observation.level`` (``detector.level``: the
-whole windows against ``below``, which catches drifts and small suites)
-reaching ``level_evidence``, or on the CI upper bound under ``below``; a
-firing alert resolves when the point estimate is back at ``resolve_above``.
-Without a window there is no evidence (None), and only the upper bound can
-breach.
+That is ``trigger = "ci-low"``, a gate's criterion. The default,
+``trigger = "detector"``, instead breaches on ``Observation.evidence``
+(nats, from ``detector.evidence`` over the suite's committed windows: a
+recent change) reaching ``evidence``, on ``Observation.level``
+(``detector.level``: the whole windows against ``below``, which catches
+drifts and small suites) reaching ``level_evidence``, or on the CI upper
+bound under ``below``; a firing alert resolves when the point estimate is
+back at ``resolve_above``. Without a window there is no evidence (None),
+and only the upper bound can breach. The default follows the page-rate
+study (docs/studies.md): on a steady windowed suite the lower bound pages
+several times a day or stays firing, the detector pages a tenth as often.
 
 No I/O here: the daemon persists ``AlertState`` in Redis and applies each
 transition by compare-and-set, so replicas and restarts never notify twice.
@@ -74,18 +76,19 @@ class Rule(
     severity: Annotated[str, msgspec.Meta(min_length=1)] = "page"
     # Notify when the suite has had no counted trial for this many seconds.
     stale_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
-    # What breaches: "ci-low" (the seed's gate: the CI lower bound under
-    # `below`) or "detector" (``detector.evidence`` reaching `evidence` nats
-    # that pass^k has moved to `below` or under it, or the CI upper bound
-    # under `below`); see reliabilityd/detector.py.
-    trigger: Trigger = "ci-low"
+    # What breaches: "detector" (the default: ``detector.evidence`` reaching
+    # `evidence` nats that pass^k has moved to `below` or under it,
+    # ``detector.level`` reaching `level_evidence`, or the CI upper bound under
+    # `below`; needs the suite's window) or "ci-low" (the seed's gate: the CI
+    # lower bound under `below`); see reliabilityd/stats/detector.py.
+    trigger: Trigger = "detector"
     # The CI this rule judges (reliabilityd.INTERVALS); None = its suite's interval.
     interval: IntervalName | None = None
     # Nats of evidence a "detector" rule needs to breach.
     evidence: Annotated[float, msgspec.Meta(gt=0)] = 12.0
     # Nats of evidence from the whole windows that pass^k is under `below`
     # (``detector.level``) a "detector" rule needs to breach; 0 = not used.
-    level_evidence: Annotated[float, msgspec.Meta(ge=0)] = 2.0
+    level_evidence: Annotated[float, msgspec.Meta(ge=0)] = 1.0
     # How many of each task's most recent outcomes the detector scans.
     recent: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 5
 

@@ -89,15 +89,17 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
             raise ConfigError(
                 path,
                 f"$.alerts[{i}].trigger",
-                'the detector watches pass^k; use trigger = "ci-low" for pass@k',
+                'the detector (the default trigger) watches pass^k; set trigger = "ci-low" '
+                "for a pass@k rule",
             )
         windowed = config.stats.window > 0 or any(o.window for o in config.suites)
         if alert.trigger == "detector" and not windowed:
             raise ConfigError(
                 path,
                 f"$.alerts[{i}].trigger",
-                "the detector reads each task's last outcomes: set stats.window (or a "
-                "[[suites]] window) for the suites it watches",
+                "the detector (the default trigger) reads each task's last outcomes: set "
+                "stats.window (or a [[suites]] window) for the suites it watches, or "
+                'trigger = "ci-low" to judge the lifetime CI lower bound',
             )
     for field, url in (
         ("$.sinks.alertmanager.url", config.sinks.alertmanager.url),

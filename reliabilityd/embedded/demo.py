@@ -1,14 +1,15 @@
 """`reliabilityd demo`: a live fleet, the daemon and its alert on embedded servers.
 
 Starts Redis and an MQTT broker (``embedded.py``: the system's, else the
-Python packages'), the daemon with one alert rule on ``support-bot``
-(pass^5 CI lower bound below 50%, resolved at 60%), and simulated agents
+Python packages'), the daemon with one alert rule on ``support-bot`` (the
+default trigger, the change detector: pass^5 under 50%, resolved when the
+value is back at 60%), and simulated agents
 (``fleet.py``) publishing trials of three suites. Every number shown is read
 back from Redis. The schedule:
 
 * warm-up: every suite's numbers are UNKNOWN until its tasks have 5 runs;
 * after ``REGRESS_AT`` seconds ``support-bot`` regresses (every task passes
-  half its runs): its pass^5 bound falls and the alert fires;
+  half its runs): its pass^5 falls and the alert fires;
 * ``HOLD`` seconds after the alert fired it recovers and the alert resolves.
 
 Ctrl-C, SIGTERM or the end of ``--duration`` stop the agents, let the daemon

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from reliabilityd.alerting.rules import AlertState, Rule
+from reliabilityd.alerting.rules import AlertState, Rule, Trigger
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
@@ -45,8 +45,10 @@ class Note(msgspec.Struct, frozen=True):
     state: str
     metric: str
     k: int
+    trigger: Trigger
     value: float | None
     ci_low: float | None
+    ci_high: float | None
     below: float
     resolve_above: float
     tasks: int
@@ -108,16 +110,22 @@ def label(metric: str, k: int) -> str:
 
 
 def note_line(note: Note) -> str:
+    """What an alert says, in the terms of the rule's trigger."""
     metric = label(note.metric, note.k)
+    head = f"ALERT {note.state:<8} {note.rule} on {note.suite}: {metric}"
+    if note.trigger == "ci-low":
+        if note.state == "firing":
+            return (
+                f"{head} lower bound {pct(note.ci_low)} < {pct(note.below)} "
+                f"({note.tasks} tasks, {note.runs} runs)"
+            )
+        return f"{head} lower bound {pct(note.ci_low)} >= {pct(note.resolve_above)}"
     if note.state == "firing":
         return (
-            f"ALERT firing   {note.rule} on {note.suite}: {metric} lower bound "
-            f"{pct(note.ci_low)} < {pct(note.below)} ({note.tasks} tasks, {note.runs} runs)"
+            f"{head} {pct(note.value)} [{pct(note.ci_low)}, {pct(note.ci_high)}], the detector "
+            f"says under {pct(note.below)} ({note.tasks} tasks, {note.runs} runs)"
         )
-    return (
-        f"ALERT {note.state:<8} {note.rule} on {note.suite}: {metric} lower bound "
-        f"{pct(note.ci_low)} >= {pct(note.resolve_above)}"
-    )
+    return f"{head} {pct(note.value)} >= {pct(note.resolve_above)}"
 
 
 def plain(view: SuiteView, ks: Sequence[int], elapsed: float) -> str:
@@ -140,9 +148,15 @@ def plain(view: SuiteView, ks: Sequence[int], elapsed: float) -> str:
 
 def rule_line(rule: Rule) -> str:
     metric = label(rule.metric, rule.k)
+    if rule.trigger == "ci-low":
+        return (
+            f"alert {rule.name} on {rule.suite}: fires when the {metric} lower bound stays "
+            f"< {pct(rule.below)} for {rule.for_seconds:g} s; resolves at >= {pct(rule.resolve_at)}"
+        )
     return (
-        f"alert {rule.name} on {rule.suite}: fires when the {metric} lower bound stays "
-        f"< {pct(rule.below)} for {rule.for_seconds:g} s; resolves at >= {pct(rule.resolve_at)}"
+        f"alert {rule.name} on {rule.suite}: fires when the detector says {metric} < "
+        f"{pct(rule.below)} for {rule.for_seconds:g} s; resolves at {metric} >= "
+        f"{pct(rule.resolve_at)}"
     )
 
 

@@ -132,26 +132,13 @@ def _split_evidence(
     base = (_unbiased_pass_hat(np.where(used, nb, k), np.where(used, cb, 0), k) * w).sum(
         axis=-1
     ) / safe
-    # Each task's rate is shrunk toward the suite's pooled rate by PRIOR
-    # pseudo-trials: a task that has not failed yet is not taken as perfect.
-    nbf = np.maximum(nb, 0).astype(np.float64) * w
-    pooled = ((cb * w).sum(axis=-1) + 0.5) / (nbf.sum(axis=-1) + 1.0)
-    prior = PRIOR * pooled[..., None]
-    p = (cb + prior) / (np.maximum(nb, 0) + PRIOR)
+    p = _shrunk(nb, cb, used)
     lp = np.log(p) - np.log1p(-p)
     plug = ((p**k) * w).sum(axis=-1) / safe
     # Only the shape of a drop comes from the shrunk rates; its size is the
     # unbiased estimator's distance to the threshold.
     goal = np.clip(plug + (below - base), 1e-12, 1.0 - 1e-12)
-    lo = np.full(goal.shape, -_SHIFT_BOUND)
-    hi = np.full(goal.shape, _SHIFT_BOUND)
-    for _ in range(_BISECT):
-        mid = (lo + hi) / 2.0
-        level = ((_sigmoid(lp - mid[..., None]) ** k) * w).sum(axis=-1) / safe
-        too_high = level > goal
-        lo = np.where(too_high, mid, lo)
-        hi = np.where(too_high, hi, mid)
-    shifted = _sigmoid(lp - ((lo + hi) / 2.0)[..., None])
+    shifted = _sigmoid(lp - _shift_to(lp, goal, w, k)[..., None])
     drop = (below - base)[..., None] < 0.0  # baseline above the threshold
     alt = np.clip(np.where(drop, shifted, p), 1e-12, 1.0 - 1e-12)
     null = np.clip(np.where(drop, p, shifted), 1e-12, 1.0 - 1e-12)
@@ -161,12 +148,21 @@ def _split_evidence(
     return np.where(tasks > 0, llr, 0.0)
 
 
-def _shape(n: IntArray, c: IntArray, used: BoolArray) -> FloatArray:
-    """Per-task log-odds, each rate shrunk toward the pooled rate by PRIOR pseudo-trials."""
+def _shrunk(n: IntArray, c: IntArray, used: BoolArray) -> FloatArray:
+    """Per-task rates, each shrunk toward the suite's pooled rate by PRIOR pseudo-trials.
+
+    A task that has not failed yet is not taken as perfect.
+    """
     w = used.astype(np.float64)
     nf = np.maximum(n, 0).astype(np.float64) * w
     pooled = ((c * w).sum(axis=-1) + 0.5) / (nf.sum(axis=-1) + 1.0)
-    p = (c + PRIOR * pooled[..., None]) / (np.maximum(n, 0) + PRIOR)
+    out: FloatArray = (c + PRIOR * pooled[..., None]) / (np.maximum(n, 0) + PRIOR)
+    return out
+
+
+def _shape(n: IntArray, c: IntArray, used: BoolArray) -> FloatArray:
+    """Per-task log-odds of the shrunk rates."""
+    p = _shrunk(n, c, used)
     out: FloatArray = np.log(p) - np.log1p(-p)
     return out
 

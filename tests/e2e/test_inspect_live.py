@@ -173,7 +173,9 @@ async def test_a_regression_mid_eval_fires_before_the_eval_ends(
     10 tasks judged) fires while the remaining 40 calls still run. One epoch
     raises: it is an error, in neither n nor c.
     """
-    rule = Rule(name="inspect-regression", suite=SUITE, k=1, below=0.6, min_tasks=10)
+    rule = Rule(
+        name="inspect-regression", suite=SUITE, k=1, below=0.6, min_tasks=10, trigger="ci-low"
+    )
     cfg = make_config(
         redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix, ks=[1], alerts=[rule]
     )

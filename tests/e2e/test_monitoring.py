@@ -115,7 +115,14 @@ async def test_alertmanager_receives_firing_and_resolved_and_the_link_answers(
         cfg,
         stats=msgspec.structs.replace(cfg.stats, window=10),
         alerts=[
-            Rule(name="deploy-reliability", suite="deploy-*", k=5, below=0.75, resolve_above=0.8)
+            Rule(
+                name="deploy-reliability",
+                suite="deploy-*",
+                k=5,
+                below=0.75,
+                resolve_above=0.8,
+                trigger="ci-low",
+            )
         ],
         sinks=SinksConfig(
             alertmanager=AlertmanagerSinkConfig(url=alertmanager.url, resend_interval=3600)
@@ -168,7 +175,9 @@ async def test_a_sink_that_is_down_shows_in_failures_and_outbox_depth(
     nobody = f"http://127.0.0.1:{free_port()}"
     cfg = msgspec.structs.replace(
         cfg,
-        alerts=[Rule(name="deploy-reliability", suite="deploy-*", k=5, below=0.75)],
+        alerts=[
+            Rule(name="deploy-reliability", suite="deploy-*", k=5, below=0.75, trigger="ci-low")
+        ],
         sinks=SinksConfig(alertmanager=AlertmanagerSinkConfig(url=nobody, timeout=1.0)),
     )
     async with serving(cfg) as (_, base):
@@ -202,6 +211,7 @@ def test_no_generator_url_without_external_url() -> None:
         suite=SUITE,
         metric="pass^k",
         k=5,
+        trigger="ci-low",
         state="firing",
         reason="below",
         value=0.1,

@@ -20,11 +20,11 @@ from tests.support.servers import RedisServer
 SUITE = "quiet-bot"
 TASKS = 20
 # Every task passed 10 of its 10 trials but the first five, which passed 5 of 10.
-OLD_RULE = Rule(name="pass5-low", suite="quiet-*", k=5, below=0.2)
+OLD_RULE = Rule(name="pass5-low", suite="quiet-*", k=5, below=0.2, trigger="ci-low")
 # pass^3 of that suite is 0.75 * 1 + 0.25 * C(5,3)/C(10,3) = 0.77: its bound is under 0.95.
-NEW_RULE = Rule(name="pass3-low", suite="quiet-*", k=3, below=0.95)
+NEW_RULE = Rule(name="pass3-low", suite="quiet-*", k=3, below=0.95, trigger="ci-low")
 # pass^1 is 0.875: its whole interval is above 0.5; this rule stays inactive.
-NEW_CALM_RULE = Rule(name="pass1-low", suite="quiet-*", k=1, below=0.5)
+NEW_CALM_RULE = Rule(name="pass1-low", suite="quiet-*", k=1, below=0.5, trigger="ci-low")
 
 
 def config(redis_server: RedisServer, prefix: str, ks: list[int], rules: list[Rule]) -> Config:

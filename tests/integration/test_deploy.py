@@ -209,7 +209,7 @@ async def test_every_queried_metric_is_exported_by_a_live_daemon(
     redis_server: RedisServer, prefix: str
 ) -> None:
     cfg = http_config(redis_server, prefix, ks=[1, 5])
-    cfg = msgspec.structs.replace(cfg, alerts=[Rule(name="r", k=5, below=0.5)])
+    cfg = msgspec.structs.replace(cfg, alerts=[Rule(name="r", k=5, below=0.5, trigger="ci-low")])
     batch = [
         event(f"t{i}", str(j), "pass" if j % 2 else "fail") for i in range(3) for j in range(5)
     ]

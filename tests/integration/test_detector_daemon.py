@@ -159,8 +159,8 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
 async def test_a_rule_judges_with_its_own_interval(redis_server: RedisServer, prefix: str) -> None:
     # Near the ceiling the percentile bound says 0.96 and gaffke's 0.81: a rule
     # that names gaffke fires on it, one on the suite's percentile does not.
-    strict = Rule(name="strict", suite="*", k=5, below=0.9, interval="gaffke")
-    lenient = Rule(name="lenient", suite="*", k=5, below=0.9)
+    strict = Rule(name="strict", suite="*", k=5, below=0.9, interval="gaffke", trigger="ci-low")
+    lenient = Rule(name="lenient", suite="*", k=5, below=0.9, trigger="ci-low")
     cfg = msgspec.structs.replace(config(redis_server, prefix), alerts=[strict, lenient])
     cfg = msgspec.structs.replace(
         cfg, stats=msgspec.structs.replace(cfg.stats, window=0, interval="percentile")

@@ -62,6 +62,7 @@ def alert_config(
                 k=5,
                 below=below,
                 resolve_above=resolve_above,
+                trigger="ci-low",
             )
         ],
         sinks=SinksConfig(

@@ -15,7 +15,7 @@ from reliabilityd.alerting.rules import AlertState, Observation, Rule, step, ver
 from reliabilityd.config import load
 from reliabilityd.errors import ConfigError
 
-RULE = Rule(name="r", k=5, below=0.75, resolve_above=0.8)
+RULE = Rule(name="r", k=5, below=0.75, resolve_above=0.8, trigger="ci-low")
 
 
 def obs(ci_low: float | None, *, tasks: int = 20, last: float | None = None) -> Observation:
@@ -47,7 +47,7 @@ def test_equal_to_below_is_not_a_breach() -> None:
 
 
 def test_pending_then_firing_after_for() -> None:
-    rule = Rule(name="r", k=5, below=0.75, for_seconds=2.0)
+    rule = Rule(name="r", k=5, below=0.75, for_seconds=2.0, trigger="ci-low")
     assert run(rule, [0.7, 0.7, 0.7, 0.7]) == [
         ("pending", None),
         ("pending", None),
@@ -57,7 +57,7 @@ def test_pending_then_firing_after_for() -> None:
 
 
 def test_pending_back_to_inactive_when_the_breach_does_not_hold() -> None:
-    rule = Rule(name="r", k=5, below=0.75, for_seconds=5.0)
+    rule = Rule(name="r", k=5, below=0.75, for_seconds=5.0, trigger="ci-low")
     assert run(rule, [0.7, 0.76, 0.7]) == [
         ("pending", None),
         ("inactive", None),
@@ -103,7 +103,7 @@ def test_notifications_alternate_and_match_thresholds(lows: list[float]) -> None
 
 
 def test_repeat_renotifies_while_firing() -> None:
-    rule = Rule(name="r", k=5, below=0.75, repeat=3.0)
+    rule = Rule(name="r", k=5, below=0.75, repeat=3.0, trigger="ci-low")
     notes = [n for _, n in run(rule, [0.7] * 8)]
     assert notes == ["firing", None, None, "repeat", None, None, "repeat", None]
 
@@ -119,13 +119,13 @@ def test_unknown_is_ignored_by_default_and_never_resolves() -> None:
 
 
 def test_unknown_alerts_when_asked() -> None:
-    rule = Rule(name="r", k=5, below=0.75, on_unknown="alert")
+    rule = Rule(name="r", k=5, below=0.75, on_unknown="alert", trigger="ci-low")
     t = step(rule, AlertState(), obs(None), now=1.0)
     assert (t.new.state, t.notify, t.new.reason) == ("firing", "firing", "unknown")
 
 
 def test_min_tasks_gives_no_verdict() -> None:
-    rule = Rule(name="r", k=5, below=0.75, min_tasks=10)
+    rule = Rule(name="r", k=5, below=0.75, min_tasks=10, trigger="ci-low")
     t = step(rule, AlertState(), obs(0.1, tasks=9), now=1.0)
     assert (t.new.state, t.notify) == ("inactive", None)
     t = step(rule, AlertState(), obs(0.1, tasks=10), now=1.0)
@@ -133,7 +133,7 @@ def test_min_tasks_gives_no_verdict() -> None:
 
 
 def test_pending_holds_its_timer_without_a_verdict() -> None:
-    rule = Rule(name="r", k=5, below=0.75, for_seconds=2.0)
+    rule = Rule(name="r", k=5, below=0.75, for_seconds=2.0, trigger="ci-low")
     state = step(rule, AlertState(), obs(0.5), now=0.0).new
     state = step(rule, state, obs(None), now=1.0).new
     assert state.state == "pending"
@@ -143,7 +143,7 @@ def test_pending_holds_its_timer_without_a_verdict() -> None:
 
 
 def test_stale_suite_breaches() -> None:
-    rule = Rule(name="r", k=5, below=0.75, stale_after=60.0)
+    rule = Rule(name="r", k=5, below=0.75, stale_after=60.0, trigger="ci-low")
     fresh = step(rule, AlertState(), obs(0.9, last=1000.0), now=1030.0)
     assert fresh.notify is None
     stale = step(rule, AlertState(), obs(0.9, last=1000.0), now=1061.0)
@@ -171,11 +171,12 @@ def dobs(
     return Observation(value=value, ci_low=low, ci_high=high, tasks=50, runs=20, evidence=evidence)
 
 
-def test_the_lower_bound_gate_stays_the_default() -> None:
-    rule = Rule(name="r", k=5, below=0.75)
-    assert rule.trigger == "ci-low"
+def test_the_detector_is_the_default_and_ci_low_ignores_evidence() -> None:
+    assert Rule(name="r", k=5, below=0.75).trigger == "detector"
+    assert verdict(Rule(name="r", k=5, below=0.75), dobs(100.0, low=0.8), now=0.0)[0] == "breach"
+    gate = Rule(name="r", k=5, below=0.75, trigger="ci-low")
     # Evidence is ignored by a ci-low rule: only the bound counts.
-    assert verdict(rule, dobs(100.0, low=0.8), now=0.0)[0] == "clear"
+    assert verdict(gate, dobs(100.0, low=0.8), now=0.0)[0] == "clear"
 
 
 def test_rule_config_names_the_trigger() -> None:
@@ -266,13 +267,51 @@ def test_the_level_breaches_a_detector_rule_unless_turned_off() -> None:
             value=0.72, ci_low=0.6, ci_high=0.85, tasks=10, runs=20, evidence=1.0, level=level
         )
 
-    assert DETECTOR.level_evidence == 2.0
-    assert verdict(DETECTOR, lobs(2.0), now=0.0) == ("breach", "below")
-    assert verdict(DETECTOR, lobs(1.9), now=0.0)[0] == "between"
+    assert DETECTOR.level_evidence == 1.0
+    assert verdict(DETECTOR, lobs(1.0), now=0.0) == ("breach", "below")
+    assert verdict(DETECTOR, lobs(0.9), now=0.0)[0] == "between"
     assert verdict(DETECTOR, lobs(None), now=0.0)[0] == "between"
     cusum_only = msgspec.structs.replace(DETECTOR, level_evidence=0.0)
     assert verdict(cusum_only, lobs(50.0), now=0.0)[0] == "between"
     # A ci-low rule reads neither statistic.
-    assert verdict(Rule(name="r", k=5, below=0.5), lobs(50.0), now=0.0)[0] == "clear"
+    assert (
+        verdict(Rule(name="r", k=5, below=0.5, trigger="ci-low"), lobs(50.0), now=0.0)[0] == "clear"
+    )
     with pytest.raises(msgspec.ValidationError, match="level_evidence"):
         msgspec.toml.decode(b'name = "d"\nk = 5\nbelow = 0.75\nlevel_evidence = -1\n', type=Rule)
+
+
+def test_a_notification_says_what_its_trigger_breached_on() -> None:
+    from reliabilityd.alerting.notify import Notification, describe
+
+    note = Notification(
+        id="s/r/1",
+        rule="r",
+        suite="s",
+        metric="pass^k",
+        k=5,
+        trigger="detector",
+        state="firing",
+        reason="below",
+        value=0.6,
+        ci_low=0.5,
+        ci_high=0.7,
+        below=0.75,
+        resolve_above=0.8,
+        tasks=20,
+        runs=20,
+        started_at=None,
+        severity="page",
+        lottery=[],
+        at="2026-12-01T00:00:00Z",
+    )
+    assert describe(note).endswith("the change detector says below 0.750")
+    assert describe(msgspec.structs.replace(note, trigger="ci-low")).endswith(
+        "lower bound below 0.750"
+    )
+    back = msgspec.structs.replace(note, state="resolved")
+    assert describe(back).endswith(": back at or above 0.800")
+    assert describe(msgspec.structs.replace(back, trigger="ci-low")).endswith(
+        "lower bound back at or above 0.800"
+    )
+    assert msgspec.json.decode(msgspec.json.encode(note))["trigger"] == "detector"

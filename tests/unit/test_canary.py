@@ -239,7 +239,7 @@ def test_both_forms_decode_beside_threshold_rules(tmp_path: Path) -> None:
     cfg = load(
         write(
             tmp_path,
-            "[[alerts]]\nname = 'floor'\nk = 5\nbelow = 0.75\n"
+            "[stats]\nwindow = 20\n[[alerts]]\nname = 'floor'\nk = 5\nbelow = 0.75\n"
             "[[alerts]]\nname = 'suites'\nk = 5\nfor = 30\n"
             "compare = { baseline = { suite = 'prod' }, candidate = { suite = 'canary' } }\n"
             "[[alerts]]\nname = 'versions'\nsuite = 'deploy-*'\nmetric = 'pass@k'\nk = 1\n"
@@ -346,7 +346,7 @@ def test_bad_canary_rules_name_the_file_and_field(
 def test_rule_names_are_unique_across_both_kinds(tmp_path: Path) -> None:
     path = write(
         tmp_path,
-        "[[alerts]]\nname = 'c'\nk = 1\nbelow = 0.5\n"
+        "[stats]\nwindow = 20\n[[alerts]]\nname = 'c'\nk = 1\nbelow = 0.5\n"
         "[[alerts]]\nname = 'c'\nk = 1\n"
         "compare = { baseline = { suite = 'prod' }, candidate = { suite = 'canary' } }\n",
     )

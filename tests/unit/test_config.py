@@ -120,9 +120,11 @@ def test_alert_rules_decode_with_defaults(tmp_path: Path) -> None:
     path = write(
         tmp_path,
         'external_url = "https://rel.example"\n'
+        "[stats]\nwindow = 20\n"
         "[[alerts]]\nname = 'deploy'\nk = 5\nbelow = 0.75\nfor = 30\n"
         "[[alerts]]\nname = 'canary'\nsuite = 'canary-*'\nmetric = 'pass@k'\nk = 1\n"
-        "below = 0.5\nresolve_above = 0.6\nstale_after = 600\non_unknown = 'alert'\n",
+        "below = 0.5\nresolve_above = 0.6\nstale_after = 600\non_unknown = 'alert'\n"
+        "trigger = 'ci-low'\n",
     )
     cfg = load(path, environ={})
     deploy, canary = cfg.rules()
@@ -139,6 +141,7 @@ def test_alert_rules_decode_with_defaults(tmp_path: Path) -> None:
         "page",
     )
     assert (canary.resolve_at, canary.stale_after, canary.on_unknown) == (0.6, 600.0, "alert")
+    assert (deploy.trigger, canary.trigger) == ("detector", "ci-low")
     assert cfg.alerts_key == "rel:alerts"
 
 
@@ -154,7 +157,7 @@ def test_alert_rules_decode_with_defaults(tmp_path: Path) -> None:
         ("[[alerts]]\nname = 'a'\nbelow = 0.5\n", "$.alerts[0]", "missing required field `k`"),
         ("[[alerts]]\nname = 'a/b'\nk = 1\nbelow = 0.5\n", "$.alerts[0].name", "matching regex"),
         (
-            "[[alerts]]\nname = 'a'\nk = 1\nbelow = 0.5\n" * 2,
+            "[stats]\nwindow = 5\n" + "[[alerts]]\nname = 'a'\nk = 1\nbelow = 0.5\n" * 2,
             "$.alerts[1].name",
             "duplicate",
         ),
@@ -168,6 +171,18 @@ def test_alert_rules_decode_with_defaults(tmp_path: Path) -> None:
             "[[alerts]]\nname = 'a'\nk = 5\nbelow = 0.5\ntrigger = 'detector'\n",
             "$.alerts[0].trigger",
             "set stats.window",
+        ),
+        (
+            "[[alerts]]\nname = 'a'\nk = 5\nbelow = 0.5\n",
+            "$.alerts[0].trigger",
+            "the detector (the default trigger) reads each task's last outcomes: set "
+            "stats.window (or a [[suites]] window) for the suites it watches, or "
+            'trigger = "ci-low"',
+        ),
+        (
+            "[stats]\nwindow = 20\n[[alerts]]\nname = 'a'\nk = 1\nbelow = 0.5\nmetric = 'pass@k'\n",
+            "$.alerts[0].trigger",
+            'set trigger = "ci-low" for a pass@k rule',
         ),
         ("[sinks.alertmanager]\nurl = 'am:9093'\n", "$.sinks.alertmanager.url", "http"),
         ("[sinks.smtp]\nurl = 'x'\n", "$.sinks", "unknown field `smtp`"),
@@ -184,7 +199,10 @@ def test_cis_are_computed_for_every_k_a_rule_names(tmp_path: Path) -> None:
     from reliabilityd.daemon._daemon import Daemon
 
     cfg = load(
-        write(tmp_path, "[stats]\nk = [1, 3]\n[[alerts]]\nname = 'a'\nk = 7\nbelow = 0.5\n"),
+        write(
+            tmp_path,
+            "[stats]\nk = [1, 3]\n[[alerts]]\nname = 'a'\nk = 7\nbelow = 0.5\ntrigger = 'ci-low'\n",
+        ),
         environ={},
     )
     daemon = Daemon(cfg)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from reliabilityd import INTERVALS
@@ -56,3 +57,33 @@ def test_the_demo_and_its_rule_judge_gaffke() -> None:
     assert cfg.suite_interval("support-bot") == "gaffke"
     # A rule that names no interval judges its suite's (rulestate computes no own estimate).
     assert all(rule.interval is None for rule in cfg.rules())
+
+
+def test_the_demo_rule_is_the_default_detector_on_a_windowed_suite() -> None:
+    from reliabilityd.config._load import _check
+    from reliabilityd.embedded.demo import RULE, demo_config
+    from reliabilityd.embedded.liveview import Note, note_line, rule_line
+
+    cfg = demo_config()
+    assert RULE.trigger == "detector"
+    assert cfg.suite_settings("support-bot")[0] > 0
+    _check(cfg, "demo", {})  # the demo passes the checks a config file gets
+    note = Note(
+        rule=RULE.name,
+        suite="support-bot",
+        state="firing",
+        metric="pass^k",
+        k=5,
+        trigger=RULE.trigger,
+        value=0.2,
+        ci_low=0.12,
+        ci_high=0.29,
+        below=0.5,
+        resolve_above=0.6,
+        tasks=12,
+        runs=10,
+    )
+    assert "the detector says under 50%" in note_line(note)
+    gate = msgspec.structs.replace(note, trigger="ci-low")
+    assert "lower bound 12% < 50%" in note_line(gate)
+    assert "the detector says pass^5 < 50%" in rule_line(RULE)

@@ -5,15 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reliabilityd.alerting.cadence import RATES, Path, delays, false_pages_per_day
+from reliabilityd.alerting.cadence import RATES, Path, false_pages_per_day, regressions
 from reliabilityd.alerting.forecast import expected_false_pages
 from reliabilityd.alerting.pagesim import MAKE_UPS, SHAPES, Shape, pass_hat, window_estimates
 from reliabilityd.alerting.rules import Rule
 from reliabilityd.stats.estimate import estimate_metrics
 from reliabilityd.stats.histogram import Histogram
 
-TODAY = Rule(name="r", k=5, below=0.75, resolve_above=0.8)
-PERCENTILE = Rule(name="p", k=5, below=0.75, resolve_above=0.8, interval="percentile")
+TODAY = Rule(name="r", k=5, below=0.75, resolve_above=0.8, trigger="ci-low")
+PERCENTILE = Rule(
+    name="p", k=5, below=0.75, resolve_above=0.8, interval="percentile", trigger="ci-low"
+)
 DETECTOR = Rule(name="d", k=5, below=0.75, resolve_above=0.8, trigger="detector")
 
 
@@ -141,7 +143,9 @@ def test_the_detector_is_quieter_and_no_slower_on_a_step_at_50_tasks() -> None:
     assert det * 10 <= pct
     before = MAKE_UPS["mix"].rates(50, 0.9, 5)
     path = Path(before, 5, SHAPES["spread"], start=600.0)
-    d = delays([PERCENTILE, DETECTOR], path, rates, window=20, k=5, reps=3, horizon=1800, rng=rng)
+    d = regressions(
+        [PERCENTILE, DETECTOR], path, rates, window=20, k=5, reps=3, horizon=1800, rng=rng
+    ).delay
     assert bool(np.isfinite(d).all())
     d_pct, d_det = np.median(d, axis=1)
     assert d_det <= d_pct
@@ -153,7 +157,7 @@ def test_the_drift_is_caught_by_the_level_statistic_not_the_cusum() -> None:
     before = MAKE_UPS["alike"].rates(20, 0.9, 5)
     path = Path(before, 5, Shape("drift", 1.0, 0.7), start=300.0, ramp=7200.0)
     cusum = Rule(name="c", k=5, below=0.75, resolve_above=0.8, trigger="detector", level_evidence=0)
-    d = delays(
+    d = regressions(
         [DETECTOR, cusum],
         path,
         np.full(20, 1 / 60),
@@ -162,11 +166,25 @@ def test_the_drift_is_caught_by_the_level_statistic_not_the_cusum() -> None:
         reps=2,
         horizon=3 * 3600.0,
         rng=rng,
-    )
+    ).delay
     assert bool(np.isfinite(d[0]).all())
     # The level pages first, or with the CUSUM when that fired first.
     assert bool((d[0] <= d[1]).all())
     assert float(d[0].sum()) < float(d[1].sum())
+
+
+def test_a_rule_already_firing_when_the_change_begins_is_recorded() -> None:
+    """At 10 tasks the gaffke bound is under 0.75 at a true 0.90: it is on before a step."""
+    rng = np.random.default_rng(11)
+    before = MAKE_UPS["mix"].rates(10, 0.9, 5)
+    path = Path(before, 5, SHAPES["spread"], start=1200.0)
+    got = regressions(
+        [TODAY, DETECTOR], path, np.full(10, 1 / 60), window=20, k=5, reps=3, horizon=600, rng=rng
+    )
+    assert bool(got.on_at_start[0].all())
+    assert not bool(got.on_at_start[1].any())
+    # Its delay counts from the change, as for an alert that was always on.
+    assert bool((got.delay[0] == 0.0).all())
 
 
 def test_the_forecast_simulates_the_rules_own_interval_and_trigger() -> None:
