@@ -16,8 +16,13 @@ One exit-code table for the whole command line (docs/querying.md):
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
+
+import redis.exceptions
 
 from reliabilityd.config import Config
 from reliabilityd.logs import redact
@@ -34,6 +39,7 @@ __all__ = [
     "load_config",
     "positive",
     "redis_target",
+    "run_on_redis",
     "say",
 ]
 
@@ -50,6 +56,18 @@ class Exit(Exception):
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
+
+
+def run_on_redis(target: RedisTarget, work: Coroutine[Any, Any, int]) -> int:
+    """Run a command's coroutine; a Redis that cannot be reached or refuses is exit 4, named."""
+    try:
+        return asyncio.run(work)
+    except redis.exceptions.ConnectionError as exc:
+        say(f"cannot reach Redis at {target.describe()}: {exc}")
+        return EXIT_UNREACHABLE
+    except redis.exceptions.RedisError as exc:
+        say(f"Redis at {target.describe()} answered: {exc}")
+        return EXIT_UNREACHABLE
 
 
 def say(message: str) -> None:

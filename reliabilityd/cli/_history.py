@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 import msgspec
 
 from reliabilityd.cli._common import (
-    EXIT_UNREACHABLE,
     EXIT_USAGE,
     add_redis_options,
     positive,
     redis_target,
+    run_on_redis,
     say,
 )
 from reliabilityd.cli._oncall import duration
@@ -167,9 +167,6 @@ def show(
 
 
 def _history(args: argparse.Namespace) -> int:
-    import asyncio
-
-    import redis.exceptions
 
     from reliabilityd.cli.status import missing
     from reliabilityd.client import AsyncClient
@@ -187,11 +184,4 @@ def _history(args: argparse.Namespace) -> int:
             hist = await client.history(args.suite, slice=args.slice, since=since, until=args.until)
             return show(hist, k=args.k, as_json=args.json, where=target.describe())
 
-    try:
-        return asyncio.run(run())
-    except redis.exceptions.ConnectionError as exc:
-        say(f"cannot reach Redis at {target.describe()}: {exc}")
-        return EXIT_UNREACHABLE
-    except redis.exceptions.RedisError as exc:
-        say(f"Redis at {target.describe()} answered: {exc}")
-        return EXIT_UNREACHABLE
+    return run_on_redis(target, run())

@@ -6,10 +6,10 @@ import argparse
 
 from reliabilityd.cli import forecast as forecast_verb
 from reliabilityd.cli._common import (
-    EXIT_UNREACHABLE,
     add_redis_options,
     positive,
     redis_target,
+    run_on_redis,
     say,
 )
 
@@ -46,9 +46,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _query(args: argparse.Namespace) -> int:
-    import asyncio
-
-    import redis.exceptions
 
     from reliabilityd.cli import status
     from reliabilityd.client import AsyncClient
@@ -96,11 +93,4 @@ def _query(args: argparse.Namespace) -> int:
             say(f"suite {args.suite!r} has no task {args.task!r}")
             return 1
 
-    try:
-        return asyncio.run(run())
-    except redis.exceptions.ConnectionError as exc:
-        say(f"cannot reach Redis at {target.describe()}: {exc}")
-        return EXIT_UNREACHABLE
-    except redis.exceptions.RedisError as exc:
-        say(f"Redis at {target.describe()} answered: {exc}")
-        return EXIT_UNREACHABLE
+    return run_on_redis(target, run())
