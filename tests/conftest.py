@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -30,3 +32,18 @@ def rng() -> np.random.Generator:
     seed = int(os.environ.get("RELIABILITYD_TEST_SEED", secrets.randbits(32)))
     print(f"rng seed: RELIABILITYD_TEST_SEED={seed}")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """Each test leaves the root logger as it found it.
+
+    ``reliabilityd run`` and the demo install a handler on the ``sys.stderr``
+    of the moment, which under pytest is one test's capture: left in place,
+    it writes "--- Logging error ---" into whichever test logs next.
+    """
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
