@@ -20,9 +20,11 @@ import os
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import NamedTuple, TypeVar
+
+import msgspec
 
 from reliabilityd.alerting import sinks
 from reliabilityd.alerting.evaluator import Evaluator
@@ -40,7 +42,8 @@ from reliabilityd.events import Rejected, TrialEvent, decode_many
 from reliabilityd.logs import RateLimited, emit
 from reliabilityd.sources import configured as configured_sources
 from reliabilityd.sources import mqtt
-from reliabilityd.store import Applied, Store, StreamCursor, connect
+from reliabilityd.stats.slices import slice_id
+from reliabilityd.store import Applied, Slicing, Store, StreamCursor, connect
 
 T = TypeVar("T")
 LIVE_INTERVAL = 0.2
@@ -52,6 +55,9 @@ class Decoded(NamedTuple):
 
     by_suite: dict[str, list[TrialEvent]]
     rejected: list[tuple[Rejected, str]]
+    # The source each suite's dead letters name when the commit writes some
+    # (a new suite past stats.max_suites, a sliced label that names no slice).
+    sources: dict[str, str] | None = None
 
 
 class Daemon:
@@ -158,7 +164,10 @@ class Daemon:
         by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
         for event in good:
             by_suite[event.suite].append(event)
-        return Decoded(by_suite, rejected)
+        # A batch comes from one consumer: its first payload's source stands
+        # for the batch in the dead letters the commit may write.
+        sources = dict.fromkeys(by_suite, payloads[0][1]) if payloads else {}
+        return Decoded(by_suite, rejected, sources)
 
     async def commit_decoded(
         self,
@@ -172,7 +181,12 @@ class Daemon:
         ``sent`` is set once the apply request is on its way to Redis.
         """
         await self._commit_decoded(
-            decoded.by_suite, decoded.rejected, retry=True, cursor=cursor, sent=sent
+            decoded.by_suite,
+            decoded.rejected,
+            retry=True,
+            cursor=cursor,
+            sent=sent,
+            sources=decoded.sources,
         )
 
     async def commit(
@@ -192,9 +206,23 @@ class Daemon:
         retry: bool,
         cursor: StreamCursor | None = None,
         sent: asyncio.Event | None = None,
+        sources: Mapping[str, str] | None = None,
     ) -> list[Applied]:
-        """Dead-letter, then apply; with ``retry`` until Redis takes it, else once."""
+        """Screen, dead-letter, then apply; with ``retry`` until Redis takes it, else once.
+
+        Screening dead-letters the events of a new suite past
+        ``stats.max_suites`` (``Ingest.admit``, atomic across replicas) and
+        the events whose sliced labels cannot name a slice.
+        """
         run = self._retry if retry else self._once
+        if by_suite:
+            refused = await run(
+                "admit",
+                partial(self.store.ingest.admit, list(by_suite), self.config.stats.max_suites),
+            )
+            by_suite, screened = self._screen(by_suite, refused, sources or {})
+            if screened:
+                rejected = [*rejected, *screened]
         if rejected:
             await run(
                 "deadletter",
@@ -217,6 +245,11 @@ class Daemon:
             return []
         windows = {suite: self.config.suite_settings(suite)[0] for suite in by_suite}
         touch = {suite for suite in by_suite if self.config.idle_expiry(suite) > 0}
+        slicing = {}
+        for suite in by_suite:
+            slice_by, most = self.config.slicing(suite)
+            if slice_by:
+                slicing[suite] = Slicing(slice_by, most)
         started = time.monotonic()
         applied = await run(
             "apply",
@@ -228,6 +261,7 @@ class Daemon:
                 cursor=cursor,
                 touch=touch,
                 sent=sent,
+                slicing=slicing,
             ),
         )
         self.metrics.committed(applied, time.monotonic() - started)
@@ -236,6 +270,43 @@ class Daemon:
             self.committed_events += result.counted
         self.recompute.committed([result.suite for result in applied])
         return applied
+
+    def _screen(
+        self,
+        by_suite: dict[str, list[TrialEvent]],
+        refused: set[str],
+        sources: Mapping[str, str],
+    ) -> tuple[dict[str, list[TrialEvent]], list[tuple[Rejected, str]]]:
+        """The events that may be applied, and dead letters for the others."""
+        out: list[tuple[Rejected, str]] = []
+        kept: dict[str, list[TrialEvent]] = {}
+        most = self.config.stats.max_suites
+        for suite, events in by_suite.items():
+            source = sources.get(suite, "unknown")
+            if suite in refused:
+                reason = (
+                    f"suite {suite!r} is new and the deployment already holds stats.max_suites "
+                    f"({most}) suites: not counted (raise stats.max_suites or reset unused suites)"
+                )
+                out += [(Rejected(_raw(e), reason), source) for e in events]
+                continue
+            slice_by, _ = self.config.slicing(suite)
+            if not slice_by:
+                kept[suite] = events
+                continue
+            good = []
+            for event in events:
+                try:
+                    slice_id(slice_by, event.labels)
+                except ValueError as exc:
+                    out.append(
+                        (Rejected(_raw(event), f"{exc} (suite {suite!r} is sliced by it)"), source)
+                    )
+                else:
+                    good.append(event)
+            if good:
+                kept[suite] = good
+        return kept, out
 
     # --- numbers out ------------------------------------------------------
 
@@ -254,7 +325,10 @@ class Daemon:
             by_suite[event.suite].append(event)
         try:
             return await self._commit_decoded(
-                by_suite, [(r, source) for r in rejected], retry=False
+                by_suite,
+                [(r, source) for r in rejected],
+                retry=False,
+                sources=dict.fromkeys(by_suite, source),
             )
         except REDIS_ERRORS as exc:
             raise web.IngestUnavailable(f"Redis: {exc}") from None
@@ -364,6 +438,11 @@ class Daemon:
             await self.outbox.close()
             await self.http.close()
             emit(logging.INFO, "stopped", committed_events=self.committed_events)
+
+
+def _raw(event: TrialEvent) -> bytes:
+    """An event as the JSON a dead letter keeps of it."""
+    return msgspec.json.encode(event)
 
 
 def _first_leaf(group: BaseExceptionGroup[ConfigError]) -> ConfigError:

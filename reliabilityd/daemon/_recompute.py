@@ -13,6 +13,12 @@ snapshot lags their data or was computed under other settings (a new k, a new
 rule, another interval) are marked, so a changed config is judged on the data
 already stored. Replicas with different configs during a rolling change each
 recompute such a suite once per reconcile until they agree.
+
+A series is a suite as a whole or one slice of it (``store.Series``): each
+slice is one more series to recompute when its mark says it changed, with
+the suite's settings, its own lottery cases and snapshot, and the rule views
+of the rules with ``slices = true`` (``alerting.rules.for_slice``). Live
+values between ticks are the wholes' only.
 """
 
 from __future__ import annotations
@@ -34,14 +40,14 @@ from reliabilityd.alerting import rulestate
 from reliabilityd.alerting.evaluator import Evaluator
 from reliabilityd.alerting.notify import parse_time
 from reliabilityd.alerting.publisher import Publisher
-from reliabilityd.alerting.rules import Rule
+from reliabilityd.alerting.rules import Rule, for_slice
 from reliabilityd.alerting.watchdog import describe
 from reliabilityd.config import Config
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.lottery import ranked_cell_groups
-from reliabilityd.store import Store
+from reliabilityd.store import Series, Store
 
 __all__ = ["Recompute"]
 
@@ -143,16 +149,32 @@ class Recompute:
         }
         await self.store.snapshots.write_snapshot(suite, c.version, {}, values)
 
-    async def refresh_snapshot(self, suite: str) -> snapshot.Snapshot | None:
-        """CIs, lottery cases, rule views and the whole snapshot; None if a newer one is stored."""
-        rules = [r for r in self.rules if fnmatch.fnmatchcase(suite, r.suite)]
+    def series_rules(self, series: Series) -> list[Rule]:
+        """The rules that judge a series: the suite's, or a slice's (``slices = true``)."""
+        rules = [r for r in self.rules if fnmatch.fnmatchcase(series.suite, r.suite)]
+        if series.slice is None:
+            return rules
+        return [for_slice(r, series.slice) for r in rules if r.slices]
+
+    async def refresh_snapshot(
+        self, suite: str, slice: str | None = None
+    ) -> snapshot.Snapshot | None:
+        """CIs, lottery cases, rule views and the whole snapshot of a series.
+
+        None if a newer one is stored, or when ``slice`` names a slice the
+        suite does not have (its events overflowed the most slices).
+        """
+        series = Series(suite, slice)
+        rules = self.series_rules(series)
         settings = self.settings(suite)
         watched = any(r.trigger == "detector" for r in rules)
         detector = settings.window > 0 and watched
         if watched and not detector:
             self._no_window_log.emit(logging.WARNING, "detector_without_window", suite=suite)
-        state = await self.store.reads.read_state(suite, windows=detector)
-        previous = await self.evaluator.newest_snapshot(suite) if rules else None
+        state = await self.store.reads.read_state(suite, windows=detector, slice=slice)
+        if slice is not None and state.counters.version == 0:
+            return None
+        previous = await self.evaluator.newest_snapshot(suite, slice) if rules else None
         now = time.time()
         c = state.counters
         suite_pace = rulestate.pace(
@@ -181,7 +203,8 @@ class Recompute:
         lottery_k = max(self.config.stats.k)
         limit = self.config.stats.lottery_limit
         groups = ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k, limit)
-        rows = await self.store.reads.lottery_rows(suite, groups, limit)
+        rows = await self.store.reads.lottery_rows(suite, groups, limit, slice=slice)
+        slices = 0 if slice is not None else len(await self.store.reads.slices(suite))
         snap = snapshot.build(
             suite=suite,
             hist=state.hist,
@@ -198,21 +221,26 @@ class Recompute:
             last_trial_at=c.last_trial_at,
             pace=suite_pace,
             rules=rule_views,
+            slice=slice,
+            slice_overflow=c.slice_overflow,
+            slices=slices,
         )
         ci, values = snapshot.redis_fields(snap)
         wrote_ci, _ = await self.store.snapshots.write_snapshot(
-            suite, c.version, ci, values, settings=self.fingerprint(suite)
+            suite, c.version, ci, values, settings=self.fingerprint(suite), slice=slice
         )
         if not wrote_ci:
             return None
         if self.publisher is not None:
-            self.publisher.publish(
-                f"{self.config.mqtt.snapshot_topic}/{suite}", msgspec.json.encode(snap)
-            )
+            # A slice's snapshot one level under its suite's: <topic>/<suite>/<slice id>.
+            topic = f"{self.config.mqtt.snapshot_topic}/{suite}"
+            if slice is not None:
+                topic += f"/{slice}"
+            self.publisher.publish(topic, msgspec.json.encode(snap))
         return snap
 
     async def ci_tick(self) -> list[str]:
-        """New snapshots for the suites this replica claims; returns them.
+        """New snapshots for the series this replica claims; returns their marks.
 
         Claims batch after batch while marks remain, for at most
         ``TICK_SHARE`` of a ``ci_interval``: a burst of changed suites drains
@@ -233,9 +261,9 @@ class Recompute:
         done: list[str] = []
         lanes = asyncio.Semaphore(RECOMPUTE_LANES)
 
-        async def recompute(suite: str) -> None:
+        async def recompute(member: str) -> None:
             async with lanes:
-                await self._recompute(suite)
+                await self._recompute(Series.of_member(member))
 
         while True:
             claimed = await self.store.snapshots.claim_changed(CLAIM_BATCH, CLAIM_LIFETIME)
@@ -271,16 +299,16 @@ class Recompute:
                 gone += left
         return gone
 
-    async def _recompute(self, suite: str) -> None:
+    async def _recompute(self, series: Series) -> None:
         try:
-            await self.refresh_snapshot(suite)
+            await self.refresh_snapshot(series.suite, series.slice)
         except REDIS_ERRORS:
             raise
         except Exception:
-            # One suite's failure must not stop the others or ingest:
+            # One series' failure must not stop the others or ingest:
             # marked again, it is retried on the next tick.
-            log.exception("%s", kv("snapshot_failed", suite=suite))
-            await self.store.snapshots.mark_changed([suite])
+            log.exception("%s", kv("snapshot_failed", suite=series.label))
+            await self.store.snapshots.mark_changed([series])
 
     async def live_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -18,7 +18,9 @@ from reliabilityd.store._base import (
     SuiteState,
     connect,
 )
+from reliabilityd.store._ingest import Slicing
 from reliabilityd.store._store import Store
+from reliabilityd.store.keys import Series
 
 __all__ = [
     "Applied",
@@ -26,6 +28,8 @@ __all__ = [
     "DeadLetter",
     "ImportApplied",
     "Redis",
+    "Series",
+    "Slicing",
     "Store",
     "StreamCursor",
     "SuiteState",
