@@ -37,12 +37,19 @@ from reliabilityd.store import Counters, Store, connect
 
 
 class SuiteSummary(msgspec.Struct, frozen=True):
-    """What ``status`` shows for one suite: its counters and the last snapshot."""
+    """What ``status`` shows for one suite or slice: its counters and the last snapshot.
+
+    A suite's summary also lists its slice ids and the label keys its events
+    carry; a slice's names the slice (``slice``).
+    """
 
     suite: str
     tasks: int
     counters: Counters
     snapshot: Snapshot | None
+    slice: str | None = None
+    slices: list[str] = msgspec.field(default_factory=list)
+    labels_seen: list[str] = msgspec.field(default_factory=list)
 
 
 class AsyncClient:
@@ -90,9 +97,19 @@ class AsyncClient:
         except msgspec.ValidationError:
             return None
 
-    async def summary(self, suite: str) -> SuiteSummary:
-        state = await self.store.reads.read_state(suite)
-        return SuiteSummary(suite, state.hist.tasks, state.counters, await self.snapshot(suite))
+    async def summary(self, suite: str, *, slice: str | None = None) -> SuiteSummary:
+        state = await self.store.reads.read_state(suite, slice=slice)
+        snap = await self.snapshot(suite, slice=slice)
+        if slice is not None:
+            return SuiteSummary(suite, state.hist.tasks, state.counters, snap, slice=slice)
+        return SuiteSummary(
+            suite,
+            state.hist.tasks,
+            state.counters,
+            snap,
+            slices=await self.store.reads.slices(suite),
+            labels_seen=await self.store.reads.labels_seen(suite),
+        )
 
     async def estimate(
         self,
@@ -201,8 +218,8 @@ class Client:
     def snapshot(self, suite: str, *, slice: str | None = None) -> Snapshot | None:
         return self._bridge.call(self._async.snapshot(suite, slice=slice))
 
-    def summary(self, suite: str) -> SuiteSummary:
-        return self._bridge.call(self._async.summary(suite))
+    def summary(self, suite: str, *, slice: str | None = None) -> SuiteSummary:
+        return self._bridge.call(self._async.summary(suite, slice=slice))
 
     def estimate(
         self,

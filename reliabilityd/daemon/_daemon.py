@@ -42,6 +42,8 @@ from reliabilityd.events import Rejected, TrialEvent, decode_many
 from reliabilityd.logs import RateLimited, emit
 from reliabilityd.sources import configured as configured_sources
 from reliabilityd.sources import mqtt
+from reliabilityd.stats.compare import Comparison, Side, compare
+from reliabilityd.stats.estimators import Metric
 from reliabilityd.stats.slices import slice_id
 from reliabilityd.store import Applied, Slicing, Store, StreamCursor, connect
 
@@ -336,8 +338,40 @@ class Daemon:
     async def refresh_metrics(self) -> None:
         await self.metrics.refresh(self.store, self.rules, list(self.sinks))
 
-    async def snapshot_json(self, suite: str) -> bytes | None:
-        return await self.store.snapshots.snapshot_json(suite)
+    async def snapshot_json(self, suite: str, slice: str | None = None) -> bytes | None:
+        return await self.store.snapshots.snapshot_json(suite, slice=slice)
+
+    async def compare(
+        self,
+        baseline: Side,
+        candidate: Side,
+        *,
+        k: int | None,
+        metric: Metric,
+        top: int,
+        min_shared: int,
+    ) -> Comparison:
+        """The paired comparison with the settings ``reliabilityd compare`` uses."""
+        known = set(await self.store.reads.suites())
+        for side in (baseline, candidate):
+            if side.suite not in known:
+                raise LookupError(f"no suite named {side.suite!r}")
+        counts = [await self.store.reads.task_counts(side) for side in (baseline, candidate)]
+        stats = self.config.stats
+        return await asyncio.to_thread(
+            compare,
+            counts[0],
+            counts[1],
+            k if k is not None else max(stats.k),
+            metric,
+            confidence=stats.confidence,
+            n_boot=stats.n_boot,
+            seed=stats.seed,
+            interval=self.config.suite_interval(candidate.suite),
+            min_shared=min_shared,
+            top=top,
+            names=(baseline.label, candidate.label),
+        )
 
     async def readiness(self) -> dict[str, str]:
         broker = self.config.mqtt.url if self.config.mqtt.enabled else None

@@ -11,6 +11,12 @@ Two kinds of numbers, aggregated differently across replicas:
   outbox depth): read from Redis at scrape time, the newest snapshot, so
   every replica exports the same value; aggregate with ``max by (suite, k)``
   (any replica's value is the value), never ``sum``.
+* **A slice's state**: the same gauges named ``reliabilityd_slice_*`` with a
+  ``slice`` label (the slice id; at most ``max_slices`` per suite), so a
+  query over a suite's gauges never mixes the whole with its slices;
+  ``reliabilityd_slice_overflow_events`` counts the events a suite holds in
+  no slice. Alert states of rules with ``slices = true`` carry the rule name
+  ``<rule>[<slice id>]``.
 
 prometheus-client renders a registry of our own (never the global one).
 Reading Redis is async and collectors are not, so ``refresh`` reads Redis
@@ -30,12 +36,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from reliabilityd.alerting.notify import parse_time
-from reliabilityd.alerting.rules import AlertState, Rule
+from reliabilityd.alerting.rules import AlertState, Rule, for_slice
 from reliabilityd.alerting.sinks import Note, Sink
 from reliabilityd.events import REASON_CLASSES, Rejected, reason_class
 from reliabilityd.sources.mqtt import Watch
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Applied, Store
+from reliabilityd.store import Applied, Series, Store
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ALERT_STATES = ("inactive", "pending", "firing", "resolved")
@@ -54,6 +60,47 @@ class SuiteView(msgspec.Struct, frozen=True):
     outbox: dict[str, int]  # sink -> entries waiting, over every suite and rule
     redis_up: bool
     read_at: float
+    # The slices' snapshots (each names its suite and slice).
+    slice_snapshots: list[Snapshot] = msgspec.field(default_factory=list)
+
+
+def _estimate_families(
+    snapshots: Sequence[Snapshot], prefix: str, extra: Sequence[str]
+) -> Iterator[Metric]:
+    """pass@k and pass^k with CI bounds and UNKNOWN, per snapshot and k."""
+    labelled = ["suite", *extra, "k"]
+    for name, attr in (("pass_at_k", "pass_at_k"), ("pass_hat_k", "pass_hat_k")):
+        label = "pass@k" if name == "pass_at_k" else "pass^k"
+        value = GaugeMetricFamily(
+            f"{prefix}{name}_ratio",
+            f"{label} point estimate of the newest snapshot (absent while UNKNOWN)",
+            labels=labelled,
+        )
+        low = GaugeMetricFamily(
+            f"{prefix}{name}_ci_lower_ratio",
+            f"Lower bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
+            labels=labelled,
+        )
+        high = GaugeMetricFamily(
+            f"{prefix}{name}_ci_upper_ratio",
+            f"Upper bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
+            labels=labelled,
+        )
+        unknown = GaugeMetricFamily(
+            f"{prefix}{name}_unknown",
+            f"1 while {label} is UNKNOWN (too few trials for k): visible, never a pass",
+            labels=labelled,
+        )
+        for snap in snapshots:
+            for est in getattr(snap, attr):
+                labels = [snap.suite, *([snap.slice or ""] if extra else []), str(est.k)]
+                unknown.add_metric(labels, 1.0 if est.value is None else 0.0)
+                if est.value is not None:
+                    value.add_metric(labels, est.value)
+                if est.ci_low is not None and est.ci_high is not None:
+                    low.add_metric(labels, est.ci_low)
+                    high.add_metric(labels, est.ci_high)
+        yield from (value, low, high, unknown)
 
 
 def _safe_time(text: str | None) -> float | None:
@@ -79,38 +126,7 @@ class SuiteCollector(Collector):
         yield up
         if view is None:
             return
-        for name, attr in (("pass_at_k", "pass_at_k"), ("pass_hat_k", "pass_hat_k")):
-            label = "pass@k" if name == "pass_at_k" else "pass^k"
-            value = GaugeMetricFamily(
-                f"reliabilityd_{name}_ratio",
-                f"{label} point estimate of the newest snapshot (absent while UNKNOWN)",
-                labels=["suite", "k"],
-            )
-            low = GaugeMetricFamily(
-                f"reliabilityd_{name}_ci_lower_ratio",
-                f"Lower bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
-                labels=["suite", "k"],
-            )
-            high = GaugeMetricFamily(
-                f"reliabilityd_{name}_ci_upper_ratio",
-                f"Upper bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
-                labels=["suite", "k"],
-            )
-            unknown = GaugeMetricFamily(
-                f"reliabilityd_{name}_unknown",
-                f"1 while {label} is UNKNOWN (too few trials for k): visible, never a pass",
-                labels=["suite", "k"],
-            )
-            for snap in view.snapshots:
-                for est in getattr(snap, attr):
-                    labels = [snap.suite, str(est.k)]
-                    unknown.add_metric(labels, 1.0 if est.value is None else 0.0)
-                    if est.value is not None:
-                        value.add_metric(labels, est.value)
-                    if est.ci_low is not None and est.ci_high is not None:
-                        low.add_metric(labels, est.ci_low)
-                        high.add_metric(labels, est.ci_high)
-            yield from (value, low, high, unknown)
+        yield from _estimate_families(view.snapshots, "reliabilityd_", ())
         tasks = GaugeMetricFamily(
             "reliabilityd_tasks", "Tasks in the suite's pool (n > 0)", labels=["suite"]
         )
@@ -126,6 +142,32 @@ class SuiteCollector(Collector):
                 age.add_metric([snap.suite], max(0.0, view.read_at - last))
         yield tasks
         yield age
+        yield from _estimate_families(view.slice_snapshots, "reliabilityd_slice_", ("slice",))
+        slice_tasks = GaugeMetricFamily(
+            "reliabilityd_slice_tasks",
+            "Tasks in the slice's pool (n > 0)",
+            labels=["suite", "slice"],
+        )
+        for snap in view.slice_snapshots:
+            slice_tasks.add_metric([snap.suite, snap.slice or ""], float(snap.tasks))
+        yield slice_tasks
+        overflow = GaugeMetricFamily(
+            "reliabilityd_slice_overflow_events",
+            "Events counted in the suite but in no slice (past its most slices), as of its"
+            " newest snapshot",
+            labels=["suite"],
+        )
+        slices = GaugeMetricFamily(
+            "reliabilityd_slices",
+            "Slices of the suite, as of its newest snapshot",
+            labels=["suite"],
+        )
+        for snap in view.snapshots:
+            if snap.slices or snap.slice_overflow:
+                overflow.add_metric([snap.suite], float(snap.slice_overflow))
+                slices.add_metric([snap.suite], float(snap.slices))
+        yield overflow
+        yield slices
         state = GaugeMetricFamily(
             "reliabilityd_alert_state",
             "1 for the alert rule's current state on the suite, 0 for the others",
@@ -177,10 +219,7 @@ class MqttCollector(Collector):
             yield family
 
 
-async def read_view(store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -> SuiteView:
-    """The newest snapshot of every suite, every alert state and outbox depth."""
-    suites = await store.reads.suites()
-    raws = await store.snapshots.snapshot_docs(suites)
+def _decoded(raws: Sequence[bytes | None]) -> list[Snapshot]:
     snapshots = []
     for raw in raws:
         if raw is None:
@@ -189,7 +228,25 @@ async def read_view(store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -
             snapshots.append(msgspec.json.decode(raw, type=Snapshot))
         except msgspec.DecodeError:
             continue  # written by another schema version, or damaged: one suite, not the scrape
+    return snapshots
+
+
+async def read_view(store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -> SuiteView:
+    """The newest snapshot of every suite and slice, every alert state and outbox depth."""
+    suites = await store.reads.suites()
+    snapshots = _decoded(await store.snapshots.snapshot_docs(suites))
+    sliced = {s.suite for s in snapshots if s.slices}
+    slice_ids = await store.reads.slices_of(sorted(sliced))
+    series = [Series(suite, sid) for suite, ids in slice_ids.items() for sid in ids]
+    slice_snapshots = _decoded(await store.snapshots.snapshot_docs(series))
     pairs = [(s, r.name) for s in suites for r in rules if fnmatch.fnmatchcase(s, r.suite)]
+    pairs += [
+        (suite, for_slice(r, sid).name)
+        for suite, ids in slice_ids.items()
+        for r in rules
+        if r.slices and fnmatch.fnmatchcase(suite, r.suite)
+        for sid in ids
+    ]
     states = await store.alerts.alert_states(pairs)
     triples = [(s, r, sink) for s, r in pairs for sink in sinks]
     depths = await store.alerts.outbox_lengths(triples)
@@ -202,6 +259,7 @@ async def read_view(store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -
         outbox=outbox,
         redis_up=True,
         read_at=time.time(),
+        slice_snapshots=slice_snapshots,
     )
 
 
