@@ -44,7 +44,7 @@ from reliabilityd.sources import configured as configured_sources
 from reliabilityd.sources import mqtt
 from reliabilityd.stats.compare import Comparison, Side, compare
 from reliabilityd.stats.estimators import Metric
-from reliabilityd.stats.slices import slice_id
+from reliabilityd.stats.slices import Ids
 from reliabilityd.store import Applied, Slicing, Store, StreamCursor, connect
 
 T = TypeVar("T")
@@ -297,9 +297,10 @@ class Daemon:
                 kept[suite] = events
                 continue
             good = []
+            ids = Ids(slice_by)
             for event in events:
                 try:
-                    slice_id(slice_by, event.labels)
+                    ids(event.labels)
                 except ValueError as exc:
                     out.append(
                         (Rejected(_raw(event), f"{exc} (suite {suite!r} is sliced by it)"), source)

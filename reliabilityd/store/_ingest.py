@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 
 from reliabilityd.events import NAME_FORBIDDEN, Rejected, TrialEvent, named_suite, reason_class
 from reliabilityd.logs import emit
-from reliabilityd.stats.slices import slice_id
+from reliabilityd.stats.slices import Ids
 from reliabilityd.store import dedup
 from reliabilityd.store._base import Applied, Redis, StreamCursor, _text
 from reliabilityd.store._scripts import ADMIT, APPLY, CURSOR_MAX, IMPORT_APPLY
@@ -172,8 +172,9 @@ class Ingest:
         positions: dict[str, int] = {}
         places: list[int] = []
         if slicing is not None and slicing.slice_by:
+            ids = Ids(slicing.slice_by)
             for event in chunk:
-                sid = slice_id(slicing.slice_by, event.labels)
+                sid = ids(event.labels)
                 places.append(positions.setdefault(sid, len(positions) + 1))
         else:
             places = [0] * len(chunk)

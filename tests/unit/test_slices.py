@@ -13,6 +13,7 @@ from reliabilityd.errors import ConfigError
 from reliabilityd.events import NAME_FORBIDDEN
 from reliabilityd.stats.compare import Side
 from reliabilityd.stats.slices import (
+    Ids,
     escape,
     label_text,
     matches,
@@ -108,3 +109,13 @@ def test_slice_by_naming_a_label_twice_is_a_config_error(tmp_path: Path) -> None
     assert cfg.slicing("b") == (("model",), 50)
     assert cfg.slicing("ab") == ((), 7)
     assert cfg.stats.max_suites == 5
+
+
+def test_ids_make_each_combination_once_and_tell_equal_values_of_other_types_apart() -> None:
+    ids = Ids(["v"])
+    assert ids({"v": 1}) == "v=1"
+    assert ids({"v": 1.0}) == "v=1.0"
+    assert ids({"v": True}) == "v=true"
+    assert ids({"v": 1}) == "v=1"
+    with pytest.raises(ValueError, match="is list"):
+        ids({"v": [1]})
