@@ -210,21 +210,17 @@ class Daemon:
         sent: asyncio.Event | None = None,
         sources: Mapping[str, str] | None = None,
     ) -> list[Applied]:
-        """Screen, dead-letter, then apply; with ``retry`` until Redis takes it, else once.
+        """Dead-letter, then admit and apply; with ``retry`` until Redis takes it, else once.
 
-        Screening dead-letters the events of a new suite past
-        ``stats.max_suites`` (``Ingest.admit``, atomic across replicas) and
-        the events whose sliced labels cannot name a slice.
+        Dead-lettered besides ``rejected``: the events whose sliced labels
+        cannot name a slice, and those of a new suite past
+        ``stats.max_suites`` (``Ingest.admit``, atomic across replicas, in
+        the same retried operation as the apply).
         """
         run = self._retry if retry else self._once
-        if by_suite:
-            refused = await run(
-                "admit",
-                partial(self.store.ingest.admit, list(by_suite), self.config.stats.max_suites),
-            )
-            by_suite, screened = self._screen(by_suite, refused, sources or {})
-            if screened:
-                rejected = [*rejected, *screened]
+        by_suite, screened = self._screen_labels(by_suite, sources or {})
+        if screened:
+            rejected = [*rejected, *screened]
         if rejected:
             await run(
                 "deadletter",
@@ -234,15 +230,7 @@ class Daemon:
                     maxlen=self.config.store.deadletter_maxlen,
                 ),
             )
-            first, source = rejected[0]
-            self._deadletter_log.emit(
-                logging.WARNING,
-                "deadletter",
-                source=source,
-                count=len(rejected),
-                reason=first.reason[:300],
-            )
-            self.metrics.deadlettered(rejected)
+            self._deadlettered(rejected)
         if not by_suite and cursor is None:
             return []
         windows = {suite: self.config.suite_settings(suite)[0] for suite in by_suite}
@@ -252,20 +240,37 @@ class Daemon:
             slice_by, most = self.config.slicing(suite)
             if slice_by:
                 slicing[suite] = Slicing(slice_by, most)
-        started = time.monotonic()
-        applied = await run(
-            "apply",
-            partial(
-                self.store.ingest.apply,
-                by_suite,
+        refused: list[tuple[Rejected, str]] = []
+
+        async def admit_and_apply() -> list[Applied]:
+            # One operation for the retry: ingest counts as resumed only once the
+            # batch is applied, not when the admission alone went through.
+            batch = by_suite
+            if by_suite:
+                out = await self.store.ingest.admit(list(by_suite), self.config.stats.max_suites)
+                if out:
+                    letters = self._refused(by_suite, out, sources or {})
+                    await self.store.ingest.deadletter(
+                        letters, maxlen=self.config.store.deadletter_maxlen
+                    )
+                    refused[:] = letters
+                    batch = {s: e for s, e in by_suite.items() if s not in out}
+            if not batch and cursor is None:
+                return []
+            return await self.store.ingest.apply(
+                batch,
                 windows=windows,
                 dedup_ttl=self.config.dedup_ttl,
                 cursor=cursor,
                 touch=touch,
                 sent=sent,
                 slicing=slicing,
-            ),
-        )
+            )
+
+        started = time.monotonic()
+        applied = await run("apply", admit_and_apply)
+        if refused:
+            self._deadlettered(refused)
         self.metrics.committed(applied, time.monotonic() - started)
         self.last_commit_at = time.time()
         for result in applied:
@@ -273,25 +278,42 @@ class Daemon:
         self.recompute.committed([result.suite for result in applied])
         return applied
 
-    def _screen(
+    def _deadlettered(self, rejected: Sequence[tuple[Rejected, str]]) -> None:
+        first, source = rejected[0]
+        self._deadletter_log.emit(
+            logging.WARNING,
+            "deadletter",
+            source=source,
+            count=len(rejected),
+            reason=first.reason[:300],
+        )
+        self.metrics.deadlettered(rejected)
+
+    def _refused(
         self,
-        by_suite: dict[str, list[TrialEvent]],
+        by_suite: Mapping[str, list[TrialEvent]],
         refused: set[str],
         sources: Mapping[str, str],
+    ) -> list[tuple[Rejected, str]]:
+        """Dead letters for the events of new suites past ``stats.max_suites``."""
+        most = self.config.stats.max_suites
+        out: list[tuple[Rejected, str]] = []
+        for suite in sorted(refused):
+            reason = (
+                f"suite {suite!r} is new and the deployment already holds stats.max_suites "
+                f"({most}) suites: not counted (raise stats.max_suites or reset unused suites)"
+            )
+            source = sources.get(suite, "unknown")
+            out += [(Rejected(_raw(e), reason), source) for e in by_suite[suite]]
+        return out
+
+    def _screen_labels(
+        self, by_suite: dict[str, list[TrialEvent]], sources: Mapping[str, str]
     ) -> tuple[dict[str, list[TrialEvent]], list[tuple[Rejected, str]]]:
-        """The events that may be applied, and dead letters for the others."""
+        """The events whose sliced labels name a slice, and dead letters for the others."""
         out: list[tuple[Rejected, str]] = []
         kept: dict[str, list[TrialEvent]] = {}
-        most = self.config.stats.max_suites
         for suite, events in by_suite.items():
-            source = sources.get(suite, "unknown")
-            if suite in refused:
-                reason = (
-                    f"suite {suite!r} is new and the deployment already holds stats.max_suites "
-                    f"({most}) suites: not counted (raise stats.max_suites or reset unused suites)"
-                )
-                out += [(Rejected(_raw(e), reason), source) for e in events]
-                continue
             slice_by, _ = self.config.slicing(suite)
             if not slice_by:
                 kept[suite] = events
@@ -302,9 +324,8 @@ class Daemon:
                 try:
                     ids(event.labels)
                 except ValueError as exc:
-                    out.append(
-                        (Rejected(_raw(event), f"{exc} (suite {suite!r} is sliced by it)"), source)
-                    )
+                    reason = f"{exc} (suite {suite!r} is sliced by it)"
+                    out.append((Rejected(_raw(event), reason), sources.get(suite, "unknown")))
                 else:
                     good.append(event)
             if good:
