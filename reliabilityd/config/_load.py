@@ -129,6 +129,11 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
         raise ConfigError(
             path, "$.stats.window", f"window {config.stats.window} is shorter than {k_from}"
         )
+    for field, slice_by in [("$.stats.slice_by", config.stats.slice_by)] + [
+        (f"$.suites[{i}].slice_by", o.slice_by) for i, o in enumerate(config.suites) if o.slice_by
+    ]:
+        if len(set(slice_by)) != len(slice_by):
+            raise ConfigError(path, field, f"names a label twice: {slice_by}")
     for i, override in enumerate(config.suites):
         if override.window is not None and 0 < override.window < max_k:
             raise ConfigError(
