@@ -168,6 +168,7 @@ class Evaluator:
                 breach_started=new.started_at
                 if new.started_at is not None and new.started_at != current.started_at
                 else None,
+                slice=snap.slice,
             )
             if not cas.won:
                 # Another replica moved the state on, or decided on a newer snapshot.
