@@ -444,6 +444,7 @@ REASON_CLASSES = (
     "invalid_field",
     "topic_mismatch",
     "forbidden",
+    "too_many_suites",
     "other",
 )
 _ELEMENT = re.compile(r"^element \d+: ")
@@ -468,6 +469,10 @@ def reason_class(reason: str) -> str:
         return "undecodable"
     if "malformed" in text or "truncated" in text or "Input data was truncated" in text:
         return "undecodable"
+    if "stats.max_suites" in text:
+        return "too_many_suites"
+    if text.startswith("labels."):
+        return "invalid_field"  # a label a suite is sliced by cannot name a slice
     if text.startswith("Object missing required field"):
         return "missing_field"
     if text.startswith("Expected `") and " - at `$" not in text:

@@ -22,9 +22,10 @@ A side is a table: ``suite`` names a suite, every other key is a label
 filter (a slice of the suite). Either both sides name their suite (two
 suites compared; the rule's state lives under the candidate suite's hash
 tag) or neither does (two slices of each suite the rule's ``suite`` glob
-matches; the state lives under that suite's tag). Reading a label-filtered
-side needs slices (``Side`` with labels); until a ``Side`` carries them,
-``side`` refuses such a side and the comparison is UNKNOWN with that reason.
+matches; the state lives under that suite's tag). A label-filtered side is
+the sum, task by task, of the suite's slices that carry those label values
+(``stats.compare.Side`` with labels); a suite not sliced by a label the side
+names gives an UNKNOWN comparison with that reason.
 
 Pure: the daemon reads both sides' counts, compares, and applies the
 transition by compare-and-set (``daemon._canary``).
@@ -63,7 +64,6 @@ __all__ = [
     "Compare",
     "Pair",
     "SideRef",
-    "SliceUnavailable",
     "detail",
     "fewest_runs",
     "pairs",
@@ -129,10 +129,6 @@ class CanaryRule(
         return self.margin / 2 if self.resolve_margin is None else self.resolve_margin
 
 
-class SliceUnavailable(ValueError):
-    """A side filters labels, and this version reads whole suites only."""
-
-
 class SideRef(msgspec.Struct, frozen=True):
     """One side of one comparison: a suite and the label filter within it (empty: all of it)."""
 
@@ -143,8 +139,7 @@ class SideRef(msgspec.Struct, frozen=True):
     def label(self) -> str:
         if not self.labels:
             return self.suite
-        # As stats.compare.Side labels a sliced side.
-        return self.suite + "[" + ",".join(f"{k}={v}" for k, v in self.labels) + "]"
+        return side(self).label  # as stats.compare.Side labels a sliced side
 
 
 class Pair(msgspec.Struct, frozen=True):
@@ -185,13 +180,8 @@ def pairs(rule: CanaryRule, suites: Sequence[str]) -> list[Pair]:
 
 
 def side(ref: SideRef) -> Side:
-    """The ``stats.compare.Side`` a side names; ``SliceUnavailable`` for a label filter."""
-    if ref.labels:
-        raise SliceUnavailable(
-            f"UNKNOWN: side {ref.label} filters by labels, and this version counts whole "
-            "suites only (no slices), so it cannot be read."
-        )
-    return Side(ref.suite)
+    """The ``stats.compare.Side`` a side names: a suite, or the slices its labels filter."""
+    return Side(ref.suite, dict(ref.labels))
 
 
 def unknown(rule: CanaryRule, pair: Pair, reason: str) -> Comparison:

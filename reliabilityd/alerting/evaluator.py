@@ -21,12 +21,12 @@ import msgspec
 
 from reliabilityd.alerting.notify import build, parse_time
 from reliabilityd.alerting.outbox import Outbox
-from reliabilityd.alerting.rules import AlertState, Observation, Rule, step
+from reliabilityd.alerting.rules import AlertState, Observation, Rule, for_slice, step
 from reliabilityd.config import Config
 from reliabilityd.logs import RateLimited, emit
 from reliabilityd.stats.history import Transition
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Store
+from reliabilityd.store import Series, Store
 from reliabilityd.store._alerts import Undecodable
 
 _snapshot_decoder = msgspec.json.Decoder(Snapshot)
@@ -43,15 +43,15 @@ class Evaluator:
         self._bad_snapshot_log = RateLimited(30.0)
         self._bad_state_log = RateLimited(30.0)
 
-    async def newest_snapshots(self, suites: Sequence[str]) -> dict[str, Snapshot]:
-        """The snapshot Redis holds now for each suite that has a readable one.
+    async def newest_snapshots(self, suites: Sequence[Series]) -> dict[Series, Snapshot]:
+        """The snapshot Redis holds now for each series that has a readable one.
 
         One that does not decode was written by another version: it is logged
-        and its suite marked for a recompute by this version.
+        and its series marked for a recompute by this version.
         """
         docs = await self.store.snapshots.snapshot_docs(suites)
-        out: dict[str, Snapshot] = {}
-        unreadable: list[str] = []
+        out: dict[Series, Snapshot] = {}
+        unreadable: list[Series] = []
         for suite, doc in zip(suites, docs, strict=True):
             if doc is None:
                 continue
@@ -60,33 +60,50 @@ class Evaluator:
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                 unreadable.append(suite)
                 self._bad_snapshot_log.emit(
-                    logging.WARNING, "snapshot_undecodable", suite=suite, error=exc
+                    logging.WARNING, "snapshot_undecodable", suite=suite.label, error=exc
                 )
         if unreadable:
             await self.store.snapshots.mark_changed(unreadable)
         return out
 
-    async def newest_snapshot(self, suite: str) -> Snapshot | None:
-        """The suite's snapshot in Redis now, None when there is none or it does not decode."""
-        return (await self.newest_snapshots([suite])).get(suite)
+    async def newest_snapshot(self, suite: str, slice: str | None = None) -> Snapshot | None:
+        """The series' snapshot in Redis now, None when there is none or it does not decode."""
+        series = Series(suite, slice)
+        return (await self.newest_snapshots([series])).get(series)
+
+    async def pairs(self, suites: Sequence[str]) -> list[tuple[Series, Rule]]:
+        """Every (series, rule) to judge: each rule on the suites it matches and, for a
+        rule with ``slices = true``, on each of their slices (as ``for_slice``)."""
+        pairs = [
+            (Series(s), r) for s in suites for r in self.rules if fnmatch.fnmatchcase(s, r.suite)
+        ]
+        sliced = [r for r in self.rules if r.slices]
+        if sliced:
+            watched = [s for s in suites if any(fnmatch.fnmatchcase(s, r.suite) for r in sliced)]
+            for suite, ids in (await self.store.reads.slices_of(watched)).items():
+                for rule in sliced:
+                    if fnmatch.fnmatchcase(suite, rule.suite):
+                        pairs += [(Series(suite, sid), for_slice(rule, sid)) for sid in ids]
+        return pairs
 
     async def evaluate(self, suites: Sequence[str]) -> None:
-        """Step every (suite, rule) pair against the suite's newest snapshot."""
+        """Step every (series, rule) pair against the series' newest snapshot."""
         if not self.rules:
             return
         now = time.time()
-        pairs = [(s, r) for s in suites for r in self.rules if fnmatch.fnmatchcase(s, r.suite)]
+        pairs = await self.pairs(suites)
         if not pairs:
             return
-        snaps = await self.newest_snapshots(sorted({s for s, _ in pairs}))
-        states = await self.store.alerts.alert_states_checked([(s, r.name) for s, r in pairs])
+        snaps = await self.newest_snapshots(list(dict.fromkeys(s for s, _ in pairs)))
+        states = await self.store.alerts.alert_states_checked([(s.suite, r.name) for s, r in pairs])
         sinks = list(self.outbox.sinks)
-        for (suite, rule), stored in zip(pairs, states, strict=True):
-            snap = snaps.get(suite)
+        for (series, rule), stored in zip(pairs, states, strict=True):
+            snap = snaps.get(series)
             if snap is not None:
+                suite = series.suite
                 await self._step(suite, rule, snap, self._readable(suite, rule, stored), now)
         # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
-        triples = [(s, r.name, sink) for s, r in pairs for sink in sinks]
+        triples = [(s.suite, r.name, sink) for s, r in pairs for sink in sinks]
         for triple, length in zip(
             triples, await self.store.alerts.outbox_lengths(triples), strict=True
         ):
@@ -151,6 +168,7 @@ class Evaluator:
                 breach_started=new.started_at
                 if new.started_at is not None and new.started_at != current.started_at
                 else None,
+                slice=snap.slice,
             )
             if not cas.won:
                 # Another replica moved the state on, or decided on a newer snapshot.

@@ -91,10 +91,24 @@ class Rule(
     level_evidence: Annotated[float, msgspec.Meta(ge=0)] = 1.0
     # How many of each task's most recent outcomes the detector scans.
     recent: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 5
+    # Judge each slice of the suites the rule watches as well, each slice on
+    # its own snapshot and with its own state (``for_slice``; docs/slices.md).
+    slices: bool = False
 
     @property
     def resolve_at(self) -> float:
         return self.below if self.resolve_above is None else self.resolve_above
+
+
+def for_slice(rule: Rule, slice_id: str) -> Rule:
+    """The rule as it judges one slice: named ``<rule>[<slice id>]``.
+
+    That name keys the slice's own state, outboxes and notifications (under
+    the suite's hash tag) and names the slice in every page. A slice id
+    holds no ``/ + #`` (``stats.slices.escape``), so the name stays a valid
+    MQTT topic level.
+    """
+    return msgspec.structs.replace(rule, name=f"{rule.name}[{slice_id}]", slices=False)
 
 
 class Observation(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,18 +1,24 @@
 """Verbs that decide: ``compare`` (two sides, paired) and ``gate`` (an exit code for pipelines).
 
 ``compare BASELINE CANDIDATE`` prints candidate - baseline in pass^k and
-pass@k over the tasks both suites have; exit 0, or 3 when UNKNOWN.
-``gate SUITE --at-least X`` exits 0 when the interval's lower bound is at
-least X, 1 when its upper bound is below X, 3 when the data cannot decide
-yet (or UNKNOWN); ``gate CANDIDATE --compare BASELINE --margin M`` does the
-same for "candidate - baseline >= -M". A suite that does not exist is a
-usage error (2): a typo must not read as "not decided yet".
+pass@k over the tasks both suites have; ``compare SUITE --baseline
+agent_version=1.4 --candidate agent_version=1.5`` does the same for two
+label filters over the slices of one suite (``--baseline`` and
+``--candidate`` filter the first and the second suite when two are given);
+exit 0, or 3 when UNKNOWN. ``gate SUITE --at-least X`` exits 0 when the
+interval's lower bound is at least X, 1 when its upper bound is below X, 3
+when the data cannot decide yet (or UNKNOWN); ``gate CANDIDATE --compare
+BASELINE --margin M`` does the same for "candidate - baseline >= -M", and
+``gate SUITE --slice F --compare-slice G`` for two filters of one suite;
+``--slice`` filters the suite judged. A suite that does not exist, or a
+filter on a label the suite is not sliced by, is a usage error (2): a typo
+must not read as "not decided yet".
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -30,6 +36,9 @@ from reliabilityd.cli._common import (
 from reliabilityd.config import Config
 from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, Comparison, Side
 from reliabilityd.stats.estimators import METRICS
+
+if TYPE_CHECKING:
+    from reliabilityd.client import AsyncClient
 
 __all__ = ["add_parsers"]
 
@@ -54,8 +63,18 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     cmp = add_redis_options(
         sub.add_parser("compare", help="candidate - baseline, paired over the tasks both have")
     )
-    cmp.add_argument("baseline", help="the baseline suite")
-    cmp.add_argument("candidate", help="the candidate suite")
+    cmp.add_argument(
+        "suites",
+        nargs="+",
+        metavar="SUITE",
+        help="BASELINE CANDIDATE, or one SUITE with --baseline and --candidate label filters",
+    )
+    cmp.add_argument(
+        "--baseline", metavar="KEY=VALUE[,...]", help="the baseline's slices: a label filter"
+    )
+    cmp.add_argument(
+        "--candidate", metavar="KEY=VALUE[,...]", help="the candidate's slices: a label filter"
+    )
     _stats_options(cmp)
     cmp.add_argument("--min-shared", type=positive, default=DEFAULT_MIN_SHARED)
     cmp.add_argument("--top", type=positive, default=5, help="tasks that moved most to list")
@@ -68,6 +87,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     what = gate.add_mutually_exclusive_group(required=True)
     what.add_argument("--at-least", type=_fraction, help="pass when the lower bound reaches this")
     what.add_argument("--compare", metavar="BASELINE", help="judge SUITE against this suite")
+    what.add_argument(
+        "--compare-slice",
+        metavar="KEY=VALUE[,...]",
+        help="judge SUITE (or its --slice) against these slices of SUITE",
+    )
+    gate.add_argument(
+        "--slice", metavar="KEY=VALUE[,...]", help="judge only the slices of SUITE that match"
+    )
     gate.add_argument(
         "--margin",
         type=_fraction,
@@ -131,84 +158,120 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_UNREACHABLE
 
 
+def sides(args: argparse.Namespace) -> tuple[Side | None, Side]:
+    """(baseline, candidate) the command line names; ValueError on a malformed one."""
+    if args.command == "compare":
+        if len(args.suites) > 2:
+            raise ValueError("compare takes one suite (with --baseline and --candidate) or two")
+        if len(args.suites) == 1 and not (args.baseline and args.candidate):
+            raise ValueError("one suite needs --baseline and --candidate label filters")
+        first, second = args.suites[0], args.suites[-1]
+        return Side.parse(first, args.baseline), Side.parse(second, args.candidate)
+    candidate = Side.parse(args.suite, args.slice)
+    if args.compare is not None:
+        return Side(args.compare), candidate
+    if args.compare_slice is not None:
+        return Side.parse(args.suite, args.compare_slice), candidate
+    return None, candidate
+
+
 async def _decide(args: argparse.Namespace, cfg: Config, url: str, prefix: str) -> int:
     from reliabilityd.client import AsyncClient
+
+    try:
+        baseline, candidate = sides(args)
+    except ValueError as exc:
+        say(str(exc))
+        return EXIT_USAGE
+    async with AsyncClient(url, prefix=prefix, cluster=cfg.redis.cluster) as client:
+        known = set(await client.suites())
+        for side in (baseline, candidate):
+            if side is not None and side.suite not in known:
+                say(f"no suite named {side.suite!r} in Redis")
+                return EXIT_USAGE
+        try:
+            return await _judge(args, cfg, client, baseline, candidate)
+        except ValueError as exc:  # a filter on a label the suite is not sliced by
+            say(str(exc))
+            return EXIT_USAGE
+
+
+async def _judge(
+    args: argparse.Namespace,
+    cfg: Config,
+    client: AsyncClient,
+    baseline: Side | None,
+    candidate: Side,
+) -> int:
     from reliabilityd.stats.gate import judge_at_least, judge_not_worse
 
     k = args.k if args.k is not None else max(cfg.stats.k)
-    if args.command == "compare":
-        baseline, candidate = args.baseline, args.candidate
+    interval = args.interval or cfg.suite_interval(candidate.suite)
+    conf, n_boot, seed = cfg.stats.confidence, cfg.stats.n_boot, cfg.stats.seed
+    if baseline is None:
+        est = await client.estimate(
+            candidate,
+            k,
+            args.metric,
+            min_coverage=cfg.suite_settings(candidate.suite)[1],
+            confidence=conf,
+            n_boot=n_boot,
+            seed=seed,
+            interval=interval,
+        )
+        verdict = judge_at_least(est, args.at_least)
+        doc: dict[str, Any] = {
+            "verdict": verdict,
+            "suite": candidate.suite,
+            "labels": candidate.labels,
+            "metric": args.metric,
+            "at_least": args.at_least,
+            "estimate": est,
+        }
+        label = args.metric.replace("k", str(k))
+        text = (
+            f"{label} of {candidate.label!r}: {est.unknown_reason}"
+            if est.ci is None
+            else f"{label} of {candidate.label!r} = {_pct(est.value)}, {est.confidence:.0%} CI "
+            f"[{_pct(est.ci[0])}, {_pct(est.ci[1])}] ({est.interval}) over {est.tasks} tasks; "
+            f"threshold {_pct(args.at_least)}"
+        )
+        lines = [f"{verdict}: {text}"]
     else:
-        baseline, candidate = args.compare, args.suite
-    async with AsyncClient(url, prefix=prefix, cluster=cfg.redis.cluster) as client:
-        known = set(await client.suites())
-        for name in (baseline, candidate):
-            if name is not None and name not in known:
-                say(f"no suite named {name!r} in Redis")
-                return EXIT_USAGE
-        interval = args.interval or cfg.suite_interval(candidate)
-        conf, n_boot, seed = cfg.stats.confidence, cfg.stats.n_boot, cfg.stats.seed
-        if baseline is None:
-            est = await client.estimate(
-                candidate,
-                k,
-                args.metric,
-                min_coverage=cfg.suite_settings(candidate)[1],
-                confidence=conf,
-                n_boot=n_boot,
-                seed=seed,
-                interval=interval,
-            )
-            verdict = judge_at_least(est, args.at_least)
-            doc: dict[str, Any] = {
-                "verdict": verdict,
-                "suite": candidate,
-                "metric": args.metric,
-                "at_least": args.at_least,
-                "estimate": est,
-            }
-            label = args.metric.replace("k", str(k))
-            text = (
-                f"{label} of {candidate!r}: {est.unknown_reason}"
-                if est.ci is None
-                else f"{label} of {candidate!r} = {_pct(est.value)}, {est.confidence:.0%} CI "
-                f"[{_pct(est.ci[0])}, {_pct(est.ci[1])}] ({est.interval}) over {est.tasks} tasks; "
-                f"threshold {_pct(args.at_least)}"
-            )
-            lines = [f"{verdict}: {text}"]
-        else:
-            cmp = await client.compare(
-                Side(baseline),
-                Side(candidate),
-                k,
-                args.metric,
-                min_shared=args.min_shared,
-                top=getattr(args, "top", 5),
-                confidence=conf,
-                n_boot=n_boot,
-                seed=seed,
-                interval=interval,
-            )
-            if args.command == "compare":
-                if args.json:
-                    print(msgspec.json.encode(cmp).decode())
-                else:
-                    print("\n".join(describe_comparison(cmp)))
-                return EXIT_UNDECIDED if cmp.unknown else EXIT_OK
-            verdict = judge_not_worse(cmp.difference(), args.margin)
-            doc = {
-                "verdict": verdict,
-                "suite": candidate,
-                "baseline": baseline,
-                "metric": args.metric,
-                "margin": args.margin,
-                "comparison": cmp,
-            }
-            lines = [
-                f"{verdict}: {candidate!r} must not be worse than {baseline!r} by more than "
-                f"{_pp(args.margin).lstrip('+')}",
-                *describe_comparison(cmp),
-            ]
+        cmp = await client.compare(
+            baseline,
+            candidate,
+            k,
+            args.metric,
+            min_shared=args.min_shared,
+            top=getattr(args, "top", 5),
+            confidence=conf,
+            n_boot=n_boot,
+            seed=seed,
+            interval=interval,
+        )
+        if args.command == "compare":
+            if args.json:
+                print(msgspec.json.encode(cmp).decode())
+            else:
+                print("\n".join(describe_comparison(cmp)))
+            return EXIT_UNDECIDED if cmp.unknown else EXIT_OK
+        verdict = judge_not_worse(cmp.difference(), args.margin)
+        doc = {
+            "verdict": verdict,
+            "suite": candidate.suite,
+            "labels": candidate.labels,
+            "baseline": baseline.suite,
+            "baseline_labels": baseline.labels,
+            "metric": args.metric,
+            "margin": args.margin,
+            "comparison": cmp,
+        }
+        lines = [
+            f"{verdict}: {candidate.label!r} must not be worse than {baseline.label!r} "
+            f"by more than {_pp(args.margin).lstrip('+')}",
+            *describe_comparison(cmp),
+        ]
     code = EXIT_OF[verdict]
     if args.json:
         print(msgspec.json.encode({**doc, "exit_code": code}).decode())

@@ -15,11 +15,12 @@ from datetime import datetime
 
 import msgspec
 
-from reliabilityd.alerting.rules import AlertState, Rule
+from reliabilityd.alerting.rules import AlertState, Rule, for_slice
 from reliabilityd.cli._oncall import rejected_summary
 from reliabilityd.client._client import AsyncClient, SuiteSummary
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.estimators import METRICS
+from reliabilityd.stats.slices import label_keys, shown
 
 
 def _pct(x: float | None) -> str:
@@ -70,7 +71,8 @@ def status_rows(
         for est in [*snap.pass_at_k, *snap.pass_hat_k]:
             per_k.setdefault(est.k, {})[est.metric] = est
     age = _age(summary.counters.last_trial_at, now)
-    base = [summary.suite, str(summary.tasks), str(summary.counters.trials)]
+    name = summary.suite if summary.slice is None else f"  [{shown(summary.slice)}]"
+    base = [name, str(summary.tasks), str(summary.counters.trials)]
     if not per_k:
         return [[*base, "-", "-", "no snapshot yet (--k K computes now)", "", age]]
     rows = []
@@ -88,6 +90,22 @@ def status_rows(
             ]
         )
     return rows
+
+
+def slice_notes(summary: SuiteSummary) -> list[str]:
+    """What ``status`` says of a suite's slicing: overflow, and labels no slice splits by."""
+    notes = []
+    overflow = summary.counters.slice_overflow
+    if overflow:
+        notes.append(
+            f"{summary.suite}: {overflow} events counted in the suite but in no slice (their "
+            f"slice would pass its most slices; {len(summary.slices)} slices)"
+        )
+    sliced = label_keys(summary.slices)
+    unsliced = [key for key in summary.labels_seen if key not in sliced]
+    if unsliced:
+        notes.append(f"{summary.suite}: labels seen, not sliced: {', '.join(unsliced)}")
+    return notes
 
 
 def format_alert(suite: str, rule: str, state: AlertState) -> list[str]:
@@ -148,7 +166,14 @@ async def status(
         if rejected:
             out(rejected)
         return 0
-    rows = [r for s in summaries for r in status_rows(s, computed.get(s.suite), now)]
+    rows = []
+    notes = []
+    for s in summaries:
+        rows += status_rows(s, computed.get(s.suite), now)
+        for sid in s.slices:
+            part = await client.summary(s.suite, slice=sid)
+            rows += status_rows(part, None, now)
+        notes += slice_notes(s)
     out(
         _table(
             [
@@ -168,9 +193,18 @@ async def status(
         "(RUNS: the fewest trials among the tasks estimated at that k; "
         "tasks with fewer than k trials are left out)"
     )
+    if notes:
+        out("")
+        out("\n".join(notes))
     alert_rows = []
     for s in summaries:
         names = [r.name for r in rules if fnmatch.fnmatchcase(s.suite, r.suite)]
+        names += [
+            for_slice(r, sid).name
+            for r in rules
+            if r.slices and fnmatch.fnmatchcase(s.suite, r.suite)
+            for sid in s.slices
+        ]
         if names:
             for name, state in (await client.alert_states(s.suite, names)).items():
                 alert_rows.append(format_alert(s.suite, name, state))

@@ -13,6 +13,10 @@ not only the configured ones.
         rel.history("deploy-bot", since=t) # estimates over time and alert transitions
         rel.estimate("deploy-bot", 8)      # pass^8 with its CI, computed now
         rel.compare("bot-v1", "bot-v2", 5) # paired candidate - baseline over shared tasks
+        rel.slices("deploy-bot")           # ['agent_version=1.4', 'agent_version=1.5']
+        rel.snapshot("deploy-bot", slice="agent_version=1.5")
+        rel.compare(Side("deploy-bot", {"agent_version": "1.4"}),
+                    Side("deploy-bot", {"agent_version": "1.5"}), 5)
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from reliabilityd.client._bridge import LoopThread
 from reliabilityd.stats.compare import CompareOptions, Comparison, Side, compare
 from reliabilityd.stats.estimate import Estimate, EstimateOptions, estimate
 from reliabilityd.stats.estimators import Metric
+from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.history import History
 from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
 from reliabilityd.stats.snapshot import Snapshot
@@ -34,12 +39,19 @@ from reliabilityd.store import Counters, Store, connect
 
 
 class SuiteSummary(msgspec.Struct, frozen=True):
-    """What ``status`` shows for one suite: its counters and the last snapshot."""
+    """What ``status`` shows for one suite or slice: its counters and the last snapshot.
+
+    A suite's summary also lists its slice ids and the label keys its events
+    carry; a slice's names the slice (``slice``).
+    """
 
     suite: str
     tasks: int
     counters: Counters
     snapshot: Snapshot | None
+    slice: str | None = None
+    slices: list[str] = msgspec.field(default_factory=list)
+    labels_seen: list[str] = msgspec.field(default_factory=list)
 
 
 class AsyncClient:
@@ -68,13 +80,18 @@ class AsyncClient:
         """Every suite that has received an event, sorted by name."""
         return await self.store.reads.suites()
 
-    async def snapshot(self, suite: str) -> Snapshot | None:
-        """The daemon's last full snapshot of the suite (values with CIs), None before any.
+    async def slices(self, suite: str) -> list[str]:
+        """The canonical ids of the suite's slices, sorted (docs/slices.md)."""
+        return await self.store.reads.slices(suite)
 
-        A snapshot written by a daemon of another schema version is None too:
-        ``estimate`` computes from the histogram whatever wrote it.
+    async def snapshot(self, suite: str, *, slice: str | None = None) -> Snapshot | None:
+        """The daemon's last full snapshot of the suite or of one slice, None before any.
+
+        ``slice`` is a slice id (``slices``). A snapshot written by a daemon of
+        another schema version is None too: ``estimate`` computes from the
+        histogram whatever wrote it.
         """
-        raw = await self.store.snapshots.snapshot_json(suite)
+        raw = await self.store.snapshots.snapshot_json(suite, slice=slice)
         if raw is None:
             return None
         try:
@@ -94,18 +111,39 @@ class AsyncClient:
         alert transitions; empty before its first snapshot (``stats.history``)."""
         return await self.store.history.read(suite, slice=slice, since=since, until=until)
 
-    async def summary(self, suite: str) -> SuiteSummary:
-        state = await self.store.reads.read_state(suite)
-        return SuiteSummary(suite, state.hist.tasks, state.counters, await self.snapshot(suite))
+    async def summary(self, suite: str, *, slice: str | None = None) -> SuiteSummary:
+        state = await self.store.reads.read_state(suite, slice=slice)
+        snap = await self.snapshot(suite, slice=slice)
+        if slice is not None:
+            return SuiteSummary(suite, state.hist.tasks, state.counters, snap, slice=slice)
+        return SuiteSummary(
+            suite,
+            state.hist.tasks,
+            state.counters,
+            snap,
+            slices=await self.store.reads.slices(suite),
+            labels_seen=await self.store.reads.labels_seen(suite),
+        )
 
     async def estimate(
-        self, suite: str, k: int, metric: Metric = "pass^k", **options: Unpack[EstimateOptions]
+        self,
+        suite: str | Side,
+        k: int,
+        metric: Metric = "pass^k",
+        **options: Unpack[EstimateOptions],
     ) -> Estimate:
         """pass@k or pass^k of the suite at any k, with its CI, from the stored histogram.
 
-        ``options`` are ``estimate()``'s: confidence, n_boot, seed, min_coverage, interval.
+        A ``Side`` with labels estimates the sum of the slices it selects
+        (from their per-task counts). ``options`` are ``estimate()``'s:
+        confidence, n_boot, seed, min_coverage, interval.
         """
-        state = await self.store.reads.read_state(suite)
+        if isinstance(suite, Side) and suite.labels:
+            counts = await self.store.reads.task_counts(suite)
+            hist = Histogram.from_pairs([nc for nc in counts.values() if nc[0] > 0])
+            return estimate(hist, k, metric, **options)
+        name = suite.suite if isinstance(suite, Side) else suite
+        state = await self.store.reads.read_state(name)
         return estimate(state.hist, k, metric, **options)
 
     async def compare(
@@ -118,12 +156,14 @@ class AsyncClient:
     ) -> Comparison:
         """candidate - baseline in pass^k and pass@k over the tasks both sides have.
 
-        A side is a suite name or a ``Side``. Reads every task of both sides
-        (a tool, not a hot path). ``options`` are ``compare()``'s: confidence,
-        n_boot, seed, interval, min_shared, top.
+        A side is a suite name or a ``Side`` (a suite, or with ``labels`` the
+        sum of its slices that carry those label values). Reads every task of
+        both sides (a tool, not a hot path). ``options`` are ``compare()``'s:
+        confidence, n_boot, seed, interval, min_shared, top. ``ValueError``
+        when a side names a label its suite is not sliced by.
         """
         sides = [s if isinstance(s, Side) else Side(s) for s in (baseline, candidate)]
-        counts = [await self.store.reads.task_counts(side.suite) for side in sides]
+        counts = [await self.store.reads.task_counts(side) for side in sides]
         return compare(
             counts[0],
             counts[1],
@@ -186,11 +226,14 @@ class Client:
     def suites(self) -> list[str]:
         return self._bridge.call(self._async.suites())
 
-    def snapshot(self, suite: str) -> Snapshot | None:
-        return self._bridge.call(self._async.snapshot(suite))
+    def slices(self, suite: str) -> list[str]:
+        return self._bridge.call(self._async.slices(suite))
 
-    def summary(self, suite: str) -> SuiteSummary:
-        return self._bridge.call(self._async.summary(suite))
+    def snapshot(self, suite: str, *, slice: str | None = None) -> Snapshot | None:
+        return self._bridge.call(self._async.snapshot(suite, slice=slice))
+
+    def summary(self, suite: str, *, slice: str | None = None) -> SuiteSummary:
+        return self._bridge.call(self._async.summary(suite, slice=slice))
 
     def history(
         self,
@@ -203,7 +246,11 @@ class Client:
         return self._bridge.call(self._async.history(suite, slice=slice, since=since, until=until))
 
     def estimate(
-        self, suite: str, k: int, metric: Metric = "pass^k", **options: Unpack[EstimateOptions]
+        self,
+        suite: str | Side,
+        k: int,
+        metric: Metric = "pass^k",
+        **options: Unpack[EstimateOptions],
     ) -> Estimate:
         return self._bridge.call(self._async.estimate(suite, k, metric, **options))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import os
 from collections.abc import Mapping
@@ -76,7 +77,7 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
             raise ConfigError(path, f"$.alerts[{i}].name", f"duplicate rule name {alert.name!r}")
         names.add(alert.name)
         if isinstance(alert, CanaryRule):
-            _check_canary(alert, f"$.alerts[{i}]", path)
+            _check_canary(alert, f"$.alerts[{i}]", path, config)
             continue
         if alert.resolve_above is not None and alert.resolve_above < alert.below:
             raise ConfigError(
@@ -129,6 +130,11 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
         raise ConfigError(
             path, "$.stats.window", f"window {config.stats.window} is shorter than {k_from}"
         )
+    for field, slice_by in [("$.stats.slice_by", config.stats.slice_by)] + [
+        (f"$.suites[{i}].slice_by", o.slice_by) for i, o in enumerate(config.suites) if o.slice_by
+    ]:
+        if len(set(slice_by)) != len(slice_by):
+            raise ConfigError(path, field, f"names a label twice: {slice_by}")
     for i, override in enumerate(config.suites):
         if override.window is not None and 0 < override.window < max_k:
             raise ConfigError(
@@ -138,7 +144,7 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
             )
 
 
-def _check_canary(rule: CanaryRule, field: str, path: str) -> None:
+def _check_canary(rule: CanaryRule, field: str, path: str, config: Config) -> None:
     if rule.resolve_margin is not None and rule.resolve_margin > rule.margin:
         raise ConfigError(
             path,
@@ -174,6 +180,35 @@ def _check_canary(rule: CanaryRule, field: str, path: str) -> None:
         raise ConfigError(
             path, f"{field}.compare", "baseline and candidate are the same side: nothing to compare"
         )
+    for side, suite, labels in (("baseline", b_suite, b_labels), ("candidate", c_suite, c_labels)):
+        sliced_by, where = _sliced_by(config, suite, rule.suite or "*")
+        missing = sorted({key for key, _ in labels} - sliced_by)
+        if missing:
+            raise ConfigError(
+                path,
+                f"{field}.compare.{side}",
+                f"filters by {', '.join(missing)}, and {where} not sliced by "
+                f"{'it' if len(missing) == 1 else 'them'}: add it to stats.slice_by or to "
+                "the slice_by of a [[suites]] entry that matches",
+            )
+
+
+def _sliced_by(config: Config, suite: str | None, pattern: str) -> tuple[set[str], str]:
+    """The label keys a canary side may filter by, and what they are of (for the message).
+
+    A named suite: its own ``slice_by``. Else: ``stats.slice_by`` and the
+    ``slice_by`` of every ``[[suites]]`` entry whose pattern overlaps the
+    rule's glob (either one matches the other).
+    """
+    if suite is not None:
+        return set(config.slicing(suite)[0]), f"suite {suite!r} is"
+    keys = set(config.stats.slice_by)
+    for o in config.suites:
+        if o.slice_by and (
+            fnmatch.fnmatchcase(o.match, pattern) or fnmatch.fnmatchcase(pattern, o.match)
+        ):
+            keys.update(o.slice_by)
+    return keys, f"the suites matching {pattern!r} are"
 
 
 def _check_tokens(http: HttpConfig, path: str, env: Mapping[str, str]) -> None:

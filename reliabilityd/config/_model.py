@@ -95,6 +95,14 @@ class IngestConfig(Base):
     max_payload: PositiveInt = 1 << 20
 
 
+# Label keys a suite is sliced by (docs/slices.md): distinct names, each a label key.
+SliceBy = Annotated[
+    list[Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]],
+    msgspec.Meta(max_length=8),
+]
+MaxSlices = Annotated[int, msgspec.Meta(ge=1, le=1000)]
+
+
 class SuiteOverride(Base):
     match: Annotated[str, msgspec.Meta(min_length=1)]
     window: NonNegInt | None = None
@@ -102,6 +110,10 @@ class SuiteOverride(Base):
     idle_expiry: NonNegFloat | None = None
     # The CI of this suite's estimates; None = stats.interval.
     interval: IntervalName | None = None
+    # Label keys that split this suite into slices; None = stats.slice_by.
+    slice_by: SliceBy | None = None
+    # The most slices this suite may have; None = stats.max_slices.
+    max_slices: MaxSlices | None = None
 
 
 class StatsConfig(Base):
@@ -121,6 +133,14 @@ class StatsConfig(Base):
     # Which CI (reliabilityd.INTERVALS): "gaffke" covers at its level even when
     # failures are rare; "percentile" is multivon-eval's (docs/statistics.md).
     interval: IntervalName = "gaffke"
+    # Label keys that split every suite into slices (docs/slices.md); [] = none.
+    slice_by: SliceBy = msgspec.field(default_factory=list)
+    # The most slices a suite may have: past it, events count in the whole and
+    # in its overflow count, never in another slice.
+    max_slices: MaxSlices = 50
+    # The most suites the deployment holds: past it, an event for a new suite
+    # is dead-lettered (reason class too_many_suites); known suites keep counting.
+    max_suites: PositiveInt = 1000
 
 
 class MqttSinkConfig(Base):
@@ -311,6 +331,13 @@ class Config(Base):
         """Seconds without an event after which a task leaves the suite; 0 = never."""
         o = self._override(suite)
         return self.stats.idle_expiry if o is None or o.idle_expiry is None else o.idle_expiry
+
+    def slicing(self, suite: str) -> tuple[tuple[str, ...], int]:
+        """(slice_by, max_slices) of a suite: the first matching [[suites]] entry, or stats."""
+        o = self._override(suite)
+        slice_by = self.stats.slice_by if o is None or o.slice_by is None else o.slice_by
+        most = self.stats.max_slices if o is None or o.max_slices is None else o.max_slices
+        return tuple(slice_by), most
 
     def suite_interval(self, suite: str) -> IntervalName:
         """The CI a suite's estimates use: the first matching [[suites]] entry, or stats."""

@@ -118,10 +118,12 @@ class Canaries:
         suites = sorted(pair.suites)
         version = sum(v for v, _, _ in await self.store.snapshots.versions(suites))
         try:
-            sides = (canary.side(pair.baseline), canary.side(pair.candidate))
-        except canary.SliceUnavailable as exc:
-            return canary.unknown(rule, pair, str(exc)), 0, version
-        base, cand = [await self.store.reads.task_counts(s.suite) for s in sides]
+            base, cand = [
+                await self.store.reads.task_counts(canary.side(ref))
+                for ref in (pair.baseline, pair.candidate)
+            ]
+        except ValueError as exc:  # a label the suite is not sliced by
+            return canary.unknown(rule, pair, f"UNKNOWN: {exc}"), 0, version
         stats = self.config.stats
         cmp = await asyncio.to_thread(
             compare,

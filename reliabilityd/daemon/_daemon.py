@@ -20,9 +20,11 @@ import os
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
+
+import msgspec
 
 from reliabilityd.alerting import sinks
 from reliabilityd.alerting.evaluator import Evaluator
@@ -41,7 +43,10 @@ from reliabilityd.events import Rejected, TrialEvent, decode_many
 from reliabilityd.logs import RateLimited, emit
 from reliabilityd.sources import configured as configured_sources
 from reliabilityd.sources import mqtt
-from reliabilityd.store import Applied, Store, StreamCursor, connect
+from reliabilityd.stats.compare import Comparison, Side, compare
+from reliabilityd.stats.estimators import Metric
+from reliabilityd.stats.slices import Ids
+from reliabilityd.store import Applied, Slicing, Store, StreamCursor, connect
 from reliabilityd.topics import Binding, decode_bound
 
 T = TypeVar("T")
@@ -54,6 +59,9 @@ class Decoded(NamedTuple):
 
     by_suite: dict[str, list[TrialEvent]]
     rejected: list[tuple[Rejected, str]]
+    # The source each suite's dead letters name when the commit writes some
+    # (a new suite past stats.max_suites, a sliced label that names no slice).
+    sources: dict[str, str] | None = None
 
 
 class Daemon:
@@ -180,7 +188,10 @@ class Daemon:
         by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
         for event in good:
             by_suite[event.suite].append(event)
-        return Decoded(by_suite, rejected)
+        # A batch comes from one consumer: its first payload's source stands
+        # for the batch in the dead letters the commit may write.
+        sources = dict.fromkeys(by_suite, payloads[0][1]) if payloads else {}
+        return Decoded(by_suite, rejected, sources)
 
     async def commit_decoded(
         self,
@@ -194,7 +205,12 @@ class Daemon:
         ``sent`` is set once the apply request is on its way to Redis.
         """
         await self._commit_decoded(
-            decoded.by_suite, decoded.rejected, retry=True, cursor=cursor, sent=sent
+            decoded.by_suite,
+            decoded.rejected,
+            retry=True,
+            cursor=cursor,
+            sent=sent,
+            sources=decoded.sources,
         )
 
     async def commit(
@@ -208,7 +224,8 @@ class Daemon:
         by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
         for event in good:
             by_suite[event.suite].append(event)
-        await self.commit_decoded(Decoded(by_suite, rejected), cursor=cursor)
+        sources = dict.fromkeys(by_suite, payloads[0][1]) if payloads else {}
+        await self.commit_decoded(Decoded(by_suite, rejected, sources), cursor=cursor)
 
     async def _once(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         return await op()
@@ -222,14 +239,21 @@ class Daemon:
         cursor: StreamCursor | None = None,
         sent: asyncio.Event | None = None,
         store: Store | None = None,
+        sources: Mapping[str, str] | None = None,
     ) -> list[Applied]:
-        """Dead-letter, then apply; with ``retry`` until Redis takes it, else once.
+        """Dead-letter, then admit and apply; with ``retry`` until Redis takes it, else once.
 
         ``store`` is the one to commit through (the HTTP port's own pool), by
-        default the daemon's.
+        default the daemon's. Dead-lettered besides ``rejected``: the events
+        whose sliced labels cannot name a slice, and those of a new suite past
+        ``stats.max_suites`` (``Ingest.admit``, atomic across replicas, in
+        the same retried operation as the apply).
         """
         run = self._retry if retry else self._once
         store = store or self.store
+        by_suite, screened = self._screen_labels(by_suite, sources or {})
+        if screened:
+            rejected = [*rejected, *screened]
         if rejected:
             await run(
                 "deadletter",
@@ -239,38 +263,107 @@ class Daemon:
                     maxlen=self.config.store.deadletter_maxlen,
                 ),
             )
-            first, source = rejected[0]
-            self._deadletter_log.emit(
-                logging.WARNING,
-                "deadletter",
-                source=source,
-                count=len(rejected),
-                reason=first.reason[:300],
-            )
-            self.metrics.deadlettered(rejected)
+            self._deadlettered(rejected)
         if not by_suite and cursor is None:
             return []
         windows = {suite: self.config.suite_settings(suite)[0] for suite in by_suite}
         touch = {suite for suite in by_suite if self.config.idle_expiry(suite) > 0}
-        started = time.monotonic()
-        applied = await run(
-            "apply",
-            partial(
-                store.ingest.apply,
-                by_suite,
+        slicing = {}
+        for suite in by_suite:
+            slice_by, most = self.config.slicing(suite)
+            if slice_by:
+                slicing[suite] = Slicing(slice_by, most)
+        refused: list[tuple[Rejected, str]] = []
+
+        async def admit_and_apply() -> list[Applied]:
+            # One operation for the retry: ingest counts as resumed only once the
+            # batch is applied, not when the admission alone went through.
+            batch = by_suite
+            if by_suite:
+                out = await store.ingest.admit(list(by_suite), self.config.stats.max_suites)
+                if out:
+                    letters = self._refused(by_suite, out, sources or {})
+                    await store.ingest.deadletter(
+                        letters, maxlen=self.config.store.deadletter_maxlen
+                    )
+                    refused[:] = letters
+                    batch = {s: e for s, e in by_suite.items() if s not in out}
+            if not batch and cursor is None:
+                return []
+            return await store.ingest.apply(
+                batch,
                 windows=windows,
                 dedup_ttl=self.config.dedup_ttl,
                 cursor=cursor,
                 touch=touch,
                 sent=sent,
-            ),
-        )
+                slicing=slicing,
+            )
+
+        started = time.monotonic()
+        applied = await run("apply", admit_and_apply)
+        if refused:
+            self._deadlettered(refused)
         self.metrics.committed(applied, time.monotonic() - started)
         self.last_commit_at = time.time()
         for result in applied:
             self.committed_events += result.counted
         self.recompute.committed([result.suite for result in applied])
         return applied
+
+    def _deadlettered(self, rejected: Sequence[tuple[Rejected, str]]) -> None:
+        first, source = rejected[0]
+        self._deadletter_log.emit(
+            logging.WARNING,
+            "deadletter",
+            source=source,
+            count=len(rejected),
+            reason=first.reason[:300],
+        )
+        self.metrics.deadlettered(rejected)
+
+    def _refused(
+        self,
+        by_suite: Mapping[str, list[TrialEvent]],
+        refused: set[str],
+        sources: Mapping[str, str],
+    ) -> list[tuple[Rejected, str]]:
+        """Dead letters for the events of new suites past ``stats.max_suites``."""
+        most = self.config.stats.max_suites
+        out: list[tuple[Rejected, str]] = []
+        for suite in sorted(refused):
+            reason = (
+                f"suite {suite!r} is new and the deployment already holds stats.max_suites "
+                f"({most}) suites: not counted (raise stats.max_suites or reset unused suites)"
+            )
+            source = sources.get(suite, "unknown")
+            out += [(Rejected(_raw(e), reason), source) for e in by_suite[suite]]
+        return out
+
+    def _screen_labels(
+        self, by_suite: dict[str, list[TrialEvent]], sources: Mapping[str, str]
+    ) -> tuple[dict[str, list[TrialEvent]], list[tuple[Rejected, str]]]:
+        """The events whose sliced labels name a slice, and dead letters for the others."""
+        out: list[tuple[Rejected, str]] = []
+        kept: dict[str, list[TrialEvent]] = {}
+        for suite, events in by_suite.items():
+            slice_by, _ = self.config.slicing(suite)
+            if not slice_by:
+                kept[suite] = events
+                continue
+            good = []
+            ids = Ids(slice_by)
+            for event in events:
+                try:
+                    ids(event.labels)
+                except ValueError as exc:
+                    reason = f"{exc} (suite {suite!r} is sliced by it)"
+                    out.append((Rejected(_raw(event), reason), sources.get(suite, "unknown")))
+                else:
+                    good.append(event)
+            if good:
+                kept[suite] = good
+        return kept, out
 
     # --- numbers out ------------------------------------------------------
 
@@ -289,7 +382,11 @@ class Daemon:
             by_suite[event.suite].append(event)
         try:
             return await self._commit_decoded(
-                by_suite, [(r, source) for r in rejected], retry=False, store=self.http_store
+                by_suite,
+                [(r, source) for r in rejected],
+                retry=False,
+                store=self.http_store,
+                sources=dict.fromkeys(by_suite, source),
             )
         except REDIS_ERRORS as exc:
             raise web.IngestUnavailable(f"Redis: {exc}") from None
@@ -297,8 +394,41 @@ class Daemon:
     async def refresh_metrics(self) -> None:
         await self.metrics.refresh(self.http_store, self.rules, list(self.sinks))
 
-    async def snapshot_json(self, suite: str) -> bytes | None:
-        return await self.http_store.snapshots.snapshot_json(suite)
+    async def snapshot_json(self, suite: str, slice: str | None = None) -> bytes | None:
+        return await self.http_store.snapshots.snapshot_json(suite, slice=slice)
+
+    async def compare(
+        self,
+        baseline: Side,
+        candidate: Side,
+        *,
+        k: int | None,
+        metric: Metric,
+        top: int,
+        min_shared: int,
+    ) -> Comparison:
+        """The paired comparison with the settings ``reliabilityd compare`` uses."""
+        reads = self.http_store.reads
+        known = set(await reads.suites())
+        for side in (baseline, candidate):
+            if side.suite not in known:
+                raise LookupError(f"no suite named {side.suite!r}")
+        counts = [await reads.task_counts(side) for side in (baseline, candidate)]
+        stats = self.config.stats
+        return await asyncio.to_thread(
+            compare,
+            counts[0],
+            counts[1],
+            k if k is not None else max(stats.k),
+            metric,
+            confidence=stats.confidence,
+            n_boot=stats.n_boot,
+            seed=stats.seed,
+            interval=self.config.suite_interval(candidate.suite),
+            min_shared=min_shared,
+            top=top,
+            names=(baseline.label, candidate.label),
+        )
 
     async def readiness(self) -> dict[str, str]:
         broker = self.config.mqtt.url if self.config.mqtt.enabled else None
@@ -400,6 +530,11 @@ class Daemon:
             await self.http.close()
             await self.http_store.client.aclose()
             emit(logging.INFO, "stopped", committed_events=self.committed_events)
+
+
+def _raw(event: TrialEvent) -> bytes:
+    """An event as the JSON a dead letter keeps of it."""
+    return msgspec.json.encode(event)
 
 
 def _first_leaf(group: BaseExceptionGroup[ConfigError]) -> ConfigError:

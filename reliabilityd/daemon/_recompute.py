@@ -13,6 +13,12 @@ snapshot lags their data or was computed under other settings (a new k, a new
 rule, another interval) are marked, so a changed config is judged on the data
 already stored. Replicas with different configs during a rolling change each
 recompute such a suite once per reconcile until they agree.
+
+A series is a suite as a whole or one slice of it (``store.Series``): each
+slice is one more series to recompute when its mark says it changed, with
+the suite's settings, its own lottery cases and snapshot, and the rule views
+of the rules with ``slices = true`` (``alerting.rules.for_slice``). Live
+values between ticks are the wholes' only.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from reliabilityd.alerting import rulestate
 from reliabilityd.alerting.evaluator import Evaluator
 from reliabilityd.alerting.notify import parse_time
 from reliabilityd.alerting.publisher import Publisher
-from reliabilityd.alerting.rules import Rule
+from reliabilityd.alerting.rules import Rule, for_slice
 from reliabilityd.alerting.watchdog import describe
 from reliabilityd.config import Config
 from reliabilityd.daemon._canary import Canaries
@@ -43,7 +49,7 @@ from reliabilityd.stats import history, snapshot
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
-from reliabilityd.store import SnapshotWrite, Store, SuiteState
+from reliabilityd.store import Series, SnapshotWrite, Store, SuiteState
 
 __all__ = ["Recompute"]
 
@@ -55,7 +61,7 @@ REDIS_ERRORS = (redis.exceptions.RedisError,)
 CLAIM_BATCH = 256
 CLAIM_LIFETIME = 30.0
 TICK_SHARE = 0.8
-# A claim is recomputed in batches of LANE_BATCH suites (one pipeline per
+# A claim is recomputed in batches of LANE_BATCH series (one pipeline per
 # step, one vectorised pass of math), RECOMPUTE_LANES batches at once.
 LANE_BATCH = 128
 RECOMPUTE_LANES = 2
@@ -146,159 +152,190 @@ class Recompute:
         }
         await self.store.snapshots.write_snapshot(suite, c.version, {}, values)
 
-    async def refresh_snapshot(self, suite: str) -> snapshot.Snapshot | None:
-        """CIs, lottery cases, rule views and the whole snapshot; None if a newer one is stored."""
-        return (await self.refresh_snapshots([suite]))[0]
+    def series_rules(self, series: Series) -> list[Rule]:
+        """The rules that judge a series: the suite's, or a slice's (``slices = true``)."""
+        rules = [r for r in self.rules if fnmatch.fnmatchcase(series.suite, r.suite)]
+        if series.slice is None:
+            return rules
+        return [for_slice(r, series.slice) for r in rules if r.slices]
 
-    async def refresh_snapshots(self, suites: Sequence[str]) -> list[snapshot.Snapshot | None]:
-        """``refresh_snapshot`` of many suites: one round trip per step, the math in one pass.
+    async def refresh_snapshot(
+        self, suite: str, slice: str | None = None
+    ) -> snapshot.Snapshot | None:
+        """CIs, lottery cases, rule views and the whole snapshot of a series.
 
-        The reads (one script call per suite), the previous snapshots, the
-        lottery ranges and the writes (one script call per suite) each go in
-        one pipeline; the estimates of every suite come from one vectorised
-        pass in a worker thread. A suite whose computation fails is logged and
-        marked changed (retried on the next tick) without stopping the others;
-        a Redis error propagates.
+        None if a newer one is stored, or when ``slice`` names a slice the
+        suite does not have (its events overflowed the most slices).
+        """
+        return (await self.refresh_snapshots([Series(suite, slice)]))[0]
+
+    async def refresh_snapshots(
+        self, suites: Sequence[str | Series]
+    ) -> list[snapshot.Snapshot | None]:
+        """``refresh_snapshot`` of many series: one round trip per step, the math in one pass.
+
+        Each of ``suites`` is a ``Series`` or its change mark (``Series.member``:
+        a suite name is its whole). The reads (one script call per series),
+        the previous snapshots, the slice counts, the lottery ranges and the
+        writes (one script call per series) each go in one pipeline; the
+        estimates of every series come from one vectorised pass in a worker
+        thread. A series whose computation fails is logged and marked changed
+        (retried on the next tick) without stopping the others; a Redis error
+        propagates.
         """
         if not suites:
             return []
+        series = [s if isinstance(s, Series) else Series.of_member(s) for s in suites]
         try:
-            read = await self._read(suites)
+            read = await self._read(series)
         except REDIS_ERRORS:
             raise
         except Exception:
-            # A suite whose stored state does not parse: read each alone.
+            # A series whose stored state does not parse: read each alone.
             read = []
-            for suite in suites:
+            for one in series:
                 try:
-                    read += await self._read([suite])
+                    read += await self._read([one])
                 except REDIS_ERRORS:
                     raise
                 except Exception:
-                    log.exception("%s", kv("snapshot_failed", suite=suite))
-                    await self.store.snapshots.mark_changed([suite])
-        wanted = dict(read)
-        done = await self._refresh_read([s for s in suites if s in wanted], wanted)
-        return [done.get(s) for s in suites]
+                    log.exception("%s", kv("snapshot_failed", suite=one.label))
+                    await self.store.snapshots.mark_changed([one])
+        # A slice with no data (not one of the suite's slices) has no snapshot.
+        wanted = {
+            one: state for one, state in read if one.slice is None or state.counters.version != 0
+        }
+        done = await self._refresh_read([s for s in series if s in wanted], wanted)
+        return [done.get(s) for s in series]
 
-    async def _read(self, suites: Sequence[str]) -> list[tuple[str, SuiteState]]:
-        """Each suite's state, with the windows where a detector rule watches it."""
-        detector = [self._detector(s) for s in suites]
-        states = await self.store.reads.read_states(suites, windows=detector)
-        return list(zip(suites, states, strict=True))
-
-    def _detector(self, suite: str) -> bool:
-        watched = any(
-            r.trigger == "detector" for r in self.rules if fnmatch.fnmatchcase(suite, r.suite)
+    async def _read(self, series: Sequence[Series]) -> list[tuple[Series, SuiteState]]:
+        """Each series' state, with the windows where a detector rule watches it."""
+        detector = [self._detector(s) for s in series]
+        states = await self.store.reads.read_states(
+            [s.suite for s in series], windows=detector, slices=[s.slice for s in series]
         )
-        detector = self.settings(suite).window > 0 and watched
+        return list(zip(series, states, strict=True))
+
+    def _detector(self, series: Series) -> bool:
+        watched = any(r.trigger == "detector" for r in self.series_rules(series))
+        detector = self.settings(series.suite).window > 0 and watched
         if watched and not detector:
-            self._no_window_log.emit(logging.WARNING, "detector_without_window", suite=suite)
+            self._no_window_log.emit(logging.WARNING, "detector_without_window", suite=series.suite)
         return detector
 
     async def _refresh_read(
-        self, suites: Sequence[str], read: dict[str, SuiteState]
-    ) -> dict[str, snapshot.Snapshot]:
-        """Snapshots of suites already read, by suite, for those whose CI part was written."""
-        if not suites:
+        self, series: Sequence[Series], read: dict[Series, SuiteState]
+    ) -> dict[Series, snapshot.Snapshot]:
+        """Snapshots of series already read, by series, for those whose CI part was written."""
+        if not series:
             return {}
-        states = [read[s] for s in suites]
-        rules = [[r for r in self.rules if fnmatch.fnmatchcase(s, r.suite)] for s in suites]
-        settings = [self.settings(s) for s in suites]
-        ruled = [s for s, rs in zip(suites, rules, strict=True) if rs]
+        states = [read[s] for s in series]
+        rules = [self.series_rules(s) for s in series]
+        settings = [self.settings(s.suite) for s in series]
+        ruled = [s for s, rs in zip(series, rules, strict=True) if rs]
         previous = await self.evaluator.newest_snapshots(ruled) if ruled else {}
+        wholes = sorted({s.suite for s in series if s.slice is None})
+        slice_ids = await self.store.reads.slices_of(wholes)
         now = time.time()
         started = time.perf_counter()
-        series = [(state.hist, st) for state, st in zip(states, settings, strict=True)]
+        inputs = [(state.hist, st) for state, st in zip(states, settings, strict=True)]
         try:
             estimates: list[list[Estimate] | None] = list(
-                await asyncio.to_thread(snapshot.full_estimates_many, series)
+                await asyncio.to_thread(snapshot.full_estimates_many, inputs)
             )
         except Exception:
-            # One suite's bad data must not cost the others theirs: each alone.
+            # One series' bad data must not cost the others theirs: each alone.
             estimates = [
-                await self._alone(s, *pair) for s, pair in zip(suites, series, strict=True)
+                await self._alone(s, *pair) for s, pair in zip(series, inputs, strict=True)
             ]
-        spent = (time.perf_counter() - started) / len(suites)
-        for _ in suites:
+        spent = (time.perf_counter() - started) / len(series)
+        for _ in series:
             self.metrics.ci_seconds.observe(spent)
         lottery_k = max(self.config.stats.k)
         limit = self.config.stats.lottery_limit
 
-        def ranked(state: SuiteState) -> list[list[tuple[int, int]]] | None:
+        def ranked(one: Series, state: SuiteState) -> list[list[tuple[int, int]]] | None:
             try:
                 return ranked_cell_groups(state.hist.at_least(lottery_k), lottery_k, limit)
             except Exception:
-                log.exception("%s", kv("snapshot_failed", suite=state.suite))
+                log.exception("%s", kv("snapshot_failed", suite=one.label))
                 return None
 
         # Exact rationals for the ties: CPU, so off the event loop with the math.
-        ranking = await asyncio.to_thread(lambda: [ranked(state) for state in states])
+        ranking = await asyncio.to_thread(
+            lambda: [ranked(one, state) for one, state in zip(series, states, strict=True)]
+        )
         for i, order in enumerate(ranking):
             if order is None and estimates[i] is not None:
                 estimates[i] = None
-                await self.store.snapshots.mark_changed([suites[i]])
+                await self.store.snapshots.mark_changed([series[i]])
         groups = [order or [] for order in ranking]
         rows = await self.store.reads.lottery_rows_many(
-            list(zip(suites, groups, strict=True)), limit
+            [(s.suite, g) for s, g in zip(series, groups, strict=True)],
+            limit,
+            slices=[s.slice for s in series],
         )
         snaps: list[snapshot.Snapshot | None] = []
-        for i, suite in enumerate(suites):
+        for i, one in enumerate(series):
             est = estimates[i]
             snaps.append(
                 None
                 if est is None
                 else await self._built(
-                    suite,
+                    one,
                     state=states[i],
                     settings=settings[i],
                     rules=rules[i],
-                    previous=previous.get(suite),
+                    previous=previous.get(one),
                     estimates=est,
                     rows=rows[i],
                     now=now,
+                    slices=0 if one.slice is not None else len(slice_ids.get(one.suite, [])),
                 )
             )
         writes: list[SnapshotWrite] = []
-        for suite, snap, est in zip(suites, snaps, estimates, strict=True):
+        for one, snap, est in zip(series, snaps, estimates, strict=True):
             if snap is not None and est is not None:
                 ci, values = snapshot.redis_fields(snap)
                 writes.append(
                     SnapshotWrite(
-                        suite,
+                        one.suite,
                         snap.version,
                         ci,
                         values,
-                        settings=self.fingerprint(suite),
+                        settings=self.fingerprint(one.suite),
                         point=history.point_of(est, now),
+                        slice=one.slice,
                     )
                 )
         wrote = iter(await self.store.snapshots.write_snapshots(writes))
-        out: dict[str, snapshot.Snapshot] = {}
-        for snap in snaps:
+        out: dict[Series, snapshot.Snapshot] = {}
+        for one, snap in zip(series, snaps, strict=True):
             if snap is None or not next(wrote)[0]:
                 continue
             if self.publisher is not None:
-                self.publisher.publish(
-                    f"{self.config.mqtt.snapshot_topic}/{snap.suite}", msgspec.json.encode(snap)
-                )
-            out[snap.suite] = snap
+                # A slice's snapshot one level under its suite's: <topic>/<suite>/<slice id>.
+                topic = f"{self.config.mqtt.snapshot_topic}/{one.suite}"
+                if one.slice is not None:
+                    topic += f"/{one.slice}"
+                self.publisher.publish(topic, msgspec.json.encode(snap))
+            out[one] = snap
         return out
 
     async def _alone(
-        self, suite: str, hist: Histogram, settings: snapshot.StatsSettings
+        self, series: Series, hist: Histogram, settings: snapshot.StatsSettings
     ) -> list[Estimate] | None:
-        """One suite's estimates by themselves; None (logged, marked changed) when they fail."""
+        """One series' estimates by themselves; None (logged, marked changed) when they fail."""
         try:
             return await asyncio.to_thread(snapshot.full_estimates, hist, settings)
         except Exception:
-            log.exception("%s", kv("snapshot_failed", suite=suite))
-            await self.store.snapshots.mark_changed([suite])
+            log.exception("%s", kv("snapshot_failed", suite=series.label))
+            await self.store.snapshots.mark_changed([series])
             return None
 
     async def _built(
         self,
-        suite: str,
+        series: Series,
         *,
         state: SuiteState,
         settings: snapshot.StatsSettings,
@@ -307,8 +344,12 @@ class Recompute:
         estimates: list[Estimate],
         rows: list[LotteryCase],
         now: float,
+        slices: int = 0,
     ) -> snapshot.Snapshot | None:
-        """The suite's snapshot from its computed parts; None (logged, marked) when it fails."""
+        """The series' snapshot from its computed parts; None (logged, marked) when it fails.
+
+        ``slices``: how many slices a suite as a whole has (0 for a slice).
+        """
         try:
             c = state.counters
             suite_pace = rulestate.pace(
@@ -332,7 +373,7 @@ class Recompute:
                 else []
             )
             return snapshot.build(
-                suite=suite,
+                suite=series.suite,
                 hist=state.hist,
                 trials=c.trials,
                 errors=c.errors,
@@ -347,14 +388,17 @@ class Recompute:
                 last_trial_at=c.last_trial_at,
                 pace=suite_pace,
                 rules=rule_views,
+                slice=series.slice,
+                slice_overflow=c.slice_overflow,
+                slices=slices,
             )
         except Exception:
-            log.exception("%s", kv("snapshot_failed", suite=suite))
-            await self.store.snapshots.mark_changed([suite])
+            log.exception("%s", kv("snapshot_failed", suite=series.label))
+            await self.store.snapshots.mark_changed([series])
             return None
 
     async def ci_tick(self) -> list[str]:
-        """New snapshots for the suites this replica claims; returns them.
+        """New snapshots for the series this replica claims; returns their marks.
 
         Claims batch after batch while marks remain, for at most
         ``TICK_SHARE`` of a ``ci_interval``: a burst of changed suites drains
@@ -442,7 +486,7 @@ class Recompute:
                 changed = await self.ci_tick()
                 await self.evaluator.evaluate(await self.store.reads.suites())
                 if self.canaries is not None:
-                    await self.canaries.judge(changed)
+                    await self.canaries.judge(sorted({Series.of_member(m).suite for m in changed}))
             except REDIS_ERRORS as exc:
                 self._redis_logs["ci"].emit(logging.WARNING, "ci_tick_failed", error=describe(exc))
             with contextlib.suppress(TimeoutError):

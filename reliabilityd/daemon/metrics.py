@@ -11,6 +11,12 @@ Two kinds of numbers, aggregated differently across replicas:
   outbox depth): read from Redis at scrape time, the newest snapshot, so
   every replica exports the same value; aggregate with ``max by (suite, k)``
   (any replica's value is the value), never ``sum``.
+* **A slice's state**: the same gauges named ``reliabilityd_slice_*`` with a
+  ``slice`` label (the slice id; at most ``max_slices`` per suite), so a
+  query over a suite's gauges never mixes the whole with its slices;
+  ``reliabilityd_slice_overflow_events`` counts the events a suite holds in
+  no slice. Alert states of rules with ``slices = true`` carry the rule name
+  ``<rule>[<slice id>]``.
 
 prometheus-client renders a registry of our own (never the global one).
 Reading Redis is async and collectors are not, so ``refresh`` reads Redis
@@ -32,12 +38,12 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from reliabilityd.alerting.notify import parse_time
-from reliabilityd.alerting.rules import AlertState, Rule
+from reliabilityd.alerting.rules import AlertState, Rule, for_slice
 from reliabilityd.alerting.sinks import Note, Sink
 from reliabilityd.events import REASON_CLASSES, Rejected, reason_class
 from reliabilityd.sources.mqtt import Watch
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Applied, Store
+from reliabilityd.store import Applied, Series, Store
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ALERT_STATES = ("inactive", "pending", "firing", "resolved")
@@ -56,6 +62,8 @@ class SuiteView(msgspec.Struct, frozen=True):
     outbox: dict[str, int]  # sink -> entries waiting, over every suite and rule
     redis_up: bool
     read_at: float
+    # The slices' snapshots (each names its suite and slice).
+    slice_snapshots: list[Snapshot] = msgspec.field(default_factory=list)
 
 
 def _safe_time(text: str | None) -> float | None:
@@ -84,42 +92,67 @@ def _family(name: str, text: str, lines: Iterable[str]) -> str:
     return f"# HELP {name} {text}\n# TYPE {name} gauge\n" + "".join(lines)
 
 
-# The per-(suite, k) families, in exposition order: (name, help) by metric.
-_ESTIMATE_FAMILIES = [
+def _estimate_families(prefix: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The per-(series, k) families, in exposition order: (name, help) by metric."""
+    return [
+        (
+            metric,
+            [
+                (
+                    f"{prefix}{metric}_ratio",
+                    f"{label} point estimate of the newest snapshot (absent while UNKNOWN)",
+                ),
+                (
+                    f"{prefix}{metric}_ci_lower_ratio",
+                    f"Lower bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
+                ),
+                (
+                    f"{prefix}{metric}_ci_upper_ratio",
+                    f"Upper bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
+                ),
+                (
+                    f"{prefix}{metric}_unknown",
+                    f"1 while {label} is UNKNOWN (too few trials for k): visible, never a pass",
+                ),
+            ],
+        )
+        for metric, label in (("pass_at_k", "pass@k"), ("pass_hat_k", "pass^k"))
+    ]
+
+
+_ESTIMATE_FAMILIES = _estimate_families("reliabilityd_")
+_SLICE_ESTIMATE_FAMILIES = _estimate_families("reliabilityd_slice_")
+# The families after the estimates, each with one line per snapshot at most.
+_SUITE_FAMILIES = [
+    ("reliabilityd_tasks", "Tasks in the suite's pool (n > 0)"),
     (
-        metric,
-        [
-            (
-                f"reliabilityd_{metric}_ratio",
-                f"{label} point estimate of the newest snapshot (absent while UNKNOWN)",
-            ),
-            (
-                f"reliabilityd_{metric}_ci_lower_ratio",
-                f"Lower bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
-            ),
-            (
-                f"reliabilityd_{metric}_ci_upper_ratio",
-                f"Upper bound of the {label} cluster-bootstrap CI (absent while UNKNOWN)",
-            ),
-            (
-                f"reliabilityd_{metric}_unknown",
-                f"1 while {label} is UNKNOWN (too few trials for k): visible, never a pass",
-            ),
-        ],
-    )
-    for metric, label in (("pass_at_k", "pass@k"), ("pass_hat_k", "pass^k"))
+        "reliabilityd_slice_overflow_events",
+        "Events counted in the suite but in no slice (past its most slices), as of its"
+        " newest snapshot",
+    ),
+    ("reliabilityd_slices", "Slices of the suite, as of its newest snapshot"),
 ]
+_SLICE_FAMILIES = [("reliabilityd_slice_tasks", "Tasks in the slice's pool (n > 0)")]
 
 
 def _suite_lines(snap: Snapshot) -> list[str]:
-    """One suite's lines of each per-suite family but the age (it moves with the clock)."""
+    """One series' lines of each of its families but the age (it moves with the clock).
+
+    A suite's: the estimate families, then ``_SUITE_FAMILIES``; a slice's
+    (``snap.slice``): the ``reliabilityd_slice_*`` ones, then ``_SLICE_FAMILIES``.
+    """
     out: list[str] = []
     suite = _label(snap.suite)
-    for metric, names in _ESTIMATE_FAMILIES:
+    series = f'suite="{suite}"'
+    families = _ESTIMATE_FAMILIES
+    if snap.slice is not None:
+        series += f',slice="{_label(snap.slice)}"'
+        families = _SLICE_ESTIMATE_FAMILIES
+    for metric, names in families:
         value, low, high, unknown = [], [], [], []
         (v_name, _), (lo_name, _), (hi_name, _), (u_name, _) = names
         for est in getattr(snap, metric):
-            labels = f'{{suite="{suite}",k="{est.k}"}} '
+            labels = f'{{{series},k="{est.k}"}} '
             if est.value is None:
                 unknown.append(f"{u_name}{labels}1.0\n")
             else:
@@ -129,12 +162,20 @@ def _suite_lines(snap: Snapshot) -> list[str]:
                 low.append(f"{lo_name}{labels}{_number(est.ci[0])}\n")
                 high.append(f"{hi_name}{labels}{_number(est.ci[1])}\n")
         out.extend("".join(lines) for lines in (value, low, high, unknown))
-    out.append(f'reliabilityd_tasks{{suite="{suite}"}} {float(snap.tasks)}\n')
+    if snap.slice is not None:
+        out.append(f"reliabilityd_slice_tasks{{{series}}} {float(snap.tasks)}\n")
+        return out
+    out.append(f"reliabilityd_tasks{{{series}}} {float(snap.tasks)}\n")
+    if snap.slices or snap.slice_overflow:
+        out.append(f"reliabilityd_slice_overflow_events{{{series}}} {float(snap.slice_overflow)}\n")
+        out.append(f"reliabilityd_slices{{{series}}} {float(snap.slices)}\n")
+    else:
+        out += ["", ""]
     return out
 
 
 class _Kept(NamedTuple):
-    """One suite's formatted lines, kept while its snapshot stays the same."""
+    """One series' formatted lines, kept while its snapshot stays the same."""
 
     updated_at: str
     lines: list[str]
@@ -146,15 +187,15 @@ class _Kept(NamedTuple):
 class SuiteText:
     """The suite gauges as exposition text, from the view the last ``refresh`` read.
 
-    Each suite's lines are formatted once per snapshot (kept by suite and
-    ``updated_at``) and the whole text once per view, so a scrape with
-    nothing new serves the bytes it served before and one after a tick
-    formats only the suites that tick changed.
+    Each series' lines (a suite's, a slice's) are formatted once per
+    snapshot (kept by series and ``updated_at``) and the whole text once per
+    view, so a scrape with nothing new serves the bytes it served before and
+    one after a tick formats only the series that tick changed.
     """
 
     def __init__(self) -> None:
         self.view: SuiteView | None = None
-        self._lines: dict[str, _Kept] = {}
+        self._lines: dict[Series, _Kept] = {}
         self._rendered: tuple[SuiteView | None, bytes] | None = None
 
     def render(self) -> bytes:
@@ -175,11 +216,12 @@ class SuiteText:
         self._rendered = (view, body)
         return body
 
-    def _suite_families(self, view: SuiteView) -> list[str]:
-        kept_all: list[_Kept] = []
-        fresh: dict[str, _Kept] = {}
-        for snap in view.snapshots:
-            kept = self._lines.get(snap.suite)
+    def _kept(self, snapshots: Sequence[Snapshot], fresh: dict[Series, _Kept]) -> list[_Kept]:
+        """Each snapshot's lines: the kept ones while its snapshot stays, else formatted."""
+        out: list[_Kept] = []
+        for snap in snapshots:
+            series = Series(snap.suite, snap.slice)
+            kept = self._lines.get(series)
             if kept is None or kept.updated_at != snap.updated_at:
                 kept = _Kept(
                     snap.updated_at,
@@ -187,15 +229,22 @@ class SuiteText:
                     f'reliabilityd_last_trial_age_seconds{{suite="{_label(snap.suite)}"}} ',
                     _safe_time(snap.last_trial_at),
                 )
-            fresh[snap.suite] = kept
-            kept_all.append(kept)
-        # Suites gone from the view drop their lines.
+            fresh[series] = kept
+            out.append(kept)
+        return out
+
+    def _suite_families(self, view: SuiteView) -> list[str]:
+        fresh: dict[Series, _Kept] = {}
+        kept_all = self._kept(view.snapshots, fresh)
+        slices_all = self._kept(view.slice_snapshots, fresh)
+        # Series gone from the view drop their lines.
         self._lines = fresh
         names = [n for _, family in _ESTIMATE_FAMILIES for n in family]
-        names.append(("reliabilityd_tasks", "Tasks in the suite's pool (n > 0)"))
+        suite_names = [*names, *_SUITE_FAMILIES]
         parts = [
             _family(name, text, (kept.lines[i] for kept in kept_all))
-            for i, (name, text) in enumerate(names)
+            for i, (name, text) in enumerate(suite_names)
+            if i < len(names) + 1  # tasks; the slice counts follow the age
         ]
         at = view.read_at
         age = [
@@ -210,6 +259,19 @@ class SuiteText:
                 age,
             )
         )
+        slice_names = [
+            *(n for _, family in _SLICE_ESTIMATE_FAMILIES for n in family),
+            *_SLICE_FAMILIES,
+        ]
+        parts += [
+            _family(name, text, (kept.lines[i] for kept in slices_all))
+            for i, (name, text) in enumerate(slice_names)
+        ]
+        parts += [
+            _family(name, text, (kept.lines[i] for kept in kept_all))
+            for i, (name, text) in enumerate(suite_names)
+            if i > len(names)
+        ]
         parts.append(
             _family(
                 "reliabilityd_alert_state",
@@ -267,38 +329,59 @@ class MqttCollector(Collector):
             yield family
 
 
+async def _newest(
+    store: Store, series: Sequence[Series], known: Mapping[Series, Snapshot] | None
+) -> list[Snapshot]:
+    """The newest snapshot of each series that has one; with ``known`` (the snapshots
+    an earlier view read), only the documents of series whose stored snapshot is
+    another one are read and decoded."""
+    kept: dict[Series, Snapshot] = {}
+    wanted = list(series)
+    if known:
+        stamps = await store.snapshots.snapshot_stamps(series)
+        wanted = []
+        for one, stamp in zip(series, stamps, strict=True):
+            snap = known.get(one)
+            if snap is not None and stamp == (snap.version, snap.updated_at):
+                kept[one] = snap
+            elif stamp is not None:
+                wanted.append(one)
+    for one, raw in zip(wanted, await store.snapshots.snapshot_docs(wanted), strict=True):
+        if raw is None:
+            continue
+        try:
+            kept[one] = msgspec.json.decode(raw, type=Snapshot)
+        except msgspec.DecodeError:
+            continue  # written by another schema version, or damaged: one series, not the scrape
+    return [kept[s] for s in series if s in kept]
+
+
 async def read_view(
     store: Store,
     rules: Sequence[Rule],
     sinks: Sequence[str],
-    known: Mapping[str, Snapshot] | None = None,
+    known: Mapping[Series, Snapshot] | None = None,
 ) -> SuiteView:
-    """The newest snapshot of every suite, every alert state and outbox depth.
+    """The newest snapshot of every suite and slice, every alert state and outbox depth.
 
-    With ``known`` (the snapshots an earlier view read), only the documents
-    of suites whose stored snapshot is another one are read and decoded.
+    With ``known`` (the snapshots an earlier view read, by series), only the
+    documents of series whose stored snapshot is another one are read and
+    decoded.
     """
     suites = await store.reads.suites()
-    kept: dict[str, Snapshot] = {}
-    wanted = suites
-    if known:
-        stamps = await store.snapshots.snapshot_stamps(suites)
-        wanted = []
-        for suite, stamp in zip(suites, stamps, strict=True):
-            snap = known.get(suite)
-            if snap is not None and stamp == (snap.version, snap.updated_at):
-                kept[suite] = snap
-            elif stamp is not None:
-                wanted.append(suite)
-    for suite, raw in zip(wanted, await store.snapshots.snapshot_docs(wanted), strict=True):
-        if raw is None:
-            continue
-        try:
-            kept[suite] = msgspec.json.decode(raw, type=Snapshot)
-        except msgspec.DecodeError:
-            continue  # written by another schema version, or damaged: one suite, not the scrape
-    snapshots = [kept[s] for s in suites if s in kept]
+    snapshots = await _newest(store, [Series(s) for s in suites], known)
+    sliced = {s.suite for s in snapshots if s.slices}
+    slice_ids = await store.reads.slices_of(sorted(sliced))
+    series = [Series(suite, sid) for suite, ids in slice_ids.items() for sid in ids]
+    slice_snapshots = await _newest(store, series, known)
     pairs = [(s, r.name) for s in suites for r in rules if fnmatch.fnmatchcase(s, r.suite)]
+    pairs += [
+        (suite, for_slice(r, sid).name)
+        for suite, ids in slice_ids.items()
+        for r in rules
+        if r.slices and fnmatch.fnmatchcase(suite, r.suite)
+        for sid in ids
+    ]
     states = await store.alerts.alert_states(pairs)
     triples = [(s, r, sink) for s, r in pairs for sink in sinks]
     depths = await store.alerts.outbox_lengths(triples)
@@ -311,6 +394,7 @@ async def read_view(
         outbox=outbox,
         redis_up=True,
         read_at=time.time(),
+        slice_snapshots=slice_snapshots,
     )
 
 
@@ -430,7 +514,14 @@ class Metrics:
     async def refresh(self, store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -> None:
         """Read the suite gauges from Redis; on a Redis error keep none and say so."""
         last = self.suites.view
-        known = {} if last is None else {snap.suite: snap for snap in last.snapshots}
+        known = (
+            {}
+            if last is None
+            else {
+                Series(snap.suite, snap.slice): snap
+                for snap in (*last.snapshots, *last.slice_snapshots)
+            }
+        )
         try:
             self.suites.view = await read_view(store, rules, sinks, known)
         except (redis.exceptions.RedisError, OSError):

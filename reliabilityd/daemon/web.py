@@ -28,9 +28,18 @@
   scopes as for ``/v1/trials``: a forbidden record counts in
   ``partial_success`` (403 when nothing but forbidden trials came).
 * ``GET /suites/<suite>``: the newest snapshot document, 404 when the suite
-  has none; a browser (``Accept: text/html``) gets the suite's page instead.
+  has none; with ``?slice=<id>`` the slice's; a browser
+  (``Accept: text/html``) gets the suite's page instead.
 * ``GET /`` and the suite pages: the web UI (``daemon.ui``), where alert
   ``generatorURL``s point.
+* ``GET /v1/compare?suite=S&baseline=agent_version=1.4&candidate=agent_version=1.5``
+  (``&k=5&metric=pass^k&top=5&min_shared=10`` optional): the paired
+  comparison, the same JSON as ``reliabilityd compare --json``. Without
+  ``suite``, ``baseline`` and ``candidate`` are suite names. Read scopes as
+  for ``/suites/<suite>``, on both sides' suites (401/403). 400 for a
+  malformed query or a label the suite is not sliced by, 404 for a missing
+  suite, 503 past ``max_inflight`` (it shares POST's limit) or while Redis
+  is unusable.
 
 Who may write and read which suite is ``auth``'s: on loopback reads are
 open; beyond it pages, ``/suites/<suite>`` and ``/metrics`` need a token that
@@ -61,6 +70,8 @@ from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ConfigError, ReliabilitydError
 from reliabilityd.events import UNREPORTED, Rejected, TrialEvent, elements, letters
 from reliabilityd.logs import RateLimited, emit, redact
+from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, Comparison, Side
+from reliabilityd.stats.estimators import METRICS, Metric
 from reliabilityd.store import Applied, Redis
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
@@ -96,7 +107,21 @@ class Backend(ui.Source, Protocol):
         """Read the suite gauges from Redis before a scrape renders them."""
         ...
 
-    async def snapshot_json(self, suite: str) -> bytes | None: ...
+    async def snapshot_json(self, suite: str, slice: str | None = None) -> bytes | None: ...
+
+    async def compare(
+        self,
+        baseline: Side,
+        candidate: Side,
+        *,
+        k: int | None,
+        metric: Metric,
+        top: int,
+        min_shared: int,
+    ) -> Comparison:
+        """The paired comparison as ``compare --json`` computes it; LookupError for a missing
+        suite, ValueError for a label its suite is not sliced by."""
+        ...
 
     async def readiness(self) -> dict[str, str]:
         """What is unreachable and why; empty when ready."""
@@ -366,13 +391,58 @@ class Handlers:
             return _json({"status": "unready", "problems": problems}, 503)
         return _json({"status": "ready"}, 200)
 
+    async def compare(self, request: web.Request) -> web.Response:
+        q = request.query
+        try:
+            suite = q.get("suite")
+            if "baseline" not in q or "candidate" not in q:
+                raise ValueError("baseline and candidate are required")
+            if suite is None:
+                baseline, candidate = Side(q["baseline"]), Side(q["candidate"])
+            else:
+                baseline = Side.parse(suite, q["baseline"])
+                candidate = Side.parse(suite, q["candidate"])
+            k = int(q["k"]) if "k" in q else None
+            metric = q.get("metric", "pass^k")
+            if metric not in METRICS:
+                raise ValueError(f"metric must be one of {', '.join(METRICS)}")
+            top = int(q.get("top", "5"))
+            min_shared = int(q.get("min_shared", str(DEFAULT_MIN_SHARED)))
+            if (k is not None and k < 1) or top < 1 or min_shared < 1:
+                raise ValueError("k, top and min_shared must be at least 1")
+        except ValueError as exc:
+            return _json({"error": str(exc)}, 400)
+        for side in (baseline, candidate):
+            denied = self._denied(request, side.suite)
+            if denied is not None:  # before Redis: the answer says nothing of the suites
+                return denied
+        if self.inflight.locked():
+            return self._unavailable("max_inflight reached")
+        async with self.inflight:
+            try:
+                cmp = await self.backend.compare(
+                    baseline,
+                    candidate,
+                    k=k,
+                    metric=metric,
+                    top=top,
+                    min_shared=min_shared,
+                )
+            except LookupError as exc:
+                return _json({"error": str(exc.args[0] if exc.args else exc)}, 404)
+            except ValueError as exc:
+                return _json({"error": str(exc)}, 400)
+            except Exception as exc:
+                return _json({"error": f"Redis unavailable: {type(exc).__name__}"}, 503)
+        return web.Response(body=msgspec.json.encode(cmp), content_type="application/json")
+
     async def suite(self, request: web.Request) -> web.Response:
         name = request.match_info["suite"]
         denied = self._denied(request, name)
         if denied is not None:  # before Redis: the answer says nothing of the suite
             return denied
         try:
-            raw = await self.backend.snapshot_json(name)
+            raw = await self.backend.snapshot_json(name, request.query.get("slice"))
         except Exception as exc:
             return _json({"error": f"Redis unavailable: {type(exc).__name__}"}, 503)
         if raw is None:
@@ -421,6 +491,7 @@ def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Appl
     app.router.add_get("/healthz", h.healthz)
     app.router.add_get("/readyz", h.readyz)
     ui.register(app, backend, config, json_suite=h.suite)
+    app.router.add_get("/v1/compare", h.compare)
     return app
 
 

@@ -1,7 +1,8 @@
 """Paired comparison of two sides: candidate - baseline in pass^k and pass@k.
 
-A side is where a set of per-task (n, c) counts comes from (``Side``: today a
-suite; a slice of a suite is one more field). The comparison uses only the
+A side is where a set of per-task (n, c) counts comes from (``Side``: a
+suite, or with ``labels`` the slices of a suite that carry those label
+values, their per-task counts summed). The comparison uses only the
 tasks both sides have, and pairs them: every task's exact per-task value is
 computed on each side (``metric_cells``, never the plug-in), and the
 difference of the two suite means is the mean over shared tasks of the
@@ -47,6 +48,7 @@ from reliabilityd.stats.bootstrap import check_confidence, check_n_boot, wilson_
 from reliabilityd.stats.estimators import METRICS, Metric, metric_cells
 from reliabilityd.stats.intervals import check_interval
 from reliabilityd.stats.intervals import interval as value_interval
+from reliabilityd.stats.slices import parse_filter
 
 __all__ = [
     "DEFAULT_MIN_SHARED",
@@ -70,14 +72,30 @@ DEFAULT_MIN_SHARED = 10
 PER_TASK_LIMIT = 2_000_000
 
 
-class Side(msgspec.Struct, frozen=True):
-    """Where one side's per-task counts come from: a suite (a slice of it later)."""
+class Side(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Where one side's per-task counts come from: a suite, or some of its slices.
+
+    With ``labels`` (``{"agent_version": "1.5"}``), the side is the sum, task
+    by task, of the counts of every slice of the suite whose label values
+    include all of those (``stats.slices.matches``); an empty value selects
+    the events without the label. Without, it is the suite as a whole.
+    """
 
     suite: str
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
 
     @property
     def label(self) -> str:
-        return self.suite
+        """``suite`` or ``suite[agent_version=1.5]``."""
+        if not self.labels:
+            return self.suite
+        pairs = ",".join(f"{k}={v if v else '(none)'}" for k, v in sorted(self.labels.items()))
+        return f"{self.suite}[{pairs}]"
+
+    @classmethod
+    def parse(cls, suite: str, labels: str | None = None) -> Side:
+        """A side from a suite and a filter text ``key=value[,key=value]`` (or None)."""
+        return cls(suite, parse_filter(labels) if labels else {})
 
 
 class Difference(msgspec.Struct, frozen=True, omit_defaults=True):

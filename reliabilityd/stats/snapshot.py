@@ -67,6 +67,12 @@ class Snapshot(msgspec.Struct, frozen=True):
     # Trials per task per day, measured between this snapshot and the one before.
     pace: float | None = None
     rules: list[RuleView] = msgspec.field(default_factory=list)
+    # The slice's canonical id (docs/slices.md) when this is one slice's snapshot.
+    slice: str | None = None
+    # Of a suite as a whole: events counted in it but in no slice (past its
+    # most slices), and how many slices it has.
+    slice_overflow: int = 0
+    slices: int = 0
 
     def rule(self, name: str) -> RuleView | None:
         for view in self.rules:
@@ -207,6 +213,9 @@ def build(
     last_trial_at: float | None = None,
     pace: float | None = None,
     rules: Sequence[RuleView] = (),
+    slice: str | None = None,
+    slice_overflow: int = 0,
+    slices: int = 0,
 ) -> Snapshot:
     return Snapshot(
         schema=SCHEMA,
@@ -225,6 +234,9 @@ def build(
         lottery=Lottery(k=lottery_k, rows=list(lottery_rows)),
         pace=pace,
         rules=list(rules),
+        slice=slice,
+        slice_overflow=slice_overflow,
+        slices=slices,
     )
 
 

@@ -20,8 +20,10 @@ from reliabilityd.store._base import (
     connect,
     url_problem,
 )
+from reliabilityd.store._ingest import Slicing
 from reliabilityd.store._snapshots import SnapshotWrite
 from reliabilityd.store._store import Store
+from reliabilityd.store.keys import Series
 
 __all__ = [
     "Applied",
@@ -30,6 +32,8 @@ __all__ = [
     "DeadLetter",
     "ImportApplied",
     "Redis",
+    "Series",
+    "Slicing",
     "SnapshotWrite",
     "Store",
     "StreamCursor",

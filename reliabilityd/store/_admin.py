@@ -8,9 +8,9 @@ from typing import Any, cast
 
 import msgspec
 
-from reliabilityd.store._base import Redis
+from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._scripts import EXPIRE_IDLE, FORGET
-from reliabilityd.store.keys import Keys, glob_escape
+from reliabilityd.store.keys import Keys, Series, glob_escape
 
 # KEYS of FORGET and EXPIRE_IDLE, in order.
 _FORGET_KEYS = ("meta", "tasks", "hist", "lottery", "touched")
@@ -51,11 +51,20 @@ class Admin:
         await self.client.set(self.keys.probe(instance), "1", px=5000)
 
     async def forget_task(self, suite: str, task: str) -> bool:
-        """Remove one task from the suite's counts, histogram and lottery index, atomically."""
+        """Remove one task from the suite's counts, histogram and lottery index, atomically.
+
+        Then from each slice of the suite that has it (one call per slice).
+        """
         keys = [self.keys.suite(suite, name) for name in _FORGET_KEYS]
         if not int(await self.client.eval(FORGET, len(keys), *keys, task)):
             return False
-        await self.client.sadd(self.keys.changed, suite)  # the CI loop recomputes it
+        marks = [suite]
+        for raw in await self.client.hkeys(self.keys.slices(suite)):
+            series = Series(suite, _text(raw))
+            keys = [self.keys.series(series, name) for name in _FORGET_KEYS]
+            if int(await self.client.eval(FORGET, len(keys), *keys, task)):
+                marks.append(series.member)
+        await self.client.sadd(self.keys.changed, *marks)  # the CI loop recomputes them
         return True
 
     async def expire_idle(self, suite: str, before: float, limit: int = 500) -> int:

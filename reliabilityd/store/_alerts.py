@@ -19,7 +19,7 @@ from reliabilityd.stats import history
 from reliabilityd.stats.history import Transition
 from reliabilityd.store._base import Redis
 from reliabilityd.store._scripts import ALERT_CAS, LEASE, OUTBOX_POP
-from reliabilityd.store.keys import Keys
+from reliabilityd.store.keys import Keys, Series
 
 
 class Undecodable(msgspec.Struct, frozen=True):
@@ -108,19 +108,22 @@ class Alerts:
         sinks: Sequence[str],
         transition: Transition | None = None,
         breach_started: float | None = None,
+        slice: str | None = None,
     ) -> Cas:
         """Store ``new`` if the stored seq is still ``expected_seq`` and ``new`` rests on a
         snapshot at least as new as the stored state's; queue the notification.
 
-        ``transition`` (a state change) is recorded on the suite's history in
-        the same call, so it is recorded exactly when the state is stored.
+        ``transition`` (a state change) is recorded on the series' history (the
+        suite's, or with ``slice`` the slice's, whose rule it is) in the same
+        call, so it is recorded exactly when the state is stored.
         ``breach_started``: this transition starts a breach at that time; every
-        task's counts are copied into the rule's baseline in the same call.
+        task's counts of the series are copied into the rule's baseline in the
+        same call.
         """
         keys = [
             self.alert_key(suite, rule),
-            self.keys.transitions(self.keys.snapshot(suite)),
-            self.keys.suite(suite, "tasks"),
+            self.keys.transitions(self.keys.snapshot(suite, slice)),
+            self.keys.series(Series(suite, slice), "tasks"),
             self.keys.baseline(suite, rule),
             *(self.outbox_key(suite, rule, s) for s in sinks),
         ]

@@ -46,6 +46,8 @@ class Counters(msgspec.Struct, frozen=True):
     duplicates: int = 0
     version: int = 0
     last_trial_at: float | None = None
+    # Events counted in the suite but in no slice (past its most slices); 0 for a slice.
+    slice_overflow: int = 0
 
 
 class DeadLetter(msgspec.Struct, frozen=True):
@@ -79,6 +81,8 @@ class SuiteState(msgspec.Struct, frozen=True):
     hist: Histogram
     # Each task's last outcomes, oldest first ("1" = pass), when asked for.
     windows: list[str] | None = None
+    # The slice's id when the state is one slice's, None for the suite as a whole.
+    slice: str | None = None
 
 
 class Applied(msgspec.Struct, frozen=True):
@@ -92,6 +96,8 @@ class Applied(msgspec.Struct, frozen=True):
     version: int
     # Of the counted trials, how many passed.
     passes: int = 0
+    # Events counted in the whole but in no slice: their slice would pass the suite's most.
+    overflow: int = 0
 
 
 class ImportApplied(msgspec.Struct, frozen=True):

@@ -62,7 +62,7 @@ class Imports:
             pipe.sadd(self.keys.changed, suite)
             replies = await pipe.execute()
             for size, reply in zip(sizes, replies[: len(sizes)], strict=True):
-                counted, errors, skips, dups, version, _ = (int(x) for x in reply)
+                counted, errors, skips, dups, version, *_ = (int(x) for x in reply)
                 acc[0] += counted
                 acc[1] += errors
                 acc[2] += skips

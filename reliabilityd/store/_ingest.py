@@ -12,15 +12,17 @@ import logging
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
+import msgspec
 from redis.exceptions import RedisError
 
-from reliabilityd.events import Rejected, TrialEvent, named_suite, reason_class
+from reliabilityd.events import NAME_FORBIDDEN, Rejected, TrialEvent, named_suite, reason_class
 from reliabilityd.logs import emit
+from reliabilityd.stats.slices import Ids
 from reliabilityd.store import dedup
-from reliabilityd.store._base import Applied, Redis, StreamCursor
-from reliabilityd.store._scripts import APPLY, CURSOR_MAX, IMPORT_APPLY
+from reliabilityd.store._base import Applied, Redis, StreamCursor, _text
+from reliabilityd.store._scripts import ADMIT, APPLY, CURSOR_MAX, IMPORT_APPLY
 from reliabilityd.store._wire import pipelined
-from reliabilityd.store.keys import Keys, digests
+from reliabilityd.store.keys import LABELS_KEPT, Keys, Series, digests
 
 _OUTCOME_CODE = {"pass": "p", "fail": "f", "error": "e", "skip": "s"}
 # Events per EVAL: bounds how long one script call holds Redis.
@@ -31,6 +33,28 @@ DEADLETTER_CHUNK = 200
 # The per-minute rejected counts live a little over the hour ``status`` reads.
 REJECTED_MINUTES = 60
 REJECTED_TTL = (REJECTED_MINUTES + 5) * 60
+# Suites this process saw admitted are not asked about again for this long.
+ADMITTED_FOR = 60.0
+
+
+class Slicing(msgspec.Struct, frozen=True):
+    """How one suite's events are sliced: the label keys, and the most slices it may have."""
+
+    slice_by: tuple[str, ...]
+    max_slices: int
+
+
+def _label_keys(chunk: Sequence[TrialEvent]) -> list[str]:
+    """The distinct label keys of the chunk's events (at most ``LABELS_KEPT``, each a name)."""
+    seen: dict[str, None] = {}
+    for event in chunk:
+        if event.labels:
+            for key in event.labels:
+                if key not in seen and 0 < len(key) <= 200 and not NAME_FORBIDDEN.search(key):
+                    seen[key] = None
+                    if len(seen) >= LABELS_KEPT:
+                        return list(seen)
+    return list(seen)
 
 
 def _runs(events: Sequence[TrialEvent]) -> list[tuple[bool, Sequence[TrialEvent]]]:
@@ -48,6 +72,27 @@ class Ingest:
         self.keys = keys
         # The dedup bucket width last read, the lookback, and when (monotonic clock).
         self._dedup: tuple[int, int, float] | None = None
+        # Suites admitted (``admit``), and when that set was started (monotonic clock).
+        self._admitted: set[str] = set()
+        self._admitted_at = time.monotonic()
+
+    async def admit(self, suites: Collection[str], most: int) -> set[str]:
+        """The suites refused: new ones past the deployment's ``most`` suites.
+
+        One atomic script on the suite set (ADMIT), so replicas racing for
+        the last places admit at most ``most`` between them. Suites admitted
+        here are not asked about again for ``ADMITTED_FOR`` seconds: a batch
+        of known suites costs no round trip.
+        """
+        if time.monotonic() - self._admitted_at > ADMITTED_FOR:
+            self._admitted.clear()
+            self._admitted_at = time.monotonic()
+        ask = [s for s in suites if s not in self._admitted]
+        if not ask:
+            return set()
+        refused = {_text(s) for s in await self.client.eval(ADMIT, 1, self.keys.suites, most, *ask)}
+        self._admitted.update(s for s in ask if s not in refused)
+        return refused
 
     async def dedup_width(self, dedup_ttl: int) -> int:
         """The deployment's dedup bucket width, re-read every ``dedup.REFRESH`` seconds."""
@@ -98,17 +143,59 @@ class Ingest:
         *,
         width: int,
         lookback: int = 0,
+        slicing: Slicing | None = None,
     ) -> tuple[list[str], list[str | int | bytes]]:
-        """KEYS and ARGV of one APPLY call: see scripts.APPLY."""
+        """KEYS and ARGV of one APPLY call: see lua/apply.lua.
+
+        With ``slicing`` (the suite's ``slice_by`` and its most slices), each
+        event also counts in the slice its labels name; every event's labels
+        must give a slice id (``stats.slices.slice_id``; the daemon
+        dead-letters those that do not).
+        """
+        keys, args, _ = self._call(
+            suite, chunk, dedup_ttl, window, stamp, width=width, lookback=lookback, slicing=slicing
+        )
+        return keys, args
+
+    def _call(
+        self,
+        suite: str,
+        chunk: Sequence[TrialEvent],
+        dedup_ttl: int,
+        window: int,
+        stamp: str,
+        *,
+        width: int,
+        lookback: int,
+        slicing: Slicing | None,
+    ) -> tuple[list[str], list[str | int | bytes], dict[str, int]]:
+        positions: dict[str, int] = {}
+        places: list[int] = []
+        if slicing is not None and slicing.slice_by:
+            ids = Ids(slicing.slice_by)
+            for event in chunk:
+                sid = ids(event.labels)
+                places.append(positions.setdefault(sid, len(positions) + 1))
+        else:
+            places = [0] * len(chunk)
+        seen = _label_keys(chunk)
         keys = [self.keys.suite(suite, name) for name in ("meta", "tasks", "hist", "lottery")]
+        keys += [self.keys.slices(suite), self.keys.labels(suite)]
+        for sid in positions:
+            series = Series(suite, sid)
+            keys += [
+                self.keys.series(series, name) for name in ("meta", "tasks", "hist", "lottery")
+            ]
         p = dedup.plan(width, dedup_ttl, float(stamp), lookback=lookback)
         keys += [self.keys.dedup_bucket(suite, width, b) for b in p.buckets]
+        most = slicing.max_slices if slicing is not None else 0
         args: list[str | int | bytes] = [window, stamp, len(p.buckets), p.write - p.first + 1]
-        args += (p.life, *digests([(e.task, e.trial) for e in chunk]))
+        args += (p.life, len(positions), most, len(seen), *positions, *seen)
+        args += digests([(e.task, e.trial) for e in chunk])
         outcome = _OUTCOME_CODE
-        for event in chunk:
-            args += (event.task, outcome[event.outcome])
-        return keys, args
+        for event, place in zip(chunk, places, strict=True):
+            args += (event.task, outcome[event.outcome], place)
+        return keys, args, positions
 
     async def is_recorded(self, suite: str, task: str, trial: str, *, dedup_ttl: int) -> bool:
         """Whether a (task, trial) has a live dedup record a writer with ``dedup_ttl`` would see."""
@@ -131,6 +218,7 @@ class Ingest:
         cursor: StreamCursor | None = None,
         touch: Collection[str] = (),
         sent: asyncio.Event | None = None,
+        slicing: Mapping[str, Slicing] | None = None,
     ) -> list[Applied]:
         """Apply each suite's events (one round trip), atomically per chunk of a suite.
 
@@ -142,7 +230,12 @@ class Ingest:
         marks cannot be written by the script itself on a cluster (another
         hash slot); a failure after the script ran leaves the input
         unacknowledged, and its redelivery marks the suite again.
+
+        With ``slicing`` for a suite, each of its events counts in the whole
+        and in its slice, in the same call; the marks name each slice the
+        batch touched as a series of its own (``Series.member``).
         """
+        slicing = slicing or {}
         if not batches and cursor is None:
             return []
         stamp = repr(time.time() if now is None else now)
@@ -157,13 +250,14 @@ class Ingest:
             scored = [x for task in tasks for x in (stamp, task)]
             commands.append(("ZADD", self.keys.suite(suite, "touched"), *scored))
         calls: list[str] = []
+        marks: dict[str, None] = dict.fromkeys(batches)
         # Per call, the size of a ledgered chunk (its dropped events are duplicates), else -1.
         sizes: list[int] = []
         for suite, events in batches.items():
             for ledgered, run in _runs(events):
                 for start in range(0, len(run), CHUNK):
                     chunk = run[start : start + CHUNK]
-                    keys, args = self.apply_call(
+                    keys, args, named = self._call(
                         suite,
                         chunk,
                         dedup_ttl,
@@ -171,7 +265,9 @@ class Ingest:
                         stamp,
                         width=width,
                         lookback=lookback,
+                        slicing=slicing.get(suite),
                     )
+                    marks.update(dict.fromkeys(Series(suite, sid).member for sid in named))
                     # EVAL, not EVALSHA: redis-py refuses pipelined EVALSHA on a
                     # cluster, and Redis caches the compiled script by its hash anyway.
                     if ledgered:
@@ -183,7 +279,7 @@ class Ingest:
                     sizes.append(len(chunk) if ledgered else -1)
         if batches:
             commands.append(("SADD", self.keys.suites, *batches))
-            commands.append(("SADD", self.keys.changed, *batches))
+            commands.append(("SADD", self.keys.changed, *marks))
         if cursor is not None:
             key = self.keys.stream_cursor(cursor.stream, cursor.group)
             commands.append(("EVAL", CURSOR_MAX, 1, key, cursor.entry_id))
@@ -191,16 +287,17 @@ class Ingest:
         totals: dict[str, list[int]] = {}
         scripts = replies[len(touched) : len(touched) + len(calls)]
         for suite, size, reply in zip(calls, sizes, scripts, strict=True):
-            counted, errors, skips, dups, version, passes = (int(x) for x in reply)
+            counted, errors, skips, dups, version, passes, overflow = (int(x) for x in reply)
             if size >= 0:
                 dups = size - (counted + errors + skips)
-            acc = totals.setdefault(suite, [0, 0, 0, 0, 0, 0])
+            acc = totals.setdefault(suite, [0, 0, 0, 0, 0, 0, 0])
             acc[0] += counted
             acc[1] += errors
             acc[2] += skips
             acc[3] += dups
             acc[4] = max(acc[4], version)
             acc[5] += passes
+            acc[6] += overflow
         return [Applied(suite, *acc) for suite, acc in totals.items()]
 
     async def deadletter(

@@ -7,11 +7,13 @@ from typing import Any, cast
 
 import numpy as np
 
+from reliabilityd.stats.compare import Side
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.lottery import LotteryCase
+from reliabilityd.stats.slices import label_keys, matches
 from reliabilityd.store._base import Counters, DeadLetter, Redis, SuiteState, _pairs, _text
 from reliabilityd.store._scripts import READ, READ_WINDOWS
-from reliabilityd.store.keys import Keys
+from reliabilityd.store.keys import Keys, Series
 
 # Width of n and c in the lottery index's members (`nnnnnnnnnn:cccccccccc:task`).
 CELL_PAD = 10
@@ -41,37 +43,95 @@ class Reads:
     async def suites(self) -> list[str]:
         return sorted(_text(s) for s in await self.client.smembers(self.keys.suites))
 
-    async def read_state(self, suite: str, *, windows: bool = False) -> SuiteState:
-        """Counters and histogram of one suite (and each task's window), read atomically."""
-        return (await self.read_states([suite], windows=[windows]))[0]
+    async def read_state(
+        self, suite: str, *, windows: bool = False, slice: str | None = None
+    ) -> SuiteState:
+        """Counters and histogram of one series (and each task's window), read atomically.
+
+        The suite as a whole, or with ``slice`` (its id) one slice of it.
+        """
+        return (await self.read_states([suite], windows=[windows], slices=[slice]))[0]
 
     async def read_states(
-        self, suites: Sequence[str], *, windows: Sequence[bool] | None = None
+        self,
+        suites: Sequence[str],
+        *,
+        windows: Sequence[bool] | None = None,
+        slices: Sequence[str | None] | None = None,
     ) -> list[SuiteState]:
-        """``read_state`` of each suite (``windows[i]`` for suite i), in one round trip.
+        """``read_state`` of each series (suite i, ``slices[i]`` of it, ``windows[i]``),
+        in one round trip.
 
-        Each suite's state is read atomically by its own script call; the
+        Each series' state is read atomically by its own script call; the
         calls go in one pipeline.
         """
         if not suites:
             return []
         want = [False] * len(suites) if windows is None else list(windows)
+        ids: list[str | None] = [None] * len(suites) if slices is None else list(slices)
         pipe = self.client.pipeline(transaction=False)
-        for suite, with_windows in zip(suites, want, strict=True):
-            keys = [self.keys.suite(suite, "meta"), self.keys.suite(suite, "hist")]
+        for suite, sid, with_windows in zip(suites, ids, want, strict=True):
+            series = Series(suite, sid)
+            keys = [self.keys.series(series, "meta"), self.keys.series(series, "hist")]
             if with_windows:
-                pipe.eval(READ_WINDOWS, 3, *keys, self.keys.suite(suite, "tasks"))
+                pipe.eval(READ_WINDOWS, 3, *keys, self.keys.series(series, "tasks"))
             else:
                 pipe.eval(READ, 2, *keys)
         replies = await pipe.execute()
         return [
-            _suite_state(suite, reply, with_windows)
-            for suite, reply, with_windows in zip(suites, replies, want, strict=True)
+            _suite_state(suite, sid, reply, with_windows)
+            for suite, sid, reply, with_windows in zip(suites, ids, replies, want, strict=True)
         ]
 
-    async def task_counts(self, suite: str) -> dict[str, tuple[int, int]]:
-        """Every task's (n, c): O(tasks), for tests and tools, never on the tick path."""
-        raw = await self.client.hgetall(self.keys.suite(suite, "tasks"))
+    async def slices(self, suite: str) -> list[str]:
+        """The ids of the suite's slices, sorted."""
+        return sorted(_text(s) for s in await self.client.hkeys(self.keys.slices(suite)))
+
+    async def slices_of(self, suites: Sequence[str]) -> dict[str, list[str]]:
+        """Each suite's slice ids (sorted), in one round trip."""
+        if not suites:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for suite in suites:
+            pipe.hkeys(self.keys.slices(suite))
+        replies = await pipe.execute()
+        return {
+            suite: sorted(_text(s) for s in ids) for suite, ids in zip(suites, replies, strict=True)
+        }
+
+    async def labels_seen(self, suite: str) -> list[str]:
+        """The label keys seen in the suite's events (at most ``keys.LABELS_KEPT``), sorted."""
+        return sorted(_text(s) for s in await self.client.smembers(self.keys.labels(suite)))
+
+    async def task_counts(self, side: str | Side) -> dict[str, tuple[int, int]]:
+        """Every task's (n, c) of a side: O(tasks), for tools and comparisons, never per tick.
+
+        A suite name or a ``Side`` without labels reads the whole suite; a
+        ``Side`` with labels sums, task by task, the counts of the suite's
+        slices that carry every one of those label values (``slices.matches``).
+        ``ValueError`` when the suite is not sliced by a label the side names.
+        """
+        side = side if isinstance(side, Side) else Side(side)
+        if not side.labels:
+            return await self._task_counts(Series(side.suite))
+        ids = await self.slices(side.suite)
+        known = label_keys(ids)
+        missing = sorted(set(side.labels) - known)
+        if missing:
+            have = ", ".join(sorted(known)) or "no label: it has no slices"
+            raise ValueError(
+                f"suite {side.suite!r} is not sliced by {', '.join(missing)} (sliced by {have})"
+            )
+        out: dict[str, tuple[int, int]] = {}
+        for sid in ids:
+            if matches(sid, side.labels):
+                for task, (n, c) in (await self._task_counts(Series(side.suite, sid))).items():
+                    was = out.get(task, (0, 0))
+                    out[task] = (was[0] + n, was[1] + c)
+        return out
+
+    async def _task_counts(self, series: Series) -> dict[str, tuple[int, int]]:
+        raw = await self.client.hgetall(self.keys.series(series, "tasks"))
         out: dict[str, tuple[int, int]] = {}
         for task, value in raw.items():
             n, c = _text(value).split(":")[:2]
@@ -79,7 +139,12 @@ class Reads:
         return out
 
     async def lottery_rows(
-        self, suite: str, groups: Sequence[Sequence[tuple[int, int]]], limit: int
+        self,
+        suite: str,
+        groups: Sequence[Sequence[tuple[int, int]]],
+        limit: int,
+        *,
+        slice: str | None = None,
     ) -> list[LotteryCase]:
         """Top tasks of the ranked cell groups, by name within a group, in one round trip.
 
@@ -87,18 +152,24 @@ class Reads:
         this reads at most ``limit`` names per cell, never the whole suite.
         Pass the groups from ``ranked_cell_groups(hist, k, limit)``.
         """
-        return (await self.lottery_rows_many([(suite, groups)], limit))[0]
+        return (await self.lottery_rows_many([(suite, groups)], limit, slices=[slice]))[0]
 
     async def lottery_rows_many(
-        self, wanted: Sequence[tuple[str, Sequence[Sequence[tuple[int, int]]]]], limit: int
+        self,
+        wanted: Sequence[tuple[str, Sequence[Sequence[tuple[int, int]]]]],
+        limit: int,
+        *,
+        slices: Sequence[str | None] | None = None,
     ) -> list[list[LotteryCase]]:
-        """``lottery_rows`` of each (suite, groups), every suite's ranges in one round trip."""
+        """``lottery_rows`` of each (suite, groups), of ``slices[i]`` of suite i when
+        given, every series' ranges in one round trip."""
         out: list[list[LotteryCase]] = [[] for _ in wanted]
         if limit <= 0 or not any(groups for _, groups in wanted):
             return out
+        ids: list[str | None] = [None] * len(wanted) if slices is None else list(slices)
         pipe = self.client.pipeline(transaction=False)
-        for suite, groups in wanted:
-            key = self.keys.suite(suite, "lottery")
+        for (suite, groups), sid in zip(wanted, ids, strict=True):
+            key = self.keys.series(Series(suite, sid), "lottery")
             for group in groups:
                 for n, c in group:
                     prefix = f"{n:0{CELL_PAD}d}:{c:0{CELL_PAD}d}:"
@@ -170,8 +241,8 @@ class Reads:
         return int(raw or 0)
 
 
-def _suite_state(suite: str, reply: Any, windows: bool) -> SuiteState:
-    """A read script's reply as the suite's state."""
+def _suite_state(suite: str, slice: str | None, reply: Any, windows: bool) -> SuiteState:
+    """A read script's reply as the series' state (the suite's, or ``slice``'s of it)."""
     if windows:
         meta_raw, hist_raw, values = reply
         outcomes: list[str] | None = [
@@ -189,8 +260,9 @@ def _suite_state(suite: str, reply: Any, windows: bool) -> SuiteState:
         duplicates=int(meta.get("duplicates", 0)),
         version=int(meta.get("version", 0)),
         last_trial_at=float(last) if last else None,
+        slice_overflow=int(meta.get("slice_overflow", 0)),
     )
-    return SuiteState(suite, counters, _histogram(hist_raw), outcomes)
+    return SuiteState(suite, counters, _histogram(hist_raw), outcomes, slice)
 
 
 def _deadletter(entry_id: bytes | str, raw: dict[Any, Any]) -> DeadLetter:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from importlib import resources
 
 __all__ = [
+    "ADMIT",
     "ALERT_CAS",
     "APPLY",
     "CLAIM",
@@ -42,6 +43,7 @@ def _lua(name: str) -> str:
 
 _APPLY_CHECK = _lua("apply_check")
 APPLY = _APPLY_CHECK + _lua("apply")
+ADMIT = _lua("admit")
 READ = _lua("read")
 READ_WINDOWS = _lua("read_windows")
 WRITE_SNAPSHOT = _lua("write_snapshot")

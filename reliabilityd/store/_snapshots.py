@@ -1,7 +1,9 @@
 """Snapshots and their schedule: the stored documents, and which suites need a new one.
 
-A commit marks its suites changed; a replica claims marks, writes the
-suites' snapshots, and releases its claims. A claim whose replica died
+A series is a suite as a whole or one slice of it (``keys.Series``); each
+has its own snapshot hash under the suite's hash tag. A commit marks its
+series changed (by ``Series.member``); a replica claims marks, writes the
+series' snapshots, and releases its claims. A claim whose replica died
 expires back into the marks.
 """
 
@@ -15,7 +17,15 @@ import msgspec
 from reliabilityd.stats import history
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._scripts import CLAIM, WRITE_SNAPSHOT
-from reliabilityd.store.keys import Keys
+from reliabilityd.store.keys import Keys, Series
+
+SeriesLike = str | Series
+
+
+def _series(x: SeriesLike) -> Series:
+    """A series, or its mark (``Series.member``: a suite name is its whole)."""
+    return x if isinstance(x, Series) else Series.of_member(x)
+
 
 # The snapshot hash field holding the fingerprint of the settings its CI part
 # was computed under (written with the CI part; see Snapshots.mark_stale).
@@ -32,6 +42,8 @@ class SnapshotWrite(msgspec.Struct, frozen=True):
     settings: str | None = None
     # The snapshot's history point, written with the CI part.
     point: history.Point | None = None
+    # The slice's id for one slice's snapshot, None for the suite as a whole.
+    slice: str | None = None
 
 
 class Snapshots:
@@ -41,26 +53,29 @@ class Snapshots:
         self.client = client
         self.keys = keys
 
-    async def snapshot(self, suite: str) -> dict[str, str]:
-        raw = await self.client.hgetall(self.keys.suite(suite, "snapshot"))
+    def _key(self, series: SeriesLike) -> str:
+        return self.keys.series(_series(series), "snapshot")
+
+    async def snapshot(self, suite: str, *, slice: str | None = None) -> dict[str, str]:
+        raw = await self.client.hgetall(self._key(Series(suite, slice)))
         return {_text(k): _text(v) for k, v in raw.items()}
 
-    async def snapshot_json(self, suite: str) -> bytes | None:
+    async def snapshot_json(self, suite: str, *, slice: str | None = None) -> bytes | None:
         """Only the snapshot document, without the flat fields."""
-        raw: Any = await self.client.hget(self.keys.suite(suite, "snapshot"), "json")
+        raw: Any = await self.client.hget(self._key(Series(suite, slice)), "json")
         return None if raw is None else bytes(raw)
 
-    async def snapshot_docs(self, suites: Sequence[str]) -> list[bytes | None]:
-        """The newest stored snapshot document of each suite, in one round trip."""
+    async def snapshot_docs(self, suites: Sequence[SeriesLike]) -> list[bytes | None]:
+        """The newest stored snapshot document of each series, in one round trip."""
         if not suites:
             return []
         pipe = self.client.pipeline(transaction=False)
         for suite in suites:
-            pipe.hget(self.keys.suite(suite, "snapshot"), "json")
+            pipe.hget(self._key(suite), "json")
         return [None if raw is None else bytes(raw) for raw in await pipe.execute()]
 
-    async def snapshot_stamps(self, suites: Sequence[str]) -> list[tuple[int, str] | None]:
-        """(version, updated_at) of each suite's stored snapshot document, None without one.
+    async def snapshot_stamps(self, suites: Sequence[SeriesLike]) -> list[tuple[int, str] | None]:
+        """(version, updated_at) of each series' stored snapshot document, None without one.
 
         Tells a reader which documents changed since it read them, without
         reading the documents.
@@ -70,7 +85,7 @@ class Snapshots:
         pipe = self.client.pipeline(transaction=False)
         for suite in suites:
             # Both are written with the document (the CI part), never without it.
-            pipe.hmget(self.keys.suite(suite, "snapshot"), ["version", "updated_at"])
+            pipe.hmget(self._key(suite), ["version", "updated_at"])
         out: list[tuple[int, str] | None] = []
         for version, updated in await pipe.execute():
             missing = version is None or updated is None
@@ -86,16 +101,18 @@ class Snapshots:
         *,
         settings: str | None = None,
         point: history.Point | None = None,
+        slice: str | None = None,
     ) -> tuple[bool, bool]:
         """Write the CI part and the value part, each unless a newer one is stored.
 
         ``settings`` (the fingerprint of what the CI part was computed under)
         is written with the CI part, and so is ``point`` (the snapshot's
         estimates for the history, ``stats.history``): in the same script
-        call, and for each k once per version. Returns (ci part written,
+        call, and for each k once per version. With ``slice``, the slice's
+        snapshot (the same call for every series). Returns (ci part written,
         value part written).
         """
-        write = SnapshotWrite(suite, version, ci_fields, value_fields, settings, point)
+        write = SnapshotWrite(suite, version, ci_fields, value_fields, settings, point, slice)
         return (await self.write_snapshots([write]))[0]
 
     async def write_snapshots(self, writes: Sequence[SnapshotWrite]) -> list[tuple[bool, bool]]:
@@ -113,7 +130,8 @@ class Snapshots:
         ci_fields = w.ci_fields
         if w.settings is not None and ci_fields:
             ci_fields = {**ci_fields, SETTINGS_FIELD: w.settings}
-        key = self.keys.snapshot(w.suite)
+        # History keys derive from the series' snapshot key (Keys.history).
+        key = self._key(Series(w.suite, w.slice))
         point = w.point if ci_fields else None
         records = history.encode_point(point) if point is not None else {}
         args: list[Any] = [w.version, len(ci_fields), len(records)]
@@ -130,8 +148,8 @@ class Snapshots:
             args += [field, value]
         return [key, *(self.keys.history(key, k) for k in records)], args
 
-    async def versions(self, suites: Sequence[str]) -> list[tuple[int, int, str | None]]:
-        """(data version, snapshot version, snapshot settings) per suite.
+    async def versions(self, suites: Sequence[SeriesLike]) -> list[tuple[int, int, str | None]]:
+        """(data version, snapshot version, snapshot settings) per series.
 
         The snapshot version is -1 when there is none; the settings are the
         fingerprint its CI part was computed under (``SETTINGS_FIELD``).
@@ -140,8 +158,9 @@ class Snapshots:
             return []
         pipe = self.client.pipeline(transaction=False)
         for suite in suites:
-            pipe.hget(self.keys.suite(suite, "meta"), "version")
-            pipe.hmget(self.keys.suite(suite, "snapshot"), ["version", SETTINGS_FIELD])
+            series = _series(suite)
+            pipe.hget(self.keys.series(series, "meta"), "version")
+            pipe.hmget(self.keys.series(series, "snapshot"), ["version", SETTINGS_FIELD])
         raw = await pipe.execute()
         out: list[tuple[int, int, str | None]] = []
         for i in range(0, len(raw), 2):
@@ -155,15 +174,18 @@ class Snapshots:
             )
         return out
 
-    async def mark_changed(self, suites: Sequence[str]) -> None:
-        """Mark suites for a new snapshot (the next claim picks them up)."""
+    async def mark_changed(self, suites: Sequence[SeriesLike]) -> None:
+        """Mark series for a new snapshot (the next claim picks them up)."""
         if suites:
-            await self.client.sadd(self.keys.changed, *suites)
+            await self.client.sadd(self.keys.changed, *(_series(s).member for s in suites))
 
     async def mark_stale(
         self, suites: Sequence[str], settings: Callable[[str], str] | None = None
     ) -> list[str]:
-        """Mark the suites whose snapshot is behind their data or their settings; returns them.
+        """Mark the series whose snapshot is behind their data or their settings; returns them.
+
+        Every suite named and each of its slices (the returned names are
+        ``Series.member``: the suite, or ``<suite>/<slice id>``).
 
         Stale means the data version is ahead of the snapshot's, or (with
         ``settings``, the fingerprint each suite's snapshot should be computed
@@ -173,23 +195,34 @@ class Snapshots:
         scan finds what they cannot (data written by a version without marks,
         a mark lost with a crashed Redis, a restart with a changed config).
         """
+        every: list[Series] = [Series(s) for s in suites]
+        if suites:
+            pipe = self.client.pipeline(transaction=False)
+            for suite in suites:
+                pipe.hkeys(self.keys.slices(suite))
+            for suite, ids in zip(suites, await pipe.execute(), strict=True):
+                every += [Series(suite, _text(sid)) for sid in ids]
         stale = [
-            suite
-            for suite, (data, snap, stored) in zip(suites, await self.versions(suites), strict=True)
-            if data > snap or (settings is not None and snap >= 0 and stored != settings(suite))
+            series
+            for series, (data, snap, stored) in zip(every, await self.versions(every), strict=True)
+            if data > snap
+            or (settings is not None and snap >= 0 and stored != settings(series.suite))
         ]
         await self.mark_changed(stale)
-        return stale
+        return [s.member for s in stale]
 
     async def claim_changed(self, count: int, lifetime: float) -> list[str]:
-        """Take up to ``count`` change marks for ``lifetime`` seconds (expired claims return)."""
+        """Take up to ``count`` change marks for ``lifetime`` seconds (expired claims return).
+
+        Each mark is a ``Series.member``: ``Series.of_member`` reads it.
+        """
         got = await self.client.eval(
             CLAIM, 2, self.keys.changed, self.keys.claims, int(lifetime * 1000), count
         )
         return sorted(_text(s) for s in got or [])
 
     async def release_claims(self, suites: Sequence[str]) -> None:
-        """The suites' snapshots are written: drop this replica's claims on them."""
+        """The series' snapshots are written: drop this replica's claims on them (members)."""
         if suites:
             await self.client.zrem(self.keys.claims, *suites)
 

@@ -20,6 +20,10 @@ Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
     <p>:{<suite>}:alert:<rule>:outbox:<sink>        list  notifications not yet delivered
     <p>:{<suite>}:alert:<rule>:outbox:<sink>:lease  string  the daemon draining it
     <p>:{<suite>}:alert:<rule>:am-resend            string  Alertmanager re-send pacing
+    <p>:{<suite>}:slices      hash  slice id -> unix seconds of its first event (the registry)
+    <p>:{<suite>}:labels      set   label keys seen in the suite's events (at most LABELS_KEPT)
+    <p>:{<suite>}:slice:<id>:<name>  a slice's own meta, tasks, hist, lottery, snapshot and
+                              alert keys, the same as the suite's (``Keys.series``)
 
 Change marks share the tag ``{/ci}`` (no suite can be named ``/ci``), so the
 claim script can move a suite between them atomically::
@@ -39,8 +43,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import NamedTuple
 
 CHANGES_TAG = "{/ci}"
+# Label keys kept per suite for ``status`` ("labels seen, not sliced").
+LABELS_KEPT = 32
 _BLAKE2B_16 = hashlib.blake2b(digest_size=16)
 
 
@@ -67,6 +74,31 @@ def digests(pairs: Iterable[tuple[str, str]]) -> list[bytes]:
     return out
 
 
+class Series(NamedTuple):
+    """A suite as a whole (``slice`` None) or one slice of it (its canonical id)."""
+
+    suite: str
+    slice: str | None = None
+
+    @property
+    def member(self) -> str:
+        """The series' name in the change marks: the suite, or ``<suite>/<slice id>``.
+
+        Unambiguous: a suite name never holds ``/``.
+        """
+        return self.suite if self.slice is None else f"{self.suite}/{self.slice}"
+
+    @classmethod
+    def of_member(cls, member: str) -> Series:
+        suite, sep, sid = member.partition("/")
+        return cls(suite, sid if sep else None)
+
+    @property
+    def label(self) -> str:
+        """For logs and messages: ``suite`` or ``suite[model=x]``."""
+        return self.suite if self.slice is None else f"{self.suite}[{self.slice}]"
+
+
 class Keys:
     """Key names under one prefix."""
 
@@ -75,6 +107,20 @@ class Keys:
 
     def suite(self, suite: str, name: str) -> str:
         return f"{self.prefix}:{{{suite}}}:{name}"
+
+    def series(self, series: Series, name: str) -> str:
+        """One of a series' keys: the suite's own, or ``slice:<id>:<name>`` under its tag."""
+        if series.slice is None:
+            return self.suite(series.suite, name)
+        return self.suite(series.suite, f"slice:{series.slice}:{name}")
+
+    def slices(self, suite: str) -> str:
+        """The suite's slice registry: slice id -> unix seconds of its first event."""
+        return self.suite(suite, "slices")
+
+    def labels(self, suite: str) -> str:
+        """Label keys seen in the suite's events (at most ``LABELS_KEPT``)."""
+        return self.suite(suite, "labels")
 
     def dedup_bucket(self, suite: str, width: int, bucket: int) -> str:
         """The set of the digests applied in one bucket (``width`` seconds) of the clock."""

@@ -15,8 +15,8 @@ from reliabilityd.alerting.outbox import Outbox
 from reliabilityd.config import Config
 from reliabilityd.daemon._canary import Canaries
 from reliabilityd.events import TrialEvent
-from reliabilityd.stats.compare import compare
-from reliabilityd.store import Store
+from reliabilityd.stats.compare import Side, compare
+from reliabilityd.store import Slicing, Store
 from tests.support.alerting import DEDUP_TTL, WINDOW, alert_config, collect, history
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import running, store_for
@@ -188,30 +188,22 @@ async def test_a_regressed_candidate_fires_once_across_two_replicas_and_resolves
             assert second["endsAt"] == resolved["ended_at"]
 
 
-async def test_too_few_shared_tasks_and_an_unreadable_slice_are_unknown(
+async def test_too_few_shared_tasks_are_unknown(
     redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
 ) -> None:
     with Receiver() as am:
         loud = msgspec.structs.replace(rule(on_unknown="alert"), name="loud")
         quiet = msgspec.structs.replace(rule(), name="quiet")
-        # Label filters need slices, which this version does not count: UNKNOWN, said so.
-        sliced = CanaryRule(
-            name="sliced",
-            suite=CANDIDATE,
-            compare=Compare(baseline={"agent_version": "1.4"}, candidate={"agent_version": "1.5"}),
-            k=1,
-            on_unknown="alert",
-        )
-        cfg = canary_config(redis_server, mosquitto, prefix, am, [loud, quiet, sliced])
+        cfg = canary_config(redis_server, mosquitto, prefix, am, [loud, quiet])
         async with store_for(cfg) as store:
             # Five shared tasks, under the 10 a comparison needs; the candidate regressed.
             # Stored before the daemon starts: its first tick judges every rule, so a
             # suite without data would already be UNKNOWN (sharing no task).
             await send(store, phase(BASELINE, [10] * 8), phase(CANDIDATE, [10, 0, 0, 0, 0]))
             async with running(cfg):
-                await wait_until(partial(_count, am.webhook, 2), 20)
+                await wait_until(partial(_count, am.webhook, 1), 20)
                 await asyncio.sleep(1.0)
-                note, other = sorted(am.webhook, key=lambda n: str(n["rule"]))
+                (note,) = am.webhook
                 assert (note["rule"], note["state"], note["reason"]) == (
                     "loud",
                     "firing",
@@ -222,14 +214,74 @@ async def test_too_few_shared_tasks_and_an_unreadable_slice_are_unknown(
                 assert "share 5 tasks" in reason
                 assert "3 only in prod" in reason
                 assert await state_of(store, "quiet") == "inactive"
-                assert (other["rule"], other["suite"], other["reason"]) == (
-                    "sliced",
-                    CANDIDATE,
-                    "unknown",
-                )
-                assert other["canary"]["candidate"] == "canary[agent_version=1.5]"
-                assert "no slices" in other["canary"]["unknown_reason"]
+
+
+def versioned(passes: Sequence[int], version: str) -> list[TrialEvent]:
+    """``phase(CANDIDATE, passes)`` with every event labelled ``agent_version = version``."""
+    return [
+        msgspec.structs.replace(e, labels={"agent_version": version})
+        for e in phase(CANDIDATE, passes)
+    ]
+
+
+async def test_a_sliced_canary_compares_two_versions_of_one_suite_and_fires(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        versions = CanaryRule(
+            name="versions",
+            suite=CANDIDATE,
+            compare=Compare(baseline={"agent_version": "1.4"}, candidate={"agent_version": "1.5"}),
+            k=1,
+        )
+        # A label the suite's stored slices lack: UNKNOWN with the reason, never a pass.
+        models = CanaryRule(
+            name="models",
+            suite=CANDIDATE,
+            compare=Compare(baseline={"model": "a"}, candidate={"model": "b"}),
+            k=1,
+            on_unknown="alert",
+        )
+        cfg = canary_config(redis_server, mosquitto, prefix, am, [versions])
+        cfg = msgspec.structs.replace(
+            cfg,
+            stats=msgspec.structs.replace(cfg.stats, slice_by=["agent_version"]),
+            alerts=[versions, models],
+        )
+        slicing = {CANDIDATE: Slicing(("agent_version",), cfg.stats.max_slices)}
+        async with store_for(cfg) as store:
+            await store.ingest.apply(
+                {CANDIDATE: versioned(ALL_PASS, "1.4") + versioned(REGRESSED, "1.5")},
+                windows={CANDIDATE: WINDOW},
+                dedup_ttl=DEDUP_TTL,
+                slicing=slicing,
+            )
+            base = await store.reads.task_counts(Side(CANDIDATE, {"agent_version": "1.4"}))
+            cand = await store.reads.task_counts(Side(CANDIDATE, {"agent_version": "1.5"}))
+            assert base == {f"task {i:02d}": (10, 10) for i in range(TASKS)}
+            assert cand == {f"task {i:02d}": (10, c) for i, c in enumerate(REGRESSED)}
+            async with running(cfg):
+                await wait_until(partial(_count, am.webhook, 2), 20)
+                await asyncio.sleep(1.0)
+                by_rule = {str(n["rule"]): n for n in am.webhook}
                 assert len(am.webhook) == 2
+                note = by_rule["versions"]
+                assert (note["suite"], note["state"], note["reason"]) == (
+                    CANDIDATE,
+                    "firing",
+                    "worse",
+                )
+                assert note["canary"]["baseline"] == "canary[agent_version=1.4]"
+                assert note["canary"]["candidate"] == "canary[agent_version=1.5]"
+                # The numbers of the stored slices' counts, as the daemon's settings compute them.
+                want = compare(base, cand, 1, n_boot=500, seed=0, top=TASKS).difference()
+                assert want.ci is not None
+                assert (note["value"], note["ci_low"], note["ci_high"]) == (want.value, *want.ci)
+                assert note["ci_high"] < -0.05
+                assert await state_of(store, "versions") == "firing"
+                unknown = by_rule["models"]
+                assert (unknown["state"], unknown["reason"]) == ("firing", "unknown")
+                assert "is not sliced by model" in unknown["canary"]["unknown_reason"]
 
 
 async def test_for_holds_a_pending_canary_until_it_fires_without_new_data(

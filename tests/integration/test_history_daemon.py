@@ -15,9 +15,11 @@ from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import Config, DaemonConfig
 from reliabilityd.embedded.processes import free_port
 from reliabilityd.events import TrialEvent
+from reliabilityd.stats.compare import Side
 from reliabilityd.stats.history import SCALE, History, Point, label
+from reliabilityd.stats.slices import slice_id
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Store
+from reliabilityd.store import Slicing, Store
 from tests.support.daemon import running, store_for
 from tests.support.helpers import wait_until
 from tests.support.query import apply, cli, config_for
@@ -219,3 +221,53 @@ def test_history_command_prints_points_and_transitions_and_json(
     code, _, err = cli(capsys, "history", SUITE, "--redis", f"redis://127.0.0.1:{free_port()}/0")
     assert code == 4
     assert "cannot reach Redis" in err
+
+
+async def test_a_slice_rule_records_its_transitions_and_baseline_on_the_slice(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    base = alerting_config(redis_server, prefix)
+    cfg = msgspec.structs.replace(
+        base,
+        stats=msgspec.structs.replace(base.stats, slice_by=["model"]),
+        alerts=[msgspec.structs.replace(RULE, slices=True)],
+    )
+    low, high = slice_id(["model"], {"model": "a"}), slice_id(["model"], {"model": "b"})
+    evs = [
+        msgspec.structs.replace(e, trial=f"{model}-{e.trial}", labels={"model": model})
+        for model, passes in (("a", PASSES), ("b", [5] * len(PASSES)))
+        for e in events(0, passes)
+    ]
+    async with store_for(cfg) as store:
+        await store.ingest.apply(
+            {SUITE: evs},
+            windows={},
+            dedup_ttl=3600,
+            slicing={SUITE: Slicing(("model",), cfg.stats.max_slices)},
+        )
+        async with running(cfg):
+
+            async def marked() -> bool:
+                h = await store.history.read(SUITE, slice=low)
+                whole = await store.history.read(SUITE)
+                return bool(h.points and h.transitions and whole.transitions)
+
+            await wait_until(marked, 20)
+            await asyncio.sleep(1.0)
+            sliced = await store.history.read(SUITE, slice=low)
+            fine = await store.history.read(SUITE, slice=high)
+            whole = await store.history.read(SUITE)
+            raw = await store.snapshots.snapshot_json(SUITE, slice=low)
+            counts = await store.reads.task_counts(Side(SUITE, {"model": "a"}))
+            baseline = await store.alerts.baseline(SUITE, f"{RULE.name}[{low}]")
+    assert raw is not None
+    assert matches(sliced.points[-1], msgspec.json.decode(raw, type=Snapshot))
+    (mark,) = sliced.transitions
+    assert (mark.rule, mark.state) == (f"{RULE.name}[{low}]", "firing")
+    # The whole suite's history holds the whole's transitions only; model b never breached.
+    assert [(t.rule, t.state) for t in whole.transitions] == [(RULE.name, "firing")]
+    assert fine.points
+    assert fine.transitions == []
+    # The breach's baseline is the slice's tasks, not the suite's.
+    assert baseline is not None
+    assert baseline.tasks == counts == {f"task {i}": (5, c) for i, c in enumerate(PASSES)}

@@ -7,7 +7,7 @@ import msgspec
 from reliabilityd.daemon.metrics import read_view
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.histogram import Histogram
-from reliabilityd.store import SnapshotWrite, Store
+from reliabilityd.store import Series, SnapshotWrite, Store
 
 
 def write_of(suite: str, version: int, now: float) -> SnapshotWrite:
@@ -37,14 +37,14 @@ async def test_a_view_reads_again_only_the_changed_documents(store: Store) -> No
     await store.snapshots.write_snapshots([write_of(s, 1, 1000.0) for s in suites])
     first = await read_view(store, [], [])
     assert [s.suite for s in first.snapshots] == suites
-    known = {s.suite: s for s in first.snapshots}
+    known = {Series(s.suite): s for s in first.snapshots}
     # b gets a new snapshot; c's document is damaged in place (its stamp unchanged).
     await store.snapshots.write_snapshots([write_of("b", 2, 1001.0)])
     await store.client.hset(store.key("c", "snapshot"), "json", "not json")
     second = await read_view(store, [], [], known)
     by_suite = {s.suite: s for s in second.snapshots}
-    assert by_suite["a"] is known["a"]
-    assert by_suite["c"] is known["c"]
+    assert by_suite["a"] is known[Series("a")]
+    assert by_suite["c"] is known[Series("c")]
     assert by_suite["b"].version == 2
     assert by_suite["b"] == msgspec.json.decode(
         (await store.snapshots.snapshot_json("b")) or b"", type=snapshot.Snapshot

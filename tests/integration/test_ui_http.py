@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import re
+from html import escape
+from urllib.parse import quote
 
 import aiohttp
 import msgspec
 
 from reliabilityd.config import Config, HttpConfig
 from reliabilityd.daemon.ui import _access
+from reliabilityd.stats.slices import shown, slice_id
+from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store import Series
 from tests.support.daemon import store_for
 from tests.support.helpers import wait_until
 from tests.support.http import event, http_config, post, serving
@@ -73,6 +78,50 @@ async def test_json_clients_get_the_snapshot_and_browsers_the_page(
         status, kind, index = await _get(base, "/", accept=BROWSER)
         assert status == 200
         assert re.search(r'data-suite="web".*?class="rejected">1<', index.decode(), re.S)
+
+
+async def test_a_sliced_suites_page_lists_its_slices_as_their_snapshots_say(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    base_cfg = http_config(redis_server, prefix)
+    cfg = msgspec.structs.replace(
+        base_cfg, stats=msgspec.structs.replace(base_cfg.stats, slice_by=["model"])
+    )
+    batch = [
+        {**event(f"t{i}", f"{m}-{j}", "pass" if j or m == "b" else "fail"), "labels": {"model": m}}
+        for m in ("a", "b<&>")
+        for i in range(4)
+        for j in range(3)
+    ]
+    ids = [slice_id(["model"], {"model": m}) for m in ("a", "b<&>")]
+    async with serving(cfg) as (_, base), store_for(cfg) as store:
+        assert (await post(base, batch))[0] == 200
+
+        async def slices_ready() -> bool:
+            docs = await store.snapshots.snapshot_docs([Series("web", sid) for sid in ids])
+            whole = await store.snapshots.snapshot_json("web")
+            return whole is not None and all(docs) and b'"slices":2' in whole
+
+        await wait_until(slices_ready)
+        status, _, page = await _get(base, "/suites/web?fragment=1", accept=BROWSER)
+        assert status == 200
+        html = page.decode()
+        for sid in ids:
+            status, kind, raw = await _get(base, f"/suites/web?slice={quote(sid)}")
+            assert (status, kind) == (200, "application/json")
+            snap = msgspec.json.decode(raw, type=Snapshot)
+            assert snap.slice == sid
+            # The page's k: without rules, the largest k of the snapshot.
+            est = snap.get("pass^k", max(e.k for e in snap.pass_hat_k))
+            assert est is not None
+            assert est.ci is not None
+            row = (
+                f"<tr><td>{escape(shown(sid))}</td><td>{est.value:.3f}</td>"
+                f"<td>[{est.ci[0]:.3f}, {est.ci[1]:.3f}]</td><td>4</td><td>12</td></tr>"
+            )
+            assert row in html
+        assert "<h2>Slices</h2>" in html
+        assert "b<&>" not in html  # escaped
 
 
 async def test_the_json_body_is_the_stored_document_byte_for_byte(

@@ -19,7 +19,7 @@ from reliabilityd.alerting.notify import (
 from reliabilityd.alerting.rules import AlertState, Rule
 from reliabilityd.config import Config, load
 from reliabilityd.errors import ConfigError
-from reliabilityd.stats.compare import Comparison, Difference, compare
+from reliabilityd.stats.compare import Comparison, Difference, Side, compare
 
 RULE = CanaryRule(
     name="canary",
@@ -218,11 +218,15 @@ def test_label_filters_pair_within_each_matching_suite() -> None:
     assert got[0].suites == frozenset({"deploy-a"})
 
 
-def test_a_label_filtered_side_cannot_be_read_without_slices() -> None:
-    assert canary.side(SideRef("prod")).suite == "prod"
+def test_a_label_filtered_side_reads_the_slices_that_carry_its_labels() -> None:
+    assert canary.side(SideRef("prod")) == Side("prod")
+    ref = SideRef("deploy", (("agent_version", "1.5"), ("model", "")))
+    assert canary.side(ref) == Side("deploy", {"agent_version": "1.5", "model": ""})
+    assert ref.label == canary.side(ref).label == "deploy[agent_version=1.5,model=(none)]"
+
+
+def test_an_unknown_comparison_breaches_with_on_unknown_alert() -> None:
     ref = SideRef("deploy", (("agent_version", "1.5"),))
-    with pytest.raises(canary.SliceUnavailable, match="no slices"):
-        canary.side(ref)
     rule = msgspec.structs.replace(RULE, on_unknown="alert")
     cmp = canary.unknown(rule, Pair("deploy", SideRef("deploy"), ref), "UNKNOWN: why")
     assert canary.verdict(rule, cmp) == ("breach", "unknown")
@@ -239,7 +243,8 @@ def test_both_forms_decode_beside_threshold_rules(tmp_path: Path) -> None:
     cfg = load(
         write(
             tmp_path,
-            "[stats]\nwindow = 20\n[[alerts]]\nname = 'floor'\nk = 5\nbelow = 0.75\n"
+            "[stats]\nwindow = 20\nslice_by = ['agent_version']\n"
+            "[[alerts]]\nname = 'floor'\nk = 5\nbelow = 0.75\n"
             "[[alerts]]\nname = 'suites'\nk = 5\nfor = 30\n"
             "compare = { baseline = { suite = 'prod' }, candidate = { suite = 'canary' } }\n"
             "[[alerts]]\nname = 'versions'\nsuite = 'deploy-*'\nmetric = 'pass@k'\nk = 1\n"
@@ -307,6 +312,18 @@ def test_both_forms_decode_beside_threshold_rules(tmp_path: Path) -> None:
             "Expected `str`",
         ),
         (
+            "{ baseline = { agent_version = '1.4' }, candidate = { agent_version = '1.5' } }",
+            "",
+            "$.alerts[0].compare.baseline",
+            "filters by agent_version, and the suites matching '*' are not sliced by it",
+        ),
+        (
+            "{ baseline = { suite = 'prod', model = 'a' }, candidate = { suite = 'canary' } }",
+            "",
+            "$.alerts[0].compare.baseline",
+            "filters by model, and suite 'prod' is not sliced by it: add it to stats.slice_by",
+        ),
+        (
             "{ baseline = {}, candidate = { suite = 'canary' } }",
             "",
             "$.alerts[0].compare.baseline",
@@ -341,6 +358,43 @@ def test_bad_canary_rules_name_the_file_and_field(
     assert info.value.field == field
     assert str(path) in str(info.value)
     assert words in str(info.value)
+
+
+def test_a_side_filters_only_by_labels_its_suites_are_sliced_by(tmp_path: Path) -> None:
+    head = (
+        "[stats]\nslice_by = ['agent_version']\n"
+        "[[suites]]\nmatch = 'deploy-*'\nslice_by = ['model']\n"
+        "[[alerts]]\nname = 'c'\nk = 1\n"
+    )
+    fine = [
+        "suite = 'deploy-*'\ncompare = { baseline = { model = 'a' }, candidate = { model = 'b' } }",
+        "compare = { baseline = { agent_version = '1' }, candidate = { agent_version = '2' } }",
+        "compare = { baseline = { suite = 'deploy-a', model = 'a' },"
+        " candidate = { suite = 'prod', agent_version = '2' } }",
+    ]
+    for rule in fine:
+        load(write(tmp_path, head + rule + "\n"), environ={})
+    # deploy-a is sliced by model alone (its [[suites]] entry), prod by agent_version.
+    for rule, side in (
+        (
+            "compare = { baseline = { suite = 'deploy-a', agent_version = '1' },"
+            " candidate = { suite = 'prod' } }",
+            "baseline",
+        ),
+        (
+            "compare = { baseline = { suite = 'deploy-a' },"
+            " candidate = { suite = 'prod', model = 'b' } }",
+            "candidate",
+        ),
+        (
+            "suite = 'prod-*'\n"
+            "compare = { baseline = { model = 'a' }, candidate = { model = 'b' } }",
+            "baseline",
+        ),
+    ):
+        with pytest.raises(ConfigError) as info:
+            load(write(tmp_path, head + rule + "\n"), environ={})
+        assert info.value.field == f"$.alerts[0].compare.{side}"
 
 
 def test_rule_names_are_unique_across_both_kinds(tmp_path: Path) -> None:

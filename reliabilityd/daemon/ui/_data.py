@@ -18,7 +18,7 @@ from reliabilityd.daemon.ui import _model
 from reliabilityd.daemon.ui._pages import IndexPage, IndexRow, RuleView, SuitePage, TransitionRow
 from reliabilityd.daemon.ui._svg import Mark
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Store
+from reliabilityd.store import Series, Store
 
 if TYPE_CHECKING:
     from reliabilityd.stats.history import Estimate3, History
@@ -130,6 +130,9 @@ async def suite_page(
         since=now - LETTERS_SINCE, suite=suite, limit=LETTERS
     )
     rejected = (await store.reads.rejected_counts(now)).get(suite, 0)
+    ids = await store.reads.slices(suite) if snap is not None and snap.slices else []
+    docs = await store.snapshots.snapshot_docs([Series(suite, sid) for sid in ids])
+    slices = [s for s in map(_decode, docs) if s is not None]
     return SuitePage(
         suite=suite,
         snap=snap,
@@ -148,6 +151,7 @@ async def suite_page(
         anchor=anchor,
         focus=focus,
         now=now,
+        slices=slices,
     )
 
 

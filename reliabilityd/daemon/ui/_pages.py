@@ -19,6 +19,7 @@ from reliabilityd.alerting.rules import AlertState, Rule
 from reliabilityd.daemon.ui._model import Mover
 from reliabilityd.daemon.ui._svg import Mark, Sample, Threshold, chart, sparkline, utc
 from reliabilityd.stats.estimate import Estimate
+from reliabilityd.stats.slices import shown
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import DeadLetter
 
@@ -70,6 +71,8 @@ class SuitePage(msgspec.Struct, frozen=True, kw_only=True):
     anchor: float | None
     focus: str | None
     now: float
+    # The newest snapshot of each of the suite's slices, by slice id.
+    slices: list[Snapshot] = msgspec.field(default_factory=list)
 
 
 def suite_href(suite: str, **query: str) -> str:
@@ -178,6 +181,26 @@ def _estimates_table(snap: Snapshot) -> str:
         '<div class="scroll"><table class="estimates"><thead><tr><th>k</th><th>pass^k</th>'
         "<th>interval</th><th>pass@k</th><th>interval</th><th>tasks</th>"
         '<th title="the fewest trials any task used has">runs</th></tr></thead><tbody>'
+        + "".join(rows)
+        + "</tbody></table></div>"
+    )
+
+
+def _slices(page: SuitePage) -> str:
+    """Each slice's pass^k at the page's k with its interval, and its size."""
+    k = page.k
+    rows = []
+    for snap in page.slices:
+        est = None if k is None else snap.get("pass^k", k)
+        rows.append(
+            f"<tr><td>{escape(shown(snap.slice or ''))}</td>"
+            f"<td>{_num(None if est is None else est.value)}</td><td>{_ci(est)}</td>"
+            f"<td>{snap.tasks}</td><td>{snap.trials}</td></tr>"
+        )
+    head = "pass^k" if k is None else f"pass^{k}"
+    return (
+        '<div class="scroll"><table class="slices"><thead><tr><th>slice</th>'
+        f"<th>{head}</th><th>interval</th><th>tasks</th><th>trials</th></tr></thead><tbody>"
         + "".join(rows)
         + "</tbody></table></div>"
     )
@@ -295,6 +318,8 @@ def suite_main(page: SuitePage) -> str:
             f'rejected in the last hour: <span class="rejected">{page.rejected}</span></p>'
         )
         parts.append(_estimates_table(snap))
+        if page.slices:
+            parts.append("<h2>Slices</h2>" + _slices(page))
     parts.append(f'<h2>Over time</h2><p class="range">{utc(page.t0)} to {utc(page.t1)}</p>')
     parts.append('<div class="charts">')
     parts.append(_chart(page, "pass^k", page.hat))

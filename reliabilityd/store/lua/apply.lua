@@ -1,74 +1,119 @@
--- Apply one suite's batch atomically. KEYS: meta, tasks, hist, lottery, then
+-- Apply one suite's batch atomically, to the suite as a whole and to each
+-- event's slice. KEYS: meta, tasks, hist, lottery, the slice registry, the
+-- labels-seen set, then per slice named (meta, tasks, hist, lottery), then
 -- the dedup bucket keys to look in (oldest first). ARGV: window, now, number
 -- of bucket keys, the position among them of the bucket to write, that
--- bucket's lifetime in seconds, then each event's digest (16 bytes), then
--- (task, outcome code) per event. Returns {counted, errors, skips,
--- duplicates, version, passes}.
+-- bucket's lifetime in seconds, number of slices named (S), the most slices
+-- the suite may have, number of label keys (L), the S slice ids, the L label
+-- keys seen, then each event's digest (16 bytes), then (task, outcome code,
+-- slice position 1..S or 0 for none) per event. Returns {counted, errors,
+-- skips, duplicates, version, passes, overflow} of the whole.
 --
--- Dedup records (dedup.py): a trial's digest goes into the set of its bucket
--- of the clock; a digest in any bucket looked in is a duplicate. One
--- SMISMEMBER per existing bucket and one SADD per chunk.
+-- Dedup records (dedup.py) belong to the suite: a trial's digest goes into
+-- the set of its bucket of the clock; a digest in any bucket looked in is a
+-- duplicate, in the whole and in its slice alike. One SMISMEMBER per
+-- existing bucket and one SADD per chunk.
+--
+-- A slice not yet in the registry is created while the registry holds fewer
+-- than the most slices allowed; past that its events count in the whole only
+-- and in the whole's `slice_overflow`, never in another slice.
 --
 -- Every redis.call has a fixed cost, so nothing else is written per event;
 -- the counted events are grouped by task and each distinct task is read
 -- (one HMGET), brought to its final value in Lua (its events in order) and
--- written (one HSET, one ZREM, one ZADD) once per chunk, from its original to
--- its final value. Histogram moves are summed per cell. Variadic calls go in
--- slices, as Lua's unpack stops at about 8,000 values.
-local meta, tasks, hist, lot = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- written (one HSET, one ZREM, one ZADD) once per chunk and series, from its
+-- original to its final value. Histogram moves are summed per cell.
+-- Variadic calls go in slices, as Lua's unpack stops at about 8,000 values.
+local registry, seen = KEYS[5], KEYS[6]
 local window, now = tonumber(ARGV[1]), ARGV[2]
 local nb, wb, life = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local total = (#ARGV - 5) / 3
--- Arguments are checked (_APPLY_CHECK, in front) and every read done before
--- the first write: Redis lets a script that has written go on, so a call
--- that fails fails whole.
+local ns, most, nl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local head = 8 + ns + nl
+local total = (#ARGV - head) / 4
+local dk = 6 + 4 * ns
+-- Arguments are checked (_APPLY_CHECK, in front) and the reads that decide
+-- what is written done before the first write: Redis lets a script that has
+-- written go on, so a call that fails fails whole.
 local known = {}
 for b = 1, nb do
-  local key = KEYS[4 + b]
+  local key = KEYS[dk + b]
   if redis.call('EXISTS', key) == 1 then
     for i = 1, total, 1000 do
-      local got = redis.call('SMISMEMBER', key, unpack(ARGV, 5 + i, 5 + math.min(i + 999, total)))
+      local got = redis.call('SMISMEMBER', key, unpack(ARGV, head + i, head + math.min(i + 999, total)))
       for j = 1, #got do
         if got[j] == 1 then known[i + j - 1] = true end
       end
     end
   end
 end
-local counted, errors, skips, dups, passes = 0, 0, 0, 0, 0
--- Each counted task (in order of first appearance): its outcomes in this
--- chunk, oldest first ('1' = pass), and how many passed.
-local names, outs, hits = {}, {}, {}
+-- Per series (the whole, each slice): each counted task in order of first
+-- appearance, its outcomes in this chunk, oldest first ('1' = pass), how
+-- many passed; the counters.
+local function series()
+  return {names = {}, outs = {}, hits = {}, errors = 0, skips = 0, dups = 0, fresh = 0}
+end
+local function add(s, task, o)
+  s.fresh = s.fresh + 1
+  if o == 'e' then
+    s.errors = s.errors + 1
+  elseif o == 's' then
+    s.skips = s.skips + 1
+  else
+    local t = s.outs[task]
+    if t == nil then
+      t = {}
+      s.outs[task], s.hits[task] = t, 0
+      s.names[#s.names + 1] = task
+    end
+    if o == 'p' then
+      t[#t + 1] = '1'
+      s.hits[task] = s.hits[task] + 1
+    else
+      t[#t + 1] = '0'
+    end
+  end
+end
+local whole, parts = series(), {}
 local fresh, here = {}, {}
 for i = 1, total do
-  local d, o = ARGV[5 + i], ARGV[5 + total + 2 * i]
+  local d, at = ARGV[head + i], head + total + 3 * (i - 1)
+  local task, o, sj = ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
+  local part = nil
+  if sj > 0 then
+    part = parts[sj]
+    if part == nil then part = series(); parts[sj] = part end
+  end
   if known[i] or here[d] then
-    dups = dups + 1
+    whole.dups = whole.dups + 1
+    if part then part.dups = part.dups + 1 end
   else
     here[d] = true
     fresh[#fresh + 1] = d
-    if o == 'e' then
-      errors = errors + 1
-    elseif o == 's' then
-      skips = skips + 1
-    else
-      local task = ARGV[4 + total + 2 * i]
-      local t = outs[task]
-      if t == nil then
-        t = {}
-        outs[task], hits[task] = t, 0
-        names[#names + 1] = task
-      end
-      if o == 'p' then
-        t[#t + 1] = '1'
-        hits[task] = hits[task] + 1
+    add(whole, task, o)
+    if part then add(part, task, o) end
+  end
+end
+-- Which slices count: those registered, then new ones while there is room.
+local overflow, created = 0, {}
+if ns > 0 then
+  local got = redis.call('HMGET', registry, unpack(ARGV, 9, 8 + ns))
+  local size = redis.call('HLEN', registry)
+  for j = 1, ns do
+    local part = parts[j]
+    if part and not got[j] then
+      if part.fresh > 0 and size < most then
+        size = size + 1
+        created[#created + 1] = ARGV[8 + j]
+        created[#created + 1] = now
       else
-        t[#t + 1] = '0'
+        overflow = overflow + part.fresh
+        parts[j] = nil
       end
     end
   end
 end
 if #fresh > 0 then
-  local bucket = KEYS[4 + wb]
+  local bucket = KEYS[dk + wb]
   for i = 1, #fresh, 1000 do
     redis.call('SADD', bucket, unpack(fresh, i, math.min(i + 999, #fresh)))
   end
@@ -77,27 +122,44 @@ if #fresh > 0 then
   -- left alone (no EXPIRE, and no line in the append-only file, per chunk).
   if redis.call('PTTL', bucket) < (life - 1) * 1000 then redis.call('EXPIRE', bucket, life) end
 end
-if #names > 0 then
-  local function sliced(cmd, key, list)
-    for i = 1, #list, 1000 do
-      redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
+if #created > 0 then redis.call('HSET', registry, unpack(created)) end
+if nl > 0 then
+  -- At most 32 label keys per suite (keys.LABELS_KEPT).
+  local room = 32 - redis.call('SCARD', seen)
+  if room > 0 then
+    local have = redis.call('SMISMEMBER', seen, unpack(ARGV, 9 + ns, 8 + ns + nl))
+    local new = {}
+    for j = 1, nl do
+      if have[j] == 0 and #new < room then new[#new + 1] = ARGV[8 + ns + j] end
     end
+    if #new > 0 then redis.call('SADD', seen, unpack(new)) end
   end
-  -- Numbers as text, each converted once per call: Lua formats a number
-  -- through printf, and a chunk's tasks share few distinct counts.
-  local text, padded = {}, {}
-  local function str(x)
-    local s = text[x]
-    if s == nil then s = tostring(x); text[x] = s end
-    return s
+end
+local function sliced(cmd, key, list)
+  for i = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
   end
-  local function member(n, c, task)
-    if c <= 0 or c >= n then return nil end
-    local pn, pc = padded[n], padded[c]
-    if pn == nil then pn = string.format('%010d', n); padded[n] = pn end
-    if pc == nil then pc = string.format('%010d', c); padded[c] = pc end
-    return pn .. ':' .. pc .. ':' .. task
-  end
+end
+-- Numbers as text, each converted once per call: Lua formats a number
+-- through printf, and a chunk's tasks share few distinct counts.
+local text, padded = {}, {}
+local function str(x)
+  local s = text[x]
+  if s == nil then s = tostring(x); text[x] = s end
+  return s
+end
+local function member(n, c, task)
+  if c <= 0 or c >= n then return nil end
+  local pn, pc = padded[n], padded[c]
+  if pn == nil then pn = string.format('%010d', n); padded[n] = pn end
+  if pc == nil then pc = string.format('%010d', c); padded[c] = pc end
+  return pn .. ':' .. pc .. ':' .. task
+end
+-- One series' tasks, histogram and lottery index brought to their new values;
+-- returns (counted, passes).
+local function count(s, tasks, hist, lot)
+  local names = s.names
+  if #names == 0 then return 0, 0 end
   local stored = {}
   for i = 1, #names, 1000 do
     local got = redis.call('HMGET', tasks, unpack(names, i, math.min(i + 999, #names)))
@@ -108,9 +170,10 @@ if #names > 0 then
     if moves[cell] == nil then moves[cell] = 0; cells[#cells + 1] = cell end
     moves[cell] = moves[cell] + d
   end
-  local set, rem, add = {}, {}, {}
+  local set, rem, addl = {}, {}, {}
+  local counted, passes = 0, 0
   for i, task in ipairs(names) do
-    local cur, t, hit = stored[i], outs[task], hits[task]
+    local cur, t, hit = stored[i], s.outs[task], s.hits[task]
     local n, c, bits = 0, 0, ''
     if cur then
       local sn, sc, sb = string.match(cur, '^(%d+):(%d+):?([01]*)$')
@@ -140,8 +203,8 @@ if #names > 0 then
     if was ~= now_in then
       if was then rem[#rem + 1] = was end
       if now_in then
-        add[#add + 1] = '0'
-        add[#add + 1] = now_in
+        addl[#addl + 1] = '0'
+        addl[#addl + 1] = now_in
       end
     end
     counted = counted + #t
@@ -149,23 +212,36 @@ if #names > 0 then
   end
   sliced('HSET', tasks, set)
   sliced('ZREM', lot, rem)
-  sliced('ZADD', lot, add)
+  sliced('ZADD', lot, addl)
   for _, cell in ipairs(cells) do
     local d = moves[cell]
     if d ~= 0 and redis.call('HINCRBY', hist, cell, d) <= 0 then redis.call('HDEL', hist, cell) end
   end
+  return counted, passes
 end
-local version
-if counted + errors + skips + dups > 0 then
-  if counted > 0 then
-    redis.call('HINCRBY', meta, 'trials', counted)
-    redis.call('HSET', meta, 'last_trial_at', now)
+-- The counters of one series; returns its version.
+local function finish(s, meta, counted, extra)
+  if counted + s.errors + s.skips + s.dups + extra > 0 then
+    if counted > 0 then
+      redis.call('HINCRBY', meta, 'trials', counted)
+      redis.call('HSET', meta, 'last_trial_at', now)
+    end
+    if s.errors > 0 then redis.call('HINCRBY', meta, 'errors', s.errors) end
+    if s.skips > 0 then redis.call('HINCRBY', meta, 'skips', s.skips) end
+    if s.dups > 0 then redis.call('HINCRBY', meta, 'duplicates', s.dups) end
+    if extra > 0 then redis.call('HINCRBY', meta, 'slice_overflow', extra) end
+    return redis.call('HINCRBY', meta, 'version', 1)
   end
-  if errors > 0 then redis.call('HINCRBY', meta, 'errors', errors) end
-  if skips > 0 then redis.call('HINCRBY', meta, 'skips', skips) end
-  if dups > 0 then redis.call('HINCRBY', meta, 'duplicates', dups) end
-  version = redis.call('HINCRBY', meta, 'version', 1)
-else
-  version = tonumber(redis.call('HGET', meta, 'version') or '0')
+  return tonumber(redis.call('HGET', meta, 'version') or '0')
 end
-return {counted, errors, skips, dups, version, passes}
+for j = 1, ns do
+  local part = parts[j]
+  if part then
+    local base = 6 + 4 * (j - 1)
+    local counted = count(part, KEYS[base + 2], KEYS[base + 3], KEYS[base + 4])
+    finish(part, KEYS[base + 1], counted, 0)
+  end
+end
+local counted, passes = count(whole, KEYS[2], KEYS[3], KEYS[4])
+local version = finish(whole, KEYS[1], counted, overflow)
+return {counted, whole.errors, whole.skips, whole.dups, version, passes, overflow}
