@@ -240,8 +240,13 @@ class Daemon:
         sent: asyncio.Event | None = None,
         store: Store | None = None,
         sources: Mapping[str, str] | None = None,
+        not_counted: dict[int, str] | None = None,
     ) -> list[Applied]:
         """Dead-letter, then admit and apply; with ``retry`` until Redis takes it, else once.
+
+        ``not_counted`` gets ``id(event) -> reason`` for every event of
+        ``by_suite`` dead-lettered here instead of applied (the HTTP answer's
+        per-element status).
 
         ``store`` is the one to commit through (the HTTP port's own pool), by
         default the daemon's. Dead-lettered besides ``rejected``: the events
@@ -251,7 +256,7 @@ class Daemon:
         """
         run = self._retry if retry else self._once
         store = store or self.store
-        by_suite, screened = self._screen_labels(by_suite, sources or {})
+        by_suite, screened = self._screen_labels(by_suite, sources or {}, not_counted)
         if screened:
             rejected = [*rejected, *screened]
         if rejected:
@@ -282,7 +287,7 @@ class Daemon:
             if by_suite:
                 out = await store.ingest.admit(list(by_suite), self.config.stats.max_suites)
                 if out:
-                    letters = self._refused(by_suite, out, sources or {})
+                    letters = self._refused(by_suite, out, sources or {}, not_counted)
                     await store.ingest.deadletter(
                         letters, maxlen=self.config.store.deadletter_maxlen
                     )
@@ -327,6 +332,7 @@ class Daemon:
         by_suite: Mapping[str, list[TrialEvent]],
         refused: set[str],
         sources: Mapping[str, str],
+        not_counted: dict[int, str] | None = None,
     ) -> list[tuple[Rejected, str]]:
         """Dead letters for the events of new suites past ``stats.max_suites``."""
         most = self.config.stats.max_suites
@@ -338,10 +344,15 @@ class Daemon:
             )
             source = sources.get(suite, "unknown")
             out += [(Rejected(_raw(e), reason), source) for e in by_suite[suite]]
+            if not_counted is not None:
+                not_counted.update(dict.fromkeys(map(id, by_suite[suite]), reason))
         return out
 
     def _screen_labels(
-        self, by_suite: dict[str, list[TrialEvent]], sources: Mapping[str, str]
+        self,
+        by_suite: dict[str, list[TrialEvent]],
+        sources: Mapping[str, str],
+        not_counted: dict[int, str] | None = None,
     ) -> tuple[dict[str, list[TrialEvent]], list[tuple[Rejected, str]]]:
         """The events whose sliced labels name a slice, and dead letters for the others."""
         out: list[tuple[Rejected, str]] = []
@@ -359,6 +370,8 @@ class Daemon:
                 except ValueError as exc:
                     reason = f"{exc} (suite {suite!r} is sliced by it)"
                     out.append((Rejected(_raw(event), reason), sources.get(suite, "unknown")))
+                    if not_counted is not None:
+                        not_counted[id(event)] = reason
                 else:
                     good.append(event)
             if good:
@@ -375,21 +388,27 @@ class Daemon:
 
     async def ingest(
         self, events: Sequence[TrialEvent], rejected: Sequence[Rejected], source: str
-    ) -> list[Applied]:
+    ) -> web.Committed:
         """Commit once, no retry: the HTTP client retries on the 503 this becomes."""
         by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
         for event in events:
             by_suite[event.suite].append(event)
+        not_counted: dict[int, str] = {}
         try:
-            return await self._commit_decoded(
+            applied = await self._commit_decoded(
                 by_suite,
                 [(r, source) for r in rejected],
                 retry=False,
                 store=self.http_store,
                 sources=dict.fromkeys(by_suite, source),
+                not_counted=not_counted,
             )
         except REDIS_ERRORS as exc:
             raise web.IngestUnavailable(f"Redis: {exc}") from None
+        return web.Committed(
+            applied,
+            {i: not_counted[id(e)] for i, e in enumerate(events) if id(e) in not_counted},
+        )
 
     async def refresh_metrics(self) -> None:
         await self.metrics.refresh(self.http_store, self.rules, list(self.sinks))

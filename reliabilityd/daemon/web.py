@@ -99,7 +99,7 @@ class Backend(ui.Source, Protocol):
 
     async def ingest(
         self, events: Sequence[TrialEvent], rejected: Sequence[Rejected], source: str
-    ) -> list[Applied]:
+    ) -> Committed:
         """Dead-letter `rejected`, commit `events` once; IngestUnavailable on a Redis error."""
         ...
 
@@ -126,6 +126,18 @@ class Backend(ui.Source, Protocol):
     async def readiness(self) -> dict[str, str]:
         """What is unreachable and why; empty when ready."""
         ...
+
+
+class Committed(msgspec.Struct, frozen=True):
+    """What one commit did: each suite's result, and the events it dead-lettered instead.
+
+    ``not_counted`` maps an index into the committed events to the reason it
+    was dead-lettered at commit (a new suite past ``stats.max_suites``, a
+    sliced label that cannot name a slice).
+    """
+
+    applied: list[Applied]
+    not_counted: dict[int, str] = msgspec.field(default_factory=dict)
 
 
 class ElementResult(msgspec.Struct, omit_defaults=True):
@@ -284,28 +296,38 @@ class Handlers:
             reason = rejected[0].reason if rejected else "empty body"
             return self._answer(_json({"error": reason}, 400))
         try:
-            applied = await asyncio.wait_for(
+            committed = await asyncio.wait_for(
                 self.backend.ingest(events, rejected, source), self.config.commit_timeout
             )
         except (IngestUnavailable, TimeoutError) as exc:
             why = str(exc) or f"Redis did not answer within {self.config.commit_timeout} s"
             return self._unavailable(f"not committed: {why}")
+        # Elements the commit dead-lettered (suite cap, unsliceable label), by element index.
+        position = {id(e): j for j, e in enumerate(events)}
+        at_commit = {
+            i: committed.not_counted[position[id(e)]]
+            for i, e in enumerate(outcomes)
+            if id(e) in position and position[id(e)] in committed.not_counted
+        }
         body = IngestResponse(
-            accepted=len(events),
-            rejected=len(outcomes) - len(events),
+            accepted=len(events) - len(at_commit),
+            rejected=len(outcomes) - len(events) + len(at_commit),
             results=[
                 ElementResult(i, "forbidden", denied[i][1])
                 if i in denied
+                else ElementResult(i, "rejected", at_commit[i])
+                if i in at_commit
                 else ElementResult(i, "accepted")
                 if isinstance(e, TrialEvent)
                 else ElementResult(i, "rejected", None if e is UNREPORTED else e.reason)
                 for i, e in enumerate(outcomes)
             ],
             suites={
-                a.suite: SuiteResult(a.counted, a.duplicates, a.errors, a.skips) for a in applied
+                a.suite: SuiteResult(a.counted, a.duplicates, a.errors, a.skips)
+                for a in committed.applied
             },
         )
-        if len(events) == len(outcomes):
+        if len(events) == len(outcomes) and not at_commit:
             status = 200
         else:
             status = 403 if len(denied) == len(outcomes) else 422
@@ -353,12 +375,19 @@ class Handlers:
                 mapped = otlp.Mapped(allowed, mapped.rejected, mapped.ignored)
                 answer = otlp.Mapped(allowed, [*mapped.rejected, *forbidden], mapped.ignored)
         try:
-            await asyncio.wait_for(
+            committed = await asyncio.wait_for(
                 self.backend.ingest(mapped.events, mapped.rejected, OTLP_SOURCE),
                 self.config.commit_timeout,
             )
         except (IngestUnavailable, TimeoutError) as exc:
             return self._unavailable(f"not committed: {exc or 'Redis did not answer in time'}")
+        if committed.not_counted:  # dead-lettered at commit: rejected in partial_success
+            late = [Rejected(b"", reason) for reason in committed.not_counted.values()]
+            answer = otlp.Mapped(
+                [e for j, e in enumerate(answer.events) if j not in committed.not_counted],
+                [*answer.rejected, *late],
+                answer.ignored,
+            )
         return self._answer(
             web.Response(body=otlp.encode_response(answer, kind), status=200, content_type=kind)
         )

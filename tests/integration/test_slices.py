@@ -32,7 +32,7 @@ from reliabilityd.stats.slices import slice_id
 from reliabilityd.store import Series, Slicing, Store
 from tests.support.daemon import make_config, running, store_for
 from tests.support.helpers import publish, wait_until
-from tests.support.http import get, scrape, serving
+from tests.support.http import get, post, scrape, serving
 from tests.support.paired import aligned, brute_force_paired, cdf_level
 from tests.support.servers import Mosquitto, RedisServer, free_port
 
@@ -575,3 +575,43 @@ def test_a_label_that_cannot_name_a_slice_is_dead_lettered_with_the_reason(
             await daemon.store.client.aclose()
 
     asyncio.run(go())
+
+
+async def test_http_answers_rejected_for_elements_the_commit_dead_letters(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """Past the suite cap or with an unsliceable label, the element's answer says so."""
+    cfg = make_config(
+        redis_url=redis_server.url,
+        mqtt_url="mqtt://127.0.0.1:1",
+        prefix=prefix,
+        stats=StatsConfig(k=[1], ci_interval=0.3, n_boot=100, max_suites=2),
+        http=HttpConfig(port=free_port()),
+    )
+    cfg = msgspec.structs.replace(
+        cfg,
+        mqtt=msgspec.structs.replace(cfg.mqtt, enabled=False),
+        suites=[SuiteOverride(match="sliced", slice_by=["model"])],
+    )
+    body = [
+        {"suite": "kept", "task": "t", "trial": "1", "outcome": "pass"},
+        {"suite": "sliced", "task": "t", "trial": "1", "outcome": "pass", "labels": {"model": []}},
+        {"suite": "sliced", "task": "t", "trial": "2", "outcome": "pass", "labels": {"model": "m"}},
+        {"suite": "third", "task": "t", "trial": "1", "outcome": "pass"},
+    ]
+    async with serving(cfg) as (daemon, base):
+        status, answer, _ = await post(base, body)
+        assert status == 422
+        results = {r["index"]: r for r in answer["results"]}
+        assert [results[i]["status"] for i in range(4)] == [
+            "accepted",
+            "rejected",
+            "accepted",
+            "rejected",
+        ]
+        assert "sliced by it" in results[1]["reason"]
+        assert "stats.max_suites (2)" in results[3]["reason"]
+        assert (answer["accepted"], answer["rejected"]) == (2, 2)
+        assert sorted(answer["suites"]) == ["kept", "sliced"]
+        assert (await daemon.store.reads.read_state("third")).counters.trials == 0
+        assert (await daemon.store.reads.read_state("sliced")).counters.trials == 1
