@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import binascii
+import contextlib
 import logging
 import re
 import time
@@ -146,6 +147,8 @@ async def _raw(port: int, request: bytes) -> bytes:
             return await reader.readline()
     finally:
         writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
 
 
 def _runner(loop: asyncio.AbstractEventLoop) -> Any:
