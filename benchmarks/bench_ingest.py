@@ -44,7 +44,7 @@ import msgspec
 
 from reliabilityd.broker import connect
 from reliabilityd.config import Config, IngestConfig, MqttConfig, RedisConfig, StatsConfig
-from reliabilityd.daemon._daemon import Daemon, Decoded
+from reliabilityd.daemon import Daemon, Decoded
 from reliabilityd.embedded.processes import Mosquitto, RedisServer, free_port
 from reliabilityd.events import TrialEvent
 from reliabilityd.store import Slicing, Store, StreamCursor

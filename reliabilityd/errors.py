@@ -18,3 +18,9 @@ class ConfigError(ReliabilitydError):
         self.message = message
         where = f"{path}: {field}" if field else path
         super().__init__(f"{where}: {message}")
+
+
+def first_config_error(group: BaseExceptionGroup[ConfigError]) -> ConfigError:
+    """The first ConfigError of a (nested) exception group: the one a loop raised first."""
+    first = group.exceptions[0]
+    return first_config_error(first) if isinstance(first, BaseExceptionGroup) else first

@@ -61,7 +61,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _emit(args: argparse.Namespace) -> int:
-    from reliabilityd.client.emitter import DEFAULT_TOPIC, Emitter, EmitterError
+    from reliabilityd.client._errors import EmitterError
+    from reliabilityd.client.emitter import DEFAULT_TOPIC, Emitter
     from reliabilityd.topics import emitter_topic
 
     cfg = load_config(args.config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from reliabilityd.client._client import AsyncClient, Client, SuiteSummary
+from reliabilityd.client._errors import EmitterError, EmitterFull
 from reliabilityd.client.emitter import Emitter
 
-__all__ = ["AsyncClient", "Client", "Emitter", "SuiteSummary"]
+__all__ = ["AsyncClient", "Client", "Emitter", "EmitterError", "EmitterFull", "SuiteSummary"]

@@ -52,22 +52,14 @@ from reliabilityd.backoff import Backoff
 from reliabilityd.broker import Connection, MqttError, Refused, connect
 from reliabilityd.client._bridge import LoopThread
 from reliabilityd.client._encode import EventExtras, encode_event
+from reliabilityd.client._errors import EmitterError, EmitterFull
 from reliabilityd.config import MqttConfig, TlsConfig, parse_mqtt_url, tls_context
-from reliabilityd.errors import ReliabilitydError
 from reliabilityd.events import Outcome
 from reliabilityd.topics import SUITE
 
 T = TypeVar("T")
 
 DEFAULT_TOPIC = "reliability/trials/emit"
-
-
-class EmitterError(ReliabilitydError):
-    """The emitter could not do what was asked; the message says what is pending."""
-
-
-class EmitterFull(EmitterError):
-    """``max_pending`` events are unacknowledged and none left within ``block_timeout``."""
 
 
 class Emitter:

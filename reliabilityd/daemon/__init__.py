@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
+from reliabilityd.daemon._admission import Decoded
 from reliabilityd.daemon._check import check
-from reliabilityd.daemon._daemon import Daemon, Decoded, main
+from reliabilityd.daemon._daemon import Daemon, main
 
 __all__ = ["Daemon", "Decoded", "check", "main"]

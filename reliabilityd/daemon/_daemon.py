@@ -22,9 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from typing import Any, NamedTuple, TypeVar
-
-import msgspec
+from typing import TypeVar
 
 from reliabilityd.alerting import sinks
 from reliabilityd.alerting.evaluator import Evaluator
@@ -34,34 +32,26 @@ from reliabilityd.alerting.watchdog import BlindWatch, RedisHealth, describe
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import Config
 from reliabilityd.daemon import web
+from reliabilityd.daemon._admission import Decoded, past_suite_cap, screen_labels
 from reliabilityd.daemon._canary import Canaries
+from reliabilityd.daemon._compare import compare_sides
+from reliabilityd.daemon._http_answers import Committed, probe
 from reliabilityd.daemon._recompute import REDIS_ERRORS, Recompute
 from reliabilityd.daemon.metrics import Metrics
-from reliabilityd.daemon.supervisor import supervise
-from reliabilityd.errors import ConfigError
+from reliabilityd.daemon.supervisor import loop_error, supervise
+from reliabilityd.errors import ConfigError, first_config_error
 from reliabilityd.events import Rejected, TrialEvent, decode_many
 from reliabilityd.logs import RateLimited, emit
 from reliabilityd.sources import configured as configured_sources
 from reliabilityd.sources import mqtt
-from reliabilityd.stats.compare import Comparison, Side, compare
+from reliabilityd.stats.compare import Comparison, Side
 from reliabilityd.stats.estimators import Metric
-from reliabilityd.stats.slices import Ids
 from reliabilityd.store import Applied, Slicing, Store, StreamCursor, connect
 from reliabilityd.topics import Binding, decode_bound
 
 T = TypeVar("T")
 LIVE_INTERVAL = 0.2
 SHUTDOWN_GRACE = 4.0
-
-
-class Decoded(NamedTuple):
-    """A decoded batch: the good events grouped by suite, the rejected with their source."""
-
-    by_suite: dict[str, list[TrialEvent]]
-    rejected: list[tuple[Rejected, str]]
-    # The source each suite's dead letters name when the commit writes some
-    # (a new suite past stats.max_suites, a sliced label that names no slice).
-    sources: dict[str, str] | None = None
 
 
 class Daemon:
@@ -256,7 +246,7 @@ class Daemon:
         """
         run = self._retry if retry else self._once
         store = store or self.store
-        by_suite, screened = self._screen_labels(by_suite, sources or {}, not_counted)
+        by_suite, screened = screen_labels(self.config, by_suite, sources or {}, not_counted)
         if screened:
             rejected = [*rejected, *screened]
         if rejected:
@@ -287,7 +277,7 @@ class Daemon:
             if by_suite:
                 out = await store.ingest.admit(list(by_suite), self.config.stats.max_suites)
                 if out:
-                    letters = self._refused(by_suite, out, sources or {}, not_counted)
+                    letters = past_suite_cap(self.config, by_suite, out, sources or {}, not_counted)
                     await store.ingest.deadletter(
                         letters, maxlen=self.config.store.deadletter_maxlen
                     )
@@ -327,57 +317,6 @@ class Daemon:
         )
         self.metrics.deadlettered(rejected)
 
-    def _refused(
-        self,
-        by_suite: Mapping[str, list[TrialEvent]],
-        refused: set[str],
-        sources: Mapping[str, str],
-        not_counted: dict[int, str] | None = None,
-    ) -> list[tuple[Rejected, str]]:
-        """Dead letters for the events of new suites past ``stats.max_suites``."""
-        most = self.config.stats.max_suites
-        out: list[tuple[Rejected, str]] = []
-        for suite in sorted(refused):
-            reason = (
-                f"suite {suite!r} is new and the deployment already holds stats.max_suites "
-                f"({most}) suites: not counted (raise stats.max_suites or reset unused suites)"
-            )
-            source = sources.get(suite, "unknown")
-            out += [(Rejected(_raw(e), reason), source) for e in by_suite[suite]]
-            if not_counted is not None:
-                not_counted.update(dict.fromkeys(map(id, by_suite[suite]), reason))
-        return out
-
-    def _screen_labels(
-        self,
-        by_suite: dict[str, list[TrialEvent]],
-        sources: Mapping[str, str],
-        not_counted: dict[int, str] | None = None,
-    ) -> tuple[dict[str, list[TrialEvent]], list[tuple[Rejected, str]]]:
-        """The events whose sliced labels name a slice, and dead letters for the others."""
-        out: list[tuple[Rejected, str]] = []
-        kept: dict[str, list[TrialEvent]] = {}
-        for suite, events in by_suite.items():
-            slice_by, _ = self.config.slicing(suite)
-            if not slice_by:
-                kept[suite] = events
-                continue
-            good = []
-            ids = Ids(slice_by)
-            for event in events:
-                try:
-                    ids(event.labels)
-                except ValueError as exc:
-                    reason = f"{exc} (suite {suite!r} is sliced by it)"
-                    out.append((Rejected(_raw(event), reason), sources.get(suite, "unknown")))
-                    if not_counted is not None:
-                        not_counted[id(event)] = reason
-                else:
-                    good.append(event)
-            if good:
-                kept[suite] = good
-        return kept, out
-
     # --- numbers out ------------------------------------------------------
 
     # --- web.Backend: what the HTTP port and /metrics read -----------------
@@ -388,7 +327,7 @@ class Daemon:
 
     async def ingest(
         self, events: Sequence[TrialEvent], rejected: Sequence[Rejected], source: str
-    ) -> web.Committed:
+    ) -> Committed:
         """Commit once, no retry: the HTTP client retries on the 503 this becomes."""
         by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
         for event in events:
@@ -405,7 +344,7 @@ class Daemon:
             )
         except REDIS_ERRORS as exc:
             raise web.IngestUnavailable(f"Redis: {exc}") from None
-        return web.Committed(
+        return Committed(
             applied,
             {i: not_counted[id(e)] for i, e in enumerate(events) if id(e) in not_counted},
         )
@@ -427,31 +366,20 @@ class Daemon:
         min_shared: int,
     ) -> Comparison:
         """The paired comparison with the settings ``reliabilityd compare`` uses."""
-        reads = self.http_store.reads
-        known = set(await reads.suites())
-        for side in (baseline, candidate):
-            if side.suite not in known:
-                raise LookupError(f"no suite named {side.suite!r}")
-        counts = [await reads.task_counts(side) for side in (baseline, candidate)]
-        stats = self.config.stats
-        return await asyncio.to_thread(
-            compare,
-            counts[0],
-            counts[1],
-            k if k is not None else max(stats.k),
-            metric,
-            confidence=stats.confidence,
-            n_boot=stats.n_boot,
-            seed=stats.seed,
-            interval=self.config.suite_interval(candidate.suite),
-            min_shared=min_shared,
+        return await compare_sides(
+            self.http_store,
+            self.config,
+            baseline,
+            candidate,
+            k=k,
+            metric=metric,
             top=top,
-            names=(baseline.label, candidate.label),
+            min_shared=min_shared,
         )
 
     async def readiness(self) -> dict[str, str]:
         broker = self.config.mqtt.url if self.config.mqtt.enabled else None
-        return await web.probe(self.http_store.client, broker)
+        return await probe(self.http_store.client, broker)
 
     # --- loops ------------------------------------------------------------
 
@@ -540,7 +468,7 @@ class Daemon:
         except BaseExceptionGroup as group:
             config_errors = group.subgroup(ConfigError)
             if config_errors is not None:
-                raise _first_leaf(config_errors) from group
+                raise first_config_error(config_errors) from group
             raise
         finally:
             intake_stop.set()
@@ -551,39 +479,11 @@ class Daemon:
             emit(logging.INFO, "stopped", committed_events=self.committed_events)
 
 
-def _raw(event: TrialEvent) -> bytes:
-    """An event as the JSON a dead letter keeps of it."""
-    return msgspec.json.encode(event)
-
-
-def _first_leaf(group: BaseExceptionGroup[ConfigError]) -> ConfigError:
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
-
-
-_loop_errors = RateLimited()
-
-
-def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """The event loop's errors with an OSError (a full file table, say): one line at a
-    limited rate, no traceback; anything else goes to asyncio's default handler."""
-    exc = context.get("exception")
-    if isinstance(exc, OSError):
-        _loop_errors.emit(
-            logging.ERROR,
-            "event_loop_os_error",
-            message=str(context.get("message", "")),
-            error=f"{type(exc).__name__}: {exc}",
-        )
-        return
-    loop.default_exception_handler(context)
-
-
 async def main(config: Config) -> int:
     """Run a daemon with SIGTERM / SIGINT handlers on the running loop."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    loop.set_exception_handler(_loop_error)
+    loop.set_exception_handler(loop_error)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     daemon = Daemon(config)

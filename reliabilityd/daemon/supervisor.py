@@ -10,12 +10,14 @@ configuration error.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from reliabilityd.backoff import Backoff, sleep_or_stop
 from reliabilityd.errors import ConfigError
-from reliabilityd.logs import kv, log
+from reliabilityd.logs import RateLimited, kv, log
 
 # A loop that ran this long before failing starts again from the shortest wait.
 HEALTHY_RUN = 60.0
@@ -49,3 +51,21 @@ async def supervise(
         delay = pace.next_delay()
         log.warning("%s", kv("loop_returned", loop=name, restart_in=round(delay, 2)))
         await sleep_or_stop(stop, delay)
+
+
+_loop_errors = RateLimited()
+
+
+def loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's errors with an OSError (a full file table, say): one line at a
+    limited rate, no traceback; anything else goes to asyncio's default handler."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError):
+        _loop_errors.emit(
+            logging.ERROR,
+            "event_loop_os_error",
+            message=str(context.get("message", "")),
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return
+    loop.default_exception_handler(context)

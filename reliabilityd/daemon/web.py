@@ -54,34 +54,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import resource
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
-from reliabilityd.config import HttpConfig, HttpTlsProblem, http_tls_context, parse_mqtt_url
+from reliabilityd.config import HttpConfig, HttpTlsProblem, http_tls_context
 from reliabilityd.daemon import ui
+from reliabilityd.daemon._http_answers import (
+    Committed,
+    ElementResult,
+    IngestResponse,
+    SuiteResult,
+    decode_elements,
+)
+from reliabilityd.daemon._http_server import BACKLOG, Runner, connection_limit
 from reliabilityd.daemon.auth import Authority, Grant
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ConfigError, ReliabilitydError
-from reliabilityd.events import UNREPORTED, Rejected, TrialEvent, elements, letters
-from reliabilityd.logs import RateLimited, emit, redact
+from reliabilityd.events import UNREPORTED, Rejected, TrialEvent
+from reliabilityd.logs import RateLimited
 from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, Comparison, Side
 from reliabilityd.stats.estimators import METRICS, Metric
-from reliabilityd.store import Applied, Redis
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
 SOURCE = "http"
 OTLP_SOURCE = "otlp"
-PROBE_TIMEOUT = 2.0  # seconds /readyz waits for Redis and for the broker
-_BUSY = (
-    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 2\r\nContent-Length: 0\r\n"
-    b"Connection: close\r\n\r\n"
-)
 
 
 class IngestUnavailable(ReliabilitydError):
@@ -126,77 +126,6 @@ class Backend(ui.Source, Protocol):
     async def readiness(self) -> dict[str, str]:
         """What is unreachable and why; empty when ready."""
         ...
-
-
-class Committed(msgspec.Struct, frozen=True):
-    """What one commit did: each suite's result, and the events it dead-lettered instead.
-
-    ``not_counted`` maps an index into the committed events to the reason it
-    was dead-lettered at commit (a new suite past ``stats.max_suites``, a
-    sliced label that cannot name a slice).
-    """
-
-    applied: list[Applied]
-    not_counted: dict[int, str] = msgspec.field(default_factory=dict)
-
-
-class ElementResult(msgspec.Struct, omit_defaults=True):
-    index: int
-    status: str  # "accepted" or "rejected"
-    reason: str | None = None
-
-
-class SuiteResult(msgspec.Struct):
-    counted: int
-    duplicates: int
-    errors: int
-    skips: int
-
-
-class IngestResponse(msgspec.Struct):
-    accepted: int
-    rejected: int
-    results: list[ElementResult]
-    suites: dict[str, SuiteResult]
-
-
-def decode_elements(
-    payload: bytes, max_payload: int
-) -> tuple[list[TrialEvent | Rejected], list[Rejected], bool]:
-    """(each element's event or rejection in order, the dead letters, whether any element).
-
-    ``events.elements`` decodes, so an element is valid here exactly when it
-    would count over MQTT, an element that is itself an array is rejected
-    whole, and the dead letters are the ones MQTT would write (a bounded
-    number per payload). False: nothing in the body is an element (not JSON
-    or MessagePack, empty, ``[]``, nested too deeply): a 400.
-    """
-    whole, outcomes = elements(payload, max_payload)
-    if whole is not None:
-        return [], [whole], False
-    return outcomes, letters(outcomes), True
-
-
-async def probe(client: Redis, mqtt_url: str | None) -> dict[str, str]:
-    """/readyz: Redis answers PING, the broker accepts a TCP connection; what fails, why."""
-    problems: dict[str, str] = {}
-    try:
-        await asyncio.wait_for(client.ping(), PROBE_TIMEOUT)
-    except Exception as exc:
-        problems["redis"] = f"{type(exc).__name__}: {exc}"
-    if mqtt_url is not None:
-        broker = parse_mqtt_url(mqtt_url)
-        try:
-            # asyncio.timeout, not wait_for: Python 3.11's wait_for, cancelled
-            # just as the connection is made, drops it unclosed.
-            async with asyncio.timeout(PROBE_TIMEOUT):
-                _, writer = await asyncio.open_connection(broker.host, broker.port)
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-        except (OSError, TimeoutError) as exc:
-            problems["mqtt"] = f"{broker.host}:{broker.port}: {type(exc).__name__} {exc}"
-    return problems
 
 
 def _json(body: Any, status: int, **headers: str) -> web.Response:
@@ -524,56 +453,6 @@ def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Appl
     return app
 
 
-# Descriptors the daemon keeps beside its HTTP connections (Redis and MQTT
-# connections, the listening socket, log files, the event loop's own), on
-# top of one per request in flight (the HTTP port's Redis pool).
-FD_RESERVE = 64
-MIN_CONNECTIONS = 8
-# The listening socket's queue: asyncio accepts up to this many connections
-# in one go before the handler sees any, so the file limit must hold them too.
-BACKLOG = 64
-
-
-def connection_limit(config: HttpConfig) -> int:
-    """``http.max_connections``, kept under the process's file limit.
-
-    Each connection holds a descriptor; with the file table full, the daemon
-    could not accept ``/healthz``, reconnect to Redis or open its broker
-    connection. The soft ``RLIMIT_NOFILE`` is raised towards the hard one as
-    far as needed; past what that allows, the limit is lowered (logged as
-    ``http_connections_clamped``). ConfigError when fewer than
-    ``MIN_CONNECTIONS`` would remain.
-    """
-    reserve = FD_RESERVE + config.max_inflight + BACKLOG
-    wanted = config.max_connections + reserve
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        if raised > soft:
-            with contextlib.suppress(ValueError, OSError):
-                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
-                soft = raised
-    if soft == resource.RLIM_INFINITY or soft >= wanted:
-        return config.max_connections
-    allowed = soft - reserve
-    if allowed < MIN_CONNECTIONS:
-        raise ConfigError(
-            "RLIMIT_NOFILE",
-            "$.http.max_connections",
-            f"the file limit {soft} leaves {max(allowed, 0)} descriptors for HTTP connections "
-            f"after the {reserve} the daemon keeps: raise LimitNOFILE",
-        )
-    emit(
-        logging.WARNING,
-        "http_connections_clamped",
-        max_connections=config.max_connections,
-        allowed=allowed,
-        nofile=soft,
-        reserve=reserve,
-    )
-    return allowed
-
-
 async def serve(
     backend: Backend,
     config: HttpConfig,
@@ -591,7 +470,7 @@ async def serve(
     except HttpTlsProblem as exc:
         raise ConfigError("[http]", f"$.http.{exc.field}", exc.message) from None
     limits = msgspec.structs.replace(config, max_connections=connection_limit(config))
-    runner = _Runner(
+    runner = Runner(
         make_app(backend, config, max_payload),
         access_log=None,
         shutdown_timeout=2.0,
@@ -610,114 +489,3 @@ async def serve(
     finally:
         with contextlib.suppress(Exception):
             await asyncio.shield(runner.cleanup())
-
-
-_malformed = RateLimited()
-
-
-# aiohttp (3.x) offers no setting for a deadline on a request's headers, a cap
-# on open connections, or how a malformed request is logged and answered:
-# `keepalive_timeout` only covers the pause after a complete request, and
-# RequestHandler.handle_error answers and logs with the offending line. The
-# only hook is the connection handler web.Server makes, and AppRunner builds
-# its Server itself, so _Runner re-classes that Server to make _Handler
-# connections. tests/integration/test_http_edges.py pins each behaviour
-# (slow and idle clients closed, the connection cap, idle ones evicted for a
-# new one, one masked line per malformed request), so an aiohttp release that
-# moved these hooks fails there, not in production.
-
-
-class _Handler(RequestHandler):
-    """aiohttp's connection handler with the limits of ``HttpConfig``.
-
-    A connection that has not completed a request within ``read_timeout``
-    (a slowloris, say) is closed. Past ``max_connections`` the oldest
-    connection that has no request in hand (idle, or still sending headers)
-    is closed to make room, so a flood of idle sockets cannot keep
-    ``/healthz`` or a producer out; when every connection is busy with a
-    request the new one is answered 503 and closed. A malformed request is
-    logged as one rate-limited line with secrets masked, never a traceback,
-    and answered without echoing what was sent (it may hold a bearer token).
-    """
-
-    __slots__ = ("_deadline", "_limits", "_served")
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        limits: HttpConfig = getattr(self._manager, "limits")  # noqa: B009
-        self._limits = limits
-        self._served = 0
-        if self._manager is not None and len(self._manager.connections) > limits.max_connections:
-            idle = next(
-                (
-                    c
-                    for c in self._manager.connections
-                    if c is not self
-                    and isinstance(c, _Handler)
-                    and c._current_request is None
-                    and c.transport is not None
-                    and not c.transport.is_closing()
-                ),
-                None,
-            )
-            if idle is not None and idle.transport is not None:
-                idle.transport.close()
-            else:
-                if isinstance(transport, asyncio.WriteTransport):
-                    transport.write(_BUSY)
-                self.force_close()
-                transport.close()
-                return
-        self._deadline = self._loop.call_later(limits.read_timeout, self._check_progress)
-
-    def _check_progress(self) -> None:
-        """Close a connection that completed no request since the last check and is not busy."""
-        if self._current_request is None and self._request_count == self._served:
-            if self.transport is not None:
-                self.transport.close()
-            return
-        self._served = self._request_count
-        self._deadline = self._loop.call_later(self._limits.read_timeout, self._check_progress)
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        deadline = getattr(self, "_deadline", None)
-        if deadline is not None:
-            deadline.cancel()
-        super().connection_lost(exc)
-
-    def handle_error(
-        self,
-        request: Any,
-        status: int = 500,
-        exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> web.StreamResponse:
-        if status >= 500:
-            return super().handle_error(request, status, exc, message)
-        _malformed.emit(
-            logging.WARNING,
-            "http_malformed_request",
-            status=status,
-            peer=request.remote,
-            error=redact(f"{type(exc).__name__}: {exc}")[:200],
-        )
-        response = web.Response(status=status, text=f"{status}: malformed HTTP request\n")
-        response.force_close()
-        return response
-
-
-class _Server(web.Server):
-    limits: HttpConfig
-
-    def __call__(self) -> RequestHandler:
-        return _Handler(self, loop=self._loop, **self._kwargs)
-
-
-class _Runner(web.AppRunner):
-    limits: HttpConfig
-
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
-        server.__class__ = _Server  # the same server, making _Handler connections
-        server.limits = self.limits  # type: ignore[attr-defined]
-        return server

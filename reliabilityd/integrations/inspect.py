@@ -41,7 +41,8 @@ from typing import Any
 
 from inspect_ai.hooks import Hooks, RunEnd, SampleEnd, TaskStart, hooks
 
-from reliabilityd.client.emitter import DEFAULT_TOPIC, Emitter, EmitterError
+from reliabilityd.client._errors import EmitterError
+from reliabilityd.client.emitter import DEFAULT_TOPIC, Emitter
 from reliabilityd.importers.results import (
     ImportFileError,
     inspect_outcome,

@@ -61,7 +61,7 @@ class DeadLetter(msgspec.Struct, frozen=True):
     time: float
     # The suite the payload names, when it names a valid one.
     suite: str | None = None
-    # The reason's class: one of events.REASON_CLASSES.
+    # The reason's class: one of rejections.REASON_CLASSES.
     reason_class: str = "other"
 
 

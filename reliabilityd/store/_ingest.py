@@ -15,8 +15,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 import msgspec
 from redis.exceptions import RedisError
 
-from reliabilityd.events import NAME_FORBIDDEN, Rejected, TrialEvent, named_suite, reason_class
+from reliabilityd.events import NAME_FORBIDDEN, Rejected, TrialEvent
 from reliabilityd.logs import emit
+from reliabilityd.rejections import named_suite, reason_class
 from reliabilityd.stats.slices import Ids
 from reliabilityd.store import dedup
 from reliabilityd.store._base import Applied, Redis, StreamCursor, _text
@@ -314,7 +315,7 @@ class Ingest:
         most ``keep_bytes`` of payload and ``keep_reason`` characters of
         reason, so no batch of bad input holds Redis for long. Each letter
         carries the suite its payload names ("" when none), its reason and
-        reason class (``events.REASON_CLASSES``) and its source; per-minute
+        reason class (``rejections.REASON_CLASSES``) and its source; per-minute
         counts by suite (``rejected_minute``) keep the last hour's totals
         without reading the stream. At least once: a retry after a reply lost
         to a Redis crash may write (and count) a batch's letters again, which

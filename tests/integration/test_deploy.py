@@ -24,7 +24,7 @@ import yaml
 from reliabilityd import config as config_mod
 from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import Config, HttpConfig, IngestConfig
-from reliabilityd.daemon.web import BACKLOG, FD_RESERVE
+from reliabilityd.daemon._http_server import BACKLOG, FD_RESERVE
 from reliabilityd.embedded.processes import _binary
 from reliabilityd.errors import ConfigError
 from tests.support.daemon import store_for

@@ -14,7 +14,7 @@ import aiomqtt
 import pytest
 
 from reliabilityd.cli._main import main
-from reliabilityd.client.emitter import Emitter, EmitterError, EmitterFull
+from reliabilityd.client import Emitter, EmitterError, EmitterFull
 from reliabilityd.embedded._servers import IotcoreBroker
 from reliabilityd.store import Store
 from tests.support.daemon import make_config, running

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from reliabilityd.cli._main import main
-from reliabilityd.client.emitter import Emitter, EmitterError
+from reliabilityd.client import Emitter, EmitterError
 from reliabilityd.config import Config, HttpConfig, HttpToken, OtlpConfig
 from reliabilityd.daemon._daemon import Daemon
 from tests.support.daemon import make_config, running, store_for

@@ -9,7 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from reliabilityd.alerting.notify import parse_time
 from reliabilityd.alerting.rules import AlertState
-from reliabilityd.daemon.metrics import ALERT_STATES, SuiteText, SuiteView
+from reliabilityd.daemon._metrics_text import SuiteText, SuiteView
+from reliabilityd.daemon.metrics import ALERT_STATES
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.snapshot import Snapshot

@@ -6,7 +6,8 @@ import msgspec
 import pytest
 
 from reliabilityd.cli._oncall import duration, excerpt, rejected_summary
-from reliabilityd.events import REASON_CLASSES, TrialEvent, decode, named_suite, reason_class
+from reliabilityd.events import TrialEvent, decode
+from reliabilityd.rejections import REASON_CLASSES, named_suite, reason_class
 
 GOOD = {"suite": "s", "task": "t", "trial": "1", "outcome": "pass"}
 

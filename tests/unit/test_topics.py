@@ -9,7 +9,8 @@ import pytest
 
 from reliabilityd.config import load
 from reliabilityd.errors import ConfigError
-from reliabilityd.events import MAX_LETTERS, reason_class
+from reliabilityd.events import MAX_LETTERS
+from reliabilityd.rejections import reason_class
 from reliabilityd.topics import Binding, decode_bound, emitter_topic
 
 

@@ -1,0 +1,86 @@
+"""What the HTTP port answers: a commit's per-element results, the body's elements, /readyz."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import msgspec
+
+from reliabilityd.config import parse_mqtt_url
+from reliabilityd.events import Rejected, TrialEvent, elements, letters
+from reliabilityd.store import Applied, Redis
+
+# Seconds /readyz waits for Redis and for the broker.
+PROBE_TIMEOUT = 2.0
+
+
+class Committed(msgspec.Struct, frozen=True):
+    """What one commit did: each suite's result, and the events it dead-lettered instead.
+
+    ``not_counted`` maps an index into the committed events to the reason it
+    was dead-lettered at commit (a new suite past ``stats.max_suites``, a
+    sliced label that cannot name a slice).
+    """
+
+    applied: list[Applied]
+    not_counted: dict[int, str] = msgspec.field(default_factory=dict)
+
+
+class ElementResult(msgspec.Struct, omit_defaults=True):
+    index: int
+    status: str  # "accepted" or "rejected"
+    reason: str | None = None
+
+
+class SuiteResult(msgspec.Struct):
+    counted: int
+    duplicates: int
+    errors: int
+    skips: int
+
+
+class IngestResponse(msgspec.Struct):
+    accepted: int
+    rejected: int
+    results: list[ElementResult]
+    suites: dict[str, SuiteResult]
+
+
+def decode_elements(
+    payload: bytes, max_payload: int
+) -> tuple[list[TrialEvent | Rejected], list[Rejected], bool]:
+    """(each element's event or rejection in order, the dead letters, whether any element).
+
+    ``events.elements`` decodes, so an element is valid here exactly when it
+    would count over MQTT, an element that is itself an array is rejected
+    whole, and the dead letters are the ones MQTT would write (a bounded
+    number per payload). False: nothing in the body is an element (not JSON
+    or MessagePack, empty, ``[]``, nested too deeply): a 400.
+    """
+    whole, outcomes = elements(payload, max_payload)
+    if whole is not None:
+        return [], [whole], False
+    return outcomes, letters(outcomes), True
+
+
+async def probe(client: Redis, mqtt_url: str | None) -> dict[str, str]:
+    """/readyz: Redis answers PING, the broker accepts a TCP connection; what fails, why."""
+    problems: dict[str, str] = {}
+    try:
+        await asyncio.wait_for(client.ping(), PROBE_TIMEOUT)
+    except Exception as exc:
+        problems["redis"] = f"{type(exc).__name__}: {exc}"
+    if mqtt_url is not None:
+        broker = parse_mqtt_url(mqtt_url)
+        try:
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for, cancelled
+            # just as the connection is made, drops it unclosed.
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                _, writer = await asyncio.open_connection(broker.host, broker.port)
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        except (OSError, TimeoutError) as exc:
+            problems["mqtt"] = f"{broker.host}:{broker.port}: {type(exc).__name__} {exc}"
+    return problems
