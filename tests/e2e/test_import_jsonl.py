@@ -6,7 +6,6 @@ import io
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +17,8 @@ from reliabilityd.cli._main import main
 from reliabilityd.events import TrialEvent
 from reliabilityd.importers._import import ImportFileError, import_file
 from reliabilityd.importers.wire import Pieces
-from reliabilityd.store import Store, connect
+from reliabilityd.store import Store
 from tests.support.servers import RedisServer
-
-
-@pytest.fixture
-async def store(redis_server: RedisServer, prefix: str) -> AsyncIterator[Store]:
-    client = connect(redis_server.url)
-    yield Store(client, prefix)
-    await client.aclose()
 
 
 def event(task: str, trial: str, outcome: str = "pass", suite: str = "s") -> dict[str, Any]:

@@ -18,6 +18,7 @@ import pytest
 
 from reliabilityd.config import Config, load
 from reliabilityd.errors import ConfigError
+from tests.support.certs import NEW_KEY
 from tests.support.daemon import store_for
 from tests.support.http import event, http_config, serving
 from tests.support.servers import RedisServer
@@ -29,7 +30,7 @@ def _self_signed(where: Path, name: str) -> tuple[Path, Path]:
     cert, key = where / f"{name}.crt", where / f"{name}.key"
     subprocess.run(
         [
-            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("openssl", "req", "-x509", *NEW_KEY, "-nodes", "-days", "1"),
             *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=reliabilityd test"),
             *("-addext", "subjectAltName=IP:127.0.0.1"),
         ],

@@ -4,7 +4,6 @@ Inspect's own numbers; a log with no scored sample is refused naming the file an
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +12,7 @@ import pytest
 
 from reliabilityd import estimate_metrics
 from reliabilityd.importers._import import ImportFileError, import_file
-from reliabilityd.store import Store, connect
-from tests.support.servers import RedisServer
-
-
-@pytest.fixture
-async def store(redis_server: RedisServer, prefix: str) -> AsyncIterator[Store]:
-    client = connect(redis_server.url)
-    yield Store(client, prefix)
-    await client.aclose()
+from reliabilityd.store import Store
 
 
 async def write_log(path: Path, rows: dict[int, str], status: str = "success") -> Any:

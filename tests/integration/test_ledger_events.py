@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from reliabilityd.events import TrialEvent, decode
 from reliabilityd.importers._import import import_file
-from reliabilityd.store import Store, connect
-from tests.support.servers import RedisServer
-
-
-@pytest.fixture
-async def store(redis_server: RedisServer, prefix: str) -> AsyncIterator[Store]:
-    client = connect(redis_server.url)
-    yield Store(client, prefix)
-    await client.aclose()
+from reliabilityd.store import Store
 
 
 async def expire_dedup(store: Store, suite: str) -> None:

@@ -16,6 +16,7 @@ import pytest
 from reliabilityd.broker import Connection, Message, MqttError, connect
 from reliabilityd.config import MqttConfig, TlsConfig
 from reliabilityd.sources.mqtt import consume
+from tests.support.certs import make_certificates
 from tests.support.helpers import wait_until
 from tests.support.servers import Mosquitto, free_port
 
@@ -182,35 +183,11 @@ async def test_a_refused_connection_says_why(mosquitto: Mosquitto) -> None:
         await connect(cfg, identifier="", persistent=True)
 
 
-def make_certificates(where: Path) -> tuple[Path, Path, Path]:
-    """A throwaway CA and a server certificate for 127.0.0.1: (ca, cert, key)."""
-    ca, ca_key = where / "ca.crt", where / "ca.key"
-    cert, key, csr = where / "server.crt", where / "server.key", where / "server.csr"
-    san = where / "san.cnf"
-    san.write_text("subjectAltName=IP:127.0.0.1\n")
-
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-    run(
-        *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
-        *("-keyout", str(ca_key), "-out", str(ca), "-subj", "/CN=reliabilityd test CA"),
-    )
-    run(
-        *("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key)),
-        *("-out", str(csr), "-subj", "/CN=127.0.0.1"),
-    )
-    run(
-        *("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key)),
-        *("-CAcreateserial", "-out", str(cert), "-days", "1", "-extfile", str(san)),
-    )
-    return ca, cert, key
-
-
 @pytest.fixture
 def tls_broker(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     """A broker with a TLS listener that wants user `agent`, password `s3cr3t`: (port, CA)."""
-    ca, cert, key = make_certificates(tmp_path)
+    certs = make_certificates(tmp_path)
+    ca, cert, key = certs.ca, certs.server_cert, certs.server_key
     passwords = tmp_path / "passwd"
     passwords.touch()
     subprocess.run(
