@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs only the package and its `embedded` extra, not the test tools.
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: demo test check lint typecheck unit bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history \
+.PHONY: demo test check lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history \
 	study-pages study-coverage study-compare servers clean
 
 $(STAMP): pyproject.toml
@@ -31,7 +31,8 @@ demo: $(DEMO_STAMP)
 	$(PY) -m reliabilityd demo $(DEMO_ARGS)
 
 ## Everything CI checks: lint, strict types, the whole test suite against real servers.
-test: $(STAMP) servers lint typecheck unit
+test: $(STAMP) servers lint typecheck
+	$(VENV)/bin/pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check reliabilityd tests benchmarks studies
@@ -41,12 +42,17 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
+## The pure tier alone (no servers), on both cores.
 unit: $(STAMP)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -q -n 2 tests/unit
 
-## The developer's loop: lint, types, layers, and the unit and integration tiers on both cores.
+integration: $(STAMP) servers
+	$(VENV)/bin/pytest -q -n 4 tests/integration
+
+## The developer's loop: lint, types, layers, and the unit and integration tiers. Four workers
+## on two cores: most integration tests wait on a timer or a server, not on the CPU.
 check: $(STAMP) servers lint typecheck
-	$(VENV)/bin/pytest -q -n 2 tests/unit tests/integration
+	$(VENV)/bin/pytest -q -n 4 tests/unit tests/integration
 
 bench: bench-stats bench-ci bench-ingest bench-import bench-http bench-history
 
