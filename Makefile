@@ -30,9 +30,12 @@ servers:
 demo: $(DEMO_STAMP)
 	$(PY) -m reliabilityd demo $(DEMO_ARGS)
 
-## Everything CI checks: lint, strict types, the whole test suite against real servers.
+## Everything CI checks: lint, strict types, the whole test suite against real servers:
+## the unit and integration tiers as make check runs them, then the fault and end-to-end
+## tiers on two workers (each of their tests starts servers of its own).
 test: $(STAMP) servers lint typecheck
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 4 tests/unit tests/integration
+	$(VENV)/bin/pytest -n 2 tests/faults tests/e2e
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check reliabilityd tests benchmarks studies
