@@ -51,7 +51,7 @@ def _query(args: argparse.Namespace) -> int:
     from reliabilityd.client import AsyncClient
 
     target = redis_target(args)
-    cfg, url, prefix = target.config, target.url, target.prefix
+    cfg, prefix = target.config, target.prefix
     if args.command == "reset" and not status.confirm(
         f"Delete every count, dedup record, snapshot and alert state of suite {args.suite!r}?",
         args.yes,
@@ -63,7 +63,7 @@ def _query(args: argparse.Namespace) -> int:
         return 1
 
     async def run() -> int:
-        async with AsyncClient(url, prefix=prefix, cluster=cfg.redis.cluster) as client:
+        async with AsyncClient(target.where, prefix=prefix, cluster=cfg.redis.cluster) as client:
             if args.command == "status":
                 return await status.status(
                     client,

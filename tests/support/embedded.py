@@ -40,6 +40,32 @@ class Endpoints:
     http_url: str
 
 
+LOCATING = ("RELIABILITYD_REDIS_URL", "RELIABILITYD_MQTT_URL")
+
+
+def private_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """(an environment, the default data directory in it): a private ``XDG_DATA_HOME``.
+
+    Nothing in it names Redis or the broker, so the commands find the daemon
+    ``embedded_run`` starts there, and no test touches the user's data directory.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in LOCATING}
+    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
+    return env, tmp_path / "xdg" / "reliabilityd"
+
+
+def cli(env: dict[str, str], *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``reliabilityd ARGV`` as a person runs it, in ``env``; never raises on its exit code."""
+    return subprocess.run(
+        [sys.executable, "-m", "reliabilityd", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def broken_system_servers(tmp_path: Path) -> dict[str, str]:
     """An environment whose redis-server and mosquitto exist but do not run."""
     stubs = tmp_path / "stubs"
