@@ -376,7 +376,7 @@ class EmbeddedServers:
         """What a person needs to connect agents and tools: every endpoint the daemon serves."""
         assert self.redis is not None
         assert self.broker is not None
-        otlp = "POST /v1/logs (OTLP), " if config.http.otlp.enabled else ""
+        otlp = "POST /v1/logs, " if config.http.otlp.enabled else ""  # OTLP (opentelemetry.md)
         pad = " " * len("HTTP is at         ")
         return [
             f"agents publish to  {self.mqtt_url}  topic {config.mqtt.topic}  "
