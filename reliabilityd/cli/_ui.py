@@ -15,7 +15,13 @@ import argparse
 from urllib.parse import quote
 
 from reliabilityd import locate
-from reliabilityd.cli._common import load_config, mqtt_target, redis_target, say
+from reliabilityd.cli._common import (
+    add_redis_options,
+    load_config,
+    mqtt_target,
+    redis_target,
+    say,
+)
 from reliabilityd.logs import redact
 
 __all__ = ["add_parsers", "ui_url"]
@@ -27,16 +33,16 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("-c", "--config", help="TOML config file ([http] port, external_url)")
     p.add_argument("--open", action="store_true", help="also open it in the default browser")
     p.set_defaults(handler=_ui)
-    ep = sub.add_parser(
-        "endpoints",
-        help="print the Redis, MQTT broker and HTTP address the commands use, and how each "
-        "was found",
+    ep = add_redis_options(
+        sub.add_parser(
+            "endpoints",
+            help="print the Redis, MQTT broker and HTTP address the commands use, and how each "
+            "was found",
+        )
     )
     ep.add_argument(
         "which", nargs="?", choices=("redis", "mqtt", "http"), help="print only this URL"
     )
-    ep.add_argument("-c", "--config", help="TOML config file")
-    ep.add_argument("--redis", help="Redis URL (as for every command)")
     ep.add_argument("--mqtt", help="broker URL (as for emit)")
     ep.set_defaults(handler=_endpoints)
 
@@ -75,8 +81,8 @@ def _ui(args: argparse.Namespace) -> int:
 
 
 def _endpoints(args: argparse.Namespace) -> int:
-    redis = redis_target(args).where
-    mqtt = mqtt_target(args)
+    target = redis_target(args)
+    redis, mqtt = target.where, mqtt_target(args)
     http = ui_url(args.config)
     if args.which is not None:
         one = {"redis": redis, "mqtt": mqtt, "http": http}[args.which]
@@ -85,7 +91,7 @@ def _endpoints(args: argparse.Namespace) -> int:
             return 1
         print(redact(one.url))
         return 0
-    print(f"redis  {redis}")
+    print(f"redis  {target.describe()}")
     print(f"mqtt   {mqtt}")
     print(f"http   {http}" if http is not None else f"http   none: {_no_http(args.config)}")
     return 0
