@@ -167,13 +167,15 @@ async def publish(ends: Endpoints, events: list[TrialEvent]) -> None:
     await publish_to(ends.mqtt_port, ends.protocol, events)
 
 
-async def counts(url: str, trials: int, duplicates: int, within: float = 30) -> tuple[int, int]:
-    """(trials, duplicates) once they reach the expected numbers, or after `within` s."""
+async def counts(
+    url: str, trials: int, duplicates: int, within: float = 30, *, suite: str = SUITE
+) -> tuple[int, int]:
+    """(trials, duplicates) of ``suite`` once they reach the expected numbers, or after `within` s."""
     store = Store(aioredis.Redis.from_url(url))
     try:
         deadline = time.monotonic() + within
         while True:
-            c = (await store.reads.read_state(SUITE)).counters
+            c = (await store.reads.read_state(suite)).counters
             if (c.trials, c.duplicates) == (trials, duplicates) or time.monotonic() > deadline:
                 return c.trials, c.duplicates
             await asyncio.sleep(0.1)
