@@ -73,6 +73,8 @@ def test_the_cli_finds_a_running_embedded_daemon(tmp_path: Path) -> None:
         for argv in (
             ["status", "nobody"],
             ["tasks", "nobody"],
+            ["cases", "nobody"],
+            ["forget", "nobody", "t", "--yes"],
             ["history", "nobody"],
             ["compare", "nobody", SUITE],
             ["gate", "nobody", "--at-least", "0.5"],

@@ -170,7 +170,7 @@ async def publish(ends: Endpoints, events: list[TrialEvent]) -> None:
 async def counts(
     url: str, trials: int, duplicates: int, within: float = 30, *, suite: str = SUITE
 ) -> tuple[int, int]:
-    """(trials, duplicates) of ``suite`` once they reach the expected numbers, or after `within` s."""
+    """(trials, duplicates) of ``suite`` once they reach these numbers, or after `within` s."""
     store = Store(aioredis.Redis.from_url(url))
     try:
         deadline = time.monotonic() + within
