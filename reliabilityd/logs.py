@@ -7,29 +7,51 @@ import re
 import sys
 import time
 from typing import Any
+from urllib.parse import unquote
 
 log = logging.getLogger("reliabilityd")
 
-# Secrets a message may carry: the userinfo and the query of a URL (a Redis or
-# broker password, a webhook key), credentials after an auth scheme, and the
-# value of an Authorization header.
+# Secrets a message may carry: a URL's userinfo (a Redis or broker password),
+# the values of a URL's query keys that name credentials (a webhook's
+# ``?key=``, redis-py's ``?password=``), a bearer token, and the value of an
+# authorization header. Everything else stays as it was: a plain link such
+# as ``https://ci.example.com/runs/42?attempt=3`` is data, not a secret.
 _USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@?#]*@")
-_QUERY = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s?#'\"]*)\?[^\s#'\"]*")
-_SCHEME = re.compile(r"(?i)\b(bearer|basic|token|digest)(\s+)[^\s'\",]+")
+_QUERY = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s?#'\"]*\?)([^\s#'\"]*)")
+_SECRET_KEY = re.compile(
+    r"(?i)^(?:[a-z0-9]*[_.-])*(?:password|passwd|pass|pwd|secret|token|key|apikey|sig|signature"
+    r"|auth|authorization|credentials?|session|sessionid)$"
+)
+_BEARER = re.compile(r"(?i)\b(bearer)(\s+)[^\s'\",]+")
 _HEADER = re.compile(
-    r"(?i)\b((?:proxy-)?authorization|x-api-key|api-key|cookie)(['\"]?\s*[:=]\s*['\"]?)"
-    r"(?!bearer\b|basic\b|token\b|digest\b)[^\s'\",]+"
+    r"(?i)\b((?:proxy-)?authorization|x-api-key|api-key|cookie)"
+    r"(['\"]?\s*[:=]\s*['\"]?|\s+(?=(?:bearer|basic|token|digest)\s))"
+    r"((?:bearer|basic|token|digest)\s+)?[^\s'\",]+"
 )
 MASK = "***"
 
 
+def _query(match: re.Match[str]) -> str:
+    pairs = match[2].split("&")
+    for i, pair in enumerate(pairs):
+        key, sep, _ = pair.partition("=")
+        if sep and _SECRET_KEY.match(unquote(key)):
+            pairs[i] = f"{key}={MASK}"
+    return match[1] + "&".join(pairs)
+
+
 def redact(text: str) -> str:
-    """``text`` with URL userinfo and queries, auth credentials and header values masked."""
+    """``text`` with its credentials masked, and nothing else changed.
+
+    The one function for secrets in logs and in every command's messages:
+    URL userinfo (``redis://***@host``), the values of credential query keys
+    (``?key=***``), bearer tokens and authorization header values.
+    """
     if "://" in text:
         text = _USERINFO.sub(rf"\1{MASK}@", text)
-        text = _QUERY.sub(rf"\1?{MASK}", text)
-    text = _SCHEME.sub(rf"\1\2{MASK}", text)
-    return _HEADER.sub(rf"\1\2{MASK}", text)
+        text = _QUERY.sub(_query, text)
+    text = _HEADER.sub(rf"\1\2\3{MASK}", text)
+    return _BEARER.sub(rf"\1\2{MASK}", text)
 
 
 class RedactingFormatter(logging.Formatter):

@@ -1,4 +1,4 @@
-"""What every verb shares: exit codes, the config, finding Redis, options, argument types.
+"""What every verb shares: exit codes, the config, finding Redis and the broker, options.
 
 One exit-code table for the whole command line (docs/querying.md):
 
@@ -10,6 +10,8 @@ One exit-code table for the whole command line (docs/querying.md):
       named that does not exist
 3     undecided: the data cannot decide yet, or the number is UNKNOWN
 4     Redis or the MQTT broker unreachable or unusable
+141   standard output closed before the command finished (``| head``): the
+      code a shell gives a program that SIGPIPE ended
 ====  ==================================================================
 """
 
@@ -24,12 +26,15 @@ from typing import Any
 
 import redis.exceptions
 
+from reliabilityd import locate
 from reliabilityd.config import Config
+from reliabilityd.locate import Located, unreachable
 from reliabilityd.logs import redact
 
 __all__ = [
     "EXIT_FAIL",
     "EXIT_OK",
+    "EXIT_PIPE",
     "EXIT_UNDECIDED",
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
@@ -37,6 +42,7 @@ __all__ = [
     "RedisTarget",
     "add_redis_options",
     "load_config",
+    "mqtt_target",
     "positive",
     "redis_target",
     "run_on_redis",
@@ -48,6 +54,7 @@ EXIT_FAIL = 1
 EXIT_USAGE = 2
 EXIT_UNDECIDED = 3
 EXIT_UNREACHABLE = 4
+EXIT_PIPE = 128 + 13  # SIGPIPE
 
 
 class Exit(Exception):
@@ -62,8 +69,8 @@ def run_on_redis(target: RedisTarget, work: Coroutine[Any, Any, int]) -> int:
     """Run a command's coroutine; a Redis that cannot be reached or refuses is exit 4, named."""
     try:
         return asyncio.run(work)
-    except redis.exceptions.ConnectionError as exc:
-        say(f"cannot reach Redis at {target.describe()}: {exc}")
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        say(unreachable("Redis", target.describe(), exc))
         return EXIT_UNREACHABLE
     except redis.exceptions.RedisError as exc:
         say(f"Redis at {target.describe()} answered: {exc}")
@@ -96,7 +103,11 @@ def positive(text: str) -> int:
 
 def add_redis_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("-c", "--config", help="TOML config file (Redis URL, prefix, rules)")
-    p.add_argument("--redis", help="Redis URL, when there is no config file")
+    p.add_argument(
+        "--redis",
+        help="Redis URL (default: $RELIABILITYD_REDIS_URL, the config's, a running embedded "
+        "daemon's, else redis://127.0.0.1:6379/0)",
+    )
     p.add_argument("--prefix", help="key prefix (default: the config's, else rel)")
     return p
 
@@ -108,15 +119,21 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 class RedisTarget:
     """The Redis a command asks, and how it was found (for messages)."""
 
-    url: str
+    where: Located
     prefix: str
     config: Config
-    found_by: str
+
+    @property
+    def url(self) -> str:
+        return self.where.url
 
     def describe(self) -> str:
-        """`redis://127.0.0.1:6379/0 (the default)`: said whenever it finds nothing there."""
+        """`redis://127.0.0.1:6379/0 (the default; ...)`: said whenever it finds nothing there.
+
+        Without the URL's credentials: this is what every message names.
+        """
         prefix = "" if self.prefix == "rel" else f", prefix {self.prefix!r}"
-        return f"{self.url} ({self.found_by}{prefix})"
+        return f"{redact(self.url)} ({self.where.source}{prefix})"
 
     def configured(self) -> Config:
         """The config with this Redis URL and prefix."""
@@ -126,68 +143,50 @@ class RedisTarget:
         return msgspec.structs.replace(self.config, redis=redis)
 
 
-def _config_names_redis(path: str) -> bool:
-    """Whether the config file itself sets ``[redis] url`` (not only the default)."""
-    import tomllib
-    from pathlib import Path
-
-    try:
-        doc = tomllib.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return False  # load_config has said what is wrong with it
-    table = doc.get("redis")
-    return isinstance(table, dict) and "url" in table
-
-
-def _checked(url: str, found_by: str) -> str:
+def _checked(where: Located) -> Located:
     from urllib.parse import urlsplit
 
-    if urlsplit(url).scheme not in REDIS_SCHEMES:
+    if urlsplit(where.url).scheme not in REDIS_SCHEMES:
         say(
-            f"{url!r} ({found_by}) is not a Redis URL: redis://HOST:PORT/DB, rediss://... "
-            "or unix:///path/to/socket"
+            f"{where.url!r} ({where.source}) is not a Redis URL: redis://HOST:PORT/DB, "
+            "rediss://... or unix:///path/to/socket"
         )
         raise Exit(2)
     from reliabilityd.store import url_problem
 
-    problem = url_problem(url)
+    problem = url_problem(where.url)
     if problem is not None:
-        say(f"{redact(url)} ({found_by}): {problem}")
+        say(f"{where}: {problem}")
         raise Exit(2)
-    return url
+    return where
 
 
 def redis_target(args: argparse.Namespace) -> RedisTarget:
-    """The Redis a command asks, the same way for every command.
+    """The Redis a command asks, the same way for every command (``reliabilityd.locate``).
 
     In order: ``--redis``; ``$RELIABILITYD_REDIS_URL``; the ``-c`` config's
     ``[redis] url`` when the file sets one; the embedded daemon running on the
     default data directory (its ``endpoints.json``); ``redis://127.0.0.1:6379/0``.
     """
-    import os
-
-    cfg = load_config(getattr(args, "config", None))
+    path = getattr(args, "config", None)
+    cfg = load_config(path)
     prefix = getattr(args, "prefix", None) or cfg.redis.prefix
-    flag = getattr(args, "redis", None)
-    env = os.environ.get("RELIABILITYD_REDIS_URL")
-    if flag:
-        url, found_by = flag, "--redis"
-    elif env:
-        url, found_by = env, "$RELIABILITYD_REDIS_URL"
-    elif args.config and _config_names_redis(args.config):
-        url, found_by = cfg.redis.url, f"from {args.config}"
-    elif (embedded := _embedded_redis()) is not None:
-        url, found_by = embedded
-    else:
-        url, found_by = cfg.redis.url, "the default"
-    return RedisTarget(_checked(url, found_by), prefix, cfg, found_by)
+    where = locate.redis(getattr(args, "redis", None), given_as="--redis", config=path)
+    return RedisTarget(_checked(where), prefix, cfg)
 
 
-def _embedded_redis() -> tuple[str, str] | None:
-    from reliabilityd.embedded import _servers as embedded
+def mqtt_target(args: argparse.Namespace) -> Located:
+    """The broker a command publishes to, found as Redis is: ``--mqtt``, then
+    ``$RELIABILITYD_MQTT_URL``, the ``-c`` config's ``[mqtt] url`` when the file sets
+    one, the running embedded daemon's, ``mqtt://127.0.0.1:1883``."""
+    from reliabilityd.config import parse_mqtt_url
 
-    datadir = embedded.default_datadir()
-    ports = embedded.running_endpoints(datadir)
-    if ports is None:
-        return None
-    return f"redis://127.0.0.1:{ports.redis}/0", f"the embedded daemon in {datadir}"
+    where = locate.mqtt(
+        getattr(args, "mqtt", None), given_as="--mqtt", config=getattr(args, "config", None)
+    )
+    try:
+        parse_mqtt_url(where.url)
+    except ValueError as exc:
+        say(f"{where} is not a broker URL (mqtt://HOST:PORT or mqtts://...): {exc}")
+        raise Exit(2) from None
+    return where

@@ -66,10 +66,11 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.embedded:
         from reliabilityd.embedded import _servers as embedded
+        from reliabilityd.locate import default_datadir
 
         return embedded.run(
             load_config(args.config),
-            datadir=args.data_dir or embedded.default_datadir(),
+            datadir=args.data_dir or default_datadir(),
             mode=args.servers,
             log_level=args.log_level,
         )

@@ -26,11 +26,12 @@ from reliabilityd.cli._common import (
     EXIT_FAIL,
     EXIT_OK,
     EXIT_UNDECIDED,
-    EXIT_UNREACHABLE,
     EXIT_USAGE,
+    RedisTarget,
     add_redis_options,
-    load_config,
     positive,
+    redis_target,
+    run_on_redis,
     say,
 )
 from reliabilityd.config import Config
@@ -144,18 +145,8 @@ def describe_comparison(cmp: Comparison) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import asyncio
-
-    import redis.exceptions
-
-    cfg = load_config(args.config)
-    url = args.redis or cfg.redis.url
-    prefix = args.prefix or cfg.redis.prefix
-    try:
-        return asyncio.run(_decide(args, cfg, url, prefix))
-    except (redis.exceptions.RedisError, OSError) as exc:
-        say(f"Redis at {url} answered: {exc}")
-        return EXIT_UNREACHABLE
+    target = redis_target(args)
+    return run_on_redis(target, _decide(args, target))
 
 
 def sides(args: argparse.Namespace) -> tuple[Side | None, Side]:
@@ -175,7 +166,7 @@ def sides(args: argparse.Namespace) -> tuple[Side | None, Side]:
     return None, candidate
 
 
-async def _decide(args: argparse.Namespace, cfg: Config, url: str, prefix: str) -> int:
+async def _decide(args: argparse.Namespace, target: RedisTarget) -> int:
     from reliabilityd.client import AsyncClient
 
     try:
@@ -183,11 +174,12 @@ async def _decide(args: argparse.Namespace, cfg: Config, url: str, prefix: str) 
     except ValueError as exc:
         say(str(exc))
         return EXIT_USAGE
-    async with AsyncClient(url, prefix=prefix, cluster=cfg.redis.cluster) as client:
+    cfg = target.config
+    async with AsyncClient(target.where, prefix=target.prefix, cluster=cfg.redis.cluster) as client:
         known = set(await client.suites())
         for side in (baseline, candidate):
             if side is not None and side.suite not in known:
-                say(f"no suite named {side.suite!r} in Redis")
+                say(f"no suite named {side.suite!r} in {target.describe()}")
                 return EXIT_USAGE
         try:
             return await _judge(args, cfg, client, baseline, candidate)

@@ -176,7 +176,7 @@ def _history(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         async with AsyncClient(
-            target.url, prefix=target.prefix, cluster=target.config.redis.cluster
+            target.where, prefix=target.prefix, cluster=target.config.redis.cluster
         ) as client:
             if args.suite not in await client.suites():
                 missing(args.suite, target.describe())

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import os
+from typing import TYPE_CHECKING
 
 from reliabilityd.cli._common import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
+    add_redis_options,
     load_config,
+    mqtt_target,
     redis_target,
     say,
 )
+from reliabilityd.locate import unreachable
+
+if TYPE_CHECKING:
+    from reliabilityd.importers import ImportReport
 
 __all__ = ["add_parsers"]
 
@@ -24,9 +30,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     emit.add_argument("task")
     emit.add_argument("outcome", choices=["pass", "fail", "error", "skip"])
     emit.add_argument("--trial", help="trial id, unique per (suite, task); default: a new UUID")
-    where = emit.add_mutually_exclusive_group()
-    where.add_argument("--mqtt", help="broker URL (default $RELIABILITYD_MQTT_URL or localhost)")
-    where.add_argument("-c", "--config", help="take the broker URL and topic from this config")
+    emit.add_argument(
+        "--mqtt",
+        help="broker URL (default: $RELIABILITYD_MQTT_URL, the config's, a running embedded "
+        "daemon's, else mqtt://127.0.0.1:1883)",
+    )
+    emit.add_argument("-c", "--config", help="take the broker URL and topic from this config")
     emit.add_argument(
         "--topic",
         help="topic to publish on (default reliability/trials/emit); {suite} in it is the suite",
@@ -50,13 +59,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     imp.add_argument("--scorer", help="Inspect AI logs: the scorer to import (default: the first)")
     imp.add_argument("--json", action="store_true", help="print the result as JSON")
-    where = imp.add_mutually_exclusive_group()
-    where.add_argument("-c", "--config", help="TOML config: Redis, key prefix, windows, dedup TTL")
-    where.add_argument(
-        "--redis",
-        help="Redis URL (default $RELIABILITYD_REDIS_URL, the config's, a running embedded "
-        "daemon's, else localhost)",
-    )
+    add_redis_options(imp)  # the config also gives the windows and the dedup TTL
     imp.set_defaults(handler=_import)
 
 
@@ -66,8 +69,8 @@ def _emit(args: argparse.Namespace) -> int:
     from reliabilityd.topics import emitter_topic
 
     cfg = load_config(args.config)
+    where = mqtt_target(args)
     if args.config:
-        url = cfg.mqtt.url
         # A topic the daemon's subscription covers (per suite with mqtt.bind_suite).
         found = args.topic or emitter_topic(cfg.mqtt.topic, cfg.mqtt.bind_suite)
         if found is None or "+" in found or "#" in found:
@@ -75,10 +78,9 @@ def _emit(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         topic = found
     else:
-        url = args.mqtt or os.environ.get("RELIABILITYD_MQTT_URL") or cfg.mqtt.url
         topic = args.topic or DEFAULT_TOPIC
     try:
-        with Emitter(url, topic=topic, connect_timeout=args.timeout) as emitter:
+        with Emitter(where, topic=topic, connect_timeout=args.timeout) as emitter:
             trial = emitter.emit(args.suite, args.task, args.outcome, trial=args.trial)
             emitter.flush(args.timeout)
     except EmitterError as exc:
@@ -96,7 +98,7 @@ def _import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     import msgspec
-    from redis.exceptions import RedisError
+    import redis.exceptions
 
     from reliabilityd.importers import ImportFileError, describe, import_file
     from reliabilityd.store import Store, connect
@@ -104,10 +106,10 @@ def _import(args: argparse.Namespace) -> int:
     target = redis_target(args)
     cfg, url = target.config, target.url
 
-    async def go() -> int:
+    async def go() -> ImportReport:
         client = connect(url, cluster=cfg.redis.cluster, timeout=cfg.redis.timeout)
         try:
-            report = await import_file(
+            return await import_file(
                 Store(client, target.prefix),
                 Path(args.file),
                 suite=args.suite,
@@ -119,15 +121,20 @@ def _import(args: argparse.Namespace) -> int:
             )
         finally:
             await client.aclose()
-        print(msgspec.json.encode(report).decode() if args.json else describe(report))
-        # Wire events the decoder refused: the rest counted, but say so.
-        return 1 if report.rejected else 0
 
     try:
-        return asyncio.run(go())
+        report = asyncio.run(go())
     except ImportFileError as exc:
         say(f"import: {exc}")
         return exc.exit_code
-    except (OSError, RedisError) as exc:
-        say(f"import: cannot reach Redis at {target.describe()}: {exc}")
+    except BrokenPipeError:
+        raise  # standard output, not Redis: the entry point ends quietly
+    except (OSError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        say(f"import: {unreachable('Redis', target.describe(), exc)}")
         return EXIT_UNREACHABLE
+    except redis.exceptions.RedisError as exc:
+        say(f"import: Redis at {target.describe()} answered: {exc}")
+        return EXIT_UNREACHABLE
+    print(msgspec.json.encode(report).decode() if args.json else describe(report))
+    # Wire events the decoder refused: the rest counted, but say so.
+    return 1 if report.rejected else 0

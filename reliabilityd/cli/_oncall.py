@@ -16,7 +16,7 @@ from datetime import datetime
 
 import msgspec
 
-from reliabilityd.cli._common import add_redis_options, positive, redis_target, say
+from reliabilityd.cli._common import add_redis_options, positive, redis_target, run_on_redis
 from reliabilityd.store import DeadLetter, Store
 
 __all__ = ["add_parsers", "duration", "excerpt", "rejected", "rejected_summary"]
@@ -148,10 +148,6 @@ def rejected_summary(counts: Mapping[str | None, int], suite: str | None = None)
 
 
 def _rejected(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from redis.exceptions import RedisError
-
     from reliabilityd.store import connect
 
     target = redis_target(args)
@@ -170,8 +166,4 @@ def _rejected(args: argparse.Namespace) -> int:
         finally:
             await client.aclose()
 
-    try:
-        return asyncio.run(go())
-    except (OSError, RedisError) as exc:
-        say(f"cannot read dead letters from {target.describe()}: {exc}")
-        return 1
+    return run_on_redis(target, go())

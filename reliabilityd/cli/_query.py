@@ -6,6 +6,7 @@ import argparse
 
 from reliabilityd.cli import forecast as forecast_verb
 from reliabilityd.cli._common import (
+    EXIT_USAGE,
     add_redis_options,
     positive,
     redis_target,
@@ -51,7 +52,7 @@ def _query(args: argparse.Namespace) -> int:
     from reliabilityd.client import AsyncClient
 
     target = redis_target(args)
-    cfg, url, prefix = target.config, target.url, target.prefix
+    cfg, prefix = target.config, target.prefix
     if args.command == "reset" and not status.confirm(
         f"Delete every count, dedup record, snapshot and alert state of suite {args.suite!r}?",
         args.yes,
@@ -63,7 +64,17 @@ def _query(args: argparse.Namespace) -> int:
         return 1
 
     async def run() -> int:
-        async with AsyncClient(url, prefix=prefix, cluster=cfg.redis.cluster) as client:
+        async with AsyncClient(target.where, prefix=prefix, cluster=cfg.redis.cluster) as client:
+            # A suite named that is not there is said once, the same way, for every verb
+            # that reads one (status and tasks say it themselves); reset stays idempotent.
+            named = getattr(args, "suite", None)
+            if (
+                args.command in ("cases", "forecast", "forget")
+                and named is not None
+                and named not in await client.suites()
+            ):
+                status.missing(named, target.describe())
+                return EXIT_USAGE
             if args.command == "status":
                 return await status.status(
                     client,
@@ -90,7 +101,7 @@ def _query(args: argparse.Namespace) -> int:
             if await client.forget(args.suite, args.task):
                 print(f"forgot task {args.task!r} of {args.suite!r}")
                 return 0
-            say(f"suite {args.suite!r} has no task {args.task!r}")
+            say(f"suite {args.suite!r} has no task {args.task!r} in {target.describe()}")
             return 1
 
     return run_on_redis(target, run())

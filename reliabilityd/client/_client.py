@@ -6,8 +6,14 @@ works where a loop is already running). Both read what the daemon committed
 to Redis; ``estimate`` computes any k on demand from the stored histogram,
 not only the configured ones.
 
+Without a URL both find Redis as every command does (``reliabilityd.locate``):
+``$RELIABILITYD_REDIS_URL``, else the embedded daemon running on the default
+data directory, else ``redis://127.0.0.1:6379/0``; ``where`` says which and
+how, and a Redis that cannot be reached raises redis-py's error with both in
+its message.
+
     from reliabilityd import Client
-    with Client("redis://127.0.0.1:6379/0") as rel:
+    with Client() as rel:                  # the Redis the CLI would ask (reliabilityd.locate)
         rel.suites()                       # ['deploy-bot', ...]
         rel.snapshot("deploy-bot")         # the daemon's last Snapshot, or None
         rel.history("deploy-bot", since=t) # estimates over time and alert transitions
@@ -21,13 +27,17 @@ not only the configured ones.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Self, Unpack
+import functools
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, Unpack
 
 import msgspec
+import redis.exceptions
 
+from reliabilityd import locate
 from reliabilityd.alerting.rules import AlertState
 from reliabilityd.client._bridge import LoopThread
+from reliabilityd.locate import Located, unreachable
 from reliabilityd.stats.compare import CompareOptions, Comparison, Side, compare
 from reliabilityd.stats.estimate import Estimate, EstimateOptions, estimate
 from reliabilityd.stats.estimators import Metric
@@ -54,18 +64,47 @@ class SuiteSummary(msgspec.Struct, frozen=True):
     labels_seen: list[str] = msgspec.field(default_factory=list)
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _naming_redis(
+    method: Callable[Concatenate[AsyncClient, P], Awaitable[R]],
+) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, R]]:
+    """A read whose unreachable Redis is named, with how it was found, in the error."""
+
+    @functools.wraps(method)
+    async def named(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await method(self, *args, **kwargs)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            # The same class, so callers' handlers still match.
+            raise type(exc)(unreachable("Redis", self.where, exc)) from exc
+
+    return named
+
+
 class AsyncClient:
-    """Typed reads of the suites, snapshots and histograms in Redis."""
+    """Typed reads of the suites, snapshots and histograms in Redis.
+
+    ``redis_url`` None finds Redis as the commands do (``reliabilityd.locate``);
+    a ``Located`` (``locate.redis(...)``) carries how it was found into messages.
+    """
 
     def __init__(
         self,
-        redis_url: str = "redis://127.0.0.1:6379/0",
+        redis_url: str | Located | None = None,
         *,
         prefix: str = "rel",
         cluster: bool = False,
         timeout: float = 10.0,
     ) -> None:
-        self.store = Store(connect(redis_url, cluster=cluster, timeout=timeout), prefix)
+        self.where = locate.redis(redis_url, given_as="given to the client")
+        try:
+            client = connect(self.where.url, cluster=cluster, timeout=timeout)
+        except ValueError as exc:  # a URL redis-py cannot use
+            raise ValueError(f"{self.where}: {exc}") from None
+        self.store = Store(client, prefix)
 
     async def __aenter__(self) -> Self:
         return self
@@ -76,14 +115,17 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self.store.client.aclose()
 
+    @_naming_redis
     async def suites(self) -> list[str]:
         """Every suite that has received an event, sorted by name."""
         return await self.store.reads.suites()
 
+    @_naming_redis
     async def slices(self, suite: str) -> list[str]:
         """The canonical ids of the suite's slices, sorted (docs/slices.md)."""
         return await self.store.reads.slices(suite)
 
+    @_naming_redis
     async def snapshot(self, suite: str, *, slice: str | None = None) -> Snapshot | None:
         """The daemon's last full snapshot of the suite or of one slice, None before any.
 
@@ -99,6 +141,7 @@ class AsyncClient:
         except msgspec.ValidationError:
             return None
 
+    @_naming_redis
     async def history(
         self,
         suite: str,
@@ -111,6 +154,7 @@ class AsyncClient:
         alert transitions; empty before its first snapshot (``stats.history``)."""
         return await self.store.history.read(suite, slice=slice, since=since, until=until)
 
+    @_naming_redis
     async def summary(self, suite: str, *, slice: str | None = None) -> SuiteSummary:
         state = await self.store.reads.read_state(suite, slice=slice)
         snap = await self.snapshot(suite, slice=slice)
@@ -125,6 +169,7 @@ class AsyncClient:
             labels_seen=await self.store.reads.labels_seen(suite),
         )
 
+    @_naming_redis
     async def estimate(
         self,
         suite: str | Side,
@@ -146,6 +191,7 @@ class AsyncClient:
         state = await self.store.reads.read_state(name)
         return estimate(state.hist, k, metric, **options)
 
+    @_naming_redis
     async def compare(
         self,
         baseline: str | Side,
@@ -173,25 +219,30 @@ class AsyncClient:
             **options,
         )
 
+    @_naming_redis
     async def tasks(self, suite: str) -> dict[str, tuple[int, int]]:
         """Every task's (n trials, c passes). Reads the whole suite: a tool, not a hot path."""
         return await self.store.reads.task_counts(suite)
 
+    @_naming_redis
     async def cases(self, suite: str, k: int, top: int = 10) -> list[LotteryCase]:
         """The top lottery cases at k, read from the lottery index (never every task)."""
         state = await self.store.reads.read_state(suite)
         groups = ranked_cell_groups(state.hist.at_least(k), k, top)
         return await self.store.reads.lottery_rows(suite, groups, top)
 
+    @_naming_redis
     async def alert_states(self, suite: str, rules: Sequence[str]) -> dict[str, AlertState]:
         """The stored state of each named rule on the suite (inactive when never judged)."""
         states = await self.store.alerts.alert_states([(suite, rule) for rule in rules])
         return dict(zip(rules, states, strict=True))
 
+    @_naming_redis
     async def reset(self, suite: str) -> int:
         """Delete everything stored for the suite (counts, dedup records, snapshot, alerts)."""
         return await self.store.admin.reset_suite(suite)
 
+    @_naming_redis
     async def forget(self, suite: str, task: str) -> bool:
         """Take one task out of the suite's counts; False when the suite has no such task."""
         return await self.store.admin.forget_task(suite, task)
@@ -202,14 +253,19 @@ class Client:
 
     def __init__(
         self,
-        redis_url: str = "redis://127.0.0.1:6379/0",
+        redis_url: str | Located | None = None,
         *,
         prefix: str = "rel",
         cluster: bool = False,
         timeout: float = 10.0,
     ) -> None:
         self._bridge = LoopThread("reliabilityd-client")
-        self._async = self._bridge.call(_make_async(redis_url, prefix, cluster, timeout))
+        try:
+            self._async = self._bridge.call(_make_async(redis_url, prefix, cluster, timeout))
+        except BaseException:
+            self._bridge.close()
+            raise
+        self.where = self._async.where
 
     def __enter__(self) -> Self:
         return self
@@ -280,6 +336,8 @@ class Client:
         return self._bridge.call(self._async.forget(suite, task))
 
 
-async def _make_async(redis_url: str, prefix: str, cluster: bool, seconds: float) -> AsyncClient:
+async def _make_async(
+    redis_url: str | Located | None, prefix: str, cluster: bool, seconds: float
+) -> AsyncClient:
     # Built on the client's own loop: redis-py binds its connections to the loop that made them.
     return AsyncClient(redis_url, prefix=prefix, cluster=cluster, timeout=seconds)

@@ -48,13 +48,16 @@ from collections.abc import Awaitable
 from types import TracebackType
 from typing import Literal, TypeVar, Unpack
 
+from reliabilityd import locate
 from reliabilityd.backoff import Backoff
-from reliabilityd.broker import Connection, MqttError, Refused, connect
+from reliabilityd.broker import Connection, MqttError, Refused
 from reliabilityd.client._bridge import LoopThread
+from reliabilityd.client._connect import connect_either
 from reliabilityd.client._encode import EventExtras, encode_event
 from reliabilityd.client._errors import EmitterError, EmitterFull
 from reliabilityd.config import MqttConfig, TlsConfig, parse_mqtt_url, tls_context
 from reliabilityd.events import Outcome
+from reliabilityd.locate import Located
 from reliabilityd.topics import SUITE
 
 T = TypeVar("T")
@@ -70,11 +73,15 @@ class Emitter:
     version, else 5 is tried first and 3.1.1 when the broker refuses 5;
     ``keepalive`` is the MQTT keep-alive in seconds; ``tls`` is ``[mqtt.tls]``, for mqtts://.
     ``topic`` may hold ``{suite}``: each suite is then published on its own topic.
+    ``mqtt_url`` None finds the broker as ``reliabilityd emit`` does
+    (``reliabilityd.locate``): ``$RELIABILITYD_MQTT_URL``, else the embedded daemon
+    running on the default data directory, else ``mqtt://127.0.0.1:1883``;
+    ``where`` says which and how, and every error names it.
     """
 
     def __init__(
         self,
-        mqtt_url: str = "mqtt://127.0.0.1:1883",
+        mqtt_url: str | Located | None = None,
         *,
         topic: str = DEFAULT_TOPIC,
         client_id: str | None = None,
@@ -95,7 +102,12 @@ class Emitter:
             raise ValueError("reconnect_delay must be positive and keepalive at least 1")
         if protocol not in (None, "5", "3.1.1"):
             raise ValueError(f"protocol must be '5' or '3.1.1', got {protocol!r}")
-        self.endpoint = parse_mqtt_url(mqtt_url)
+        self.where = locate.mqtt(mqtt_url, given_as="given to the Emitter")
+        mqtt_url = self.where.url
+        try:
+            self.endpoint = parse_mqtt_url(mqtt_url)
+        except ValueError as exc:
+            raise ValueError(f"{self.where}: {exc}") from None
         self.tls = tls or TlsConfig()
         if tls is not None and not self.endpoint.tls:
             raise ValueError("tls is set, but the URL is mqtt://: use mqtts:// for TLS")
@@ -295,7 +307,7 @@ class Emitter:
         return True
 
     def _where(self) -> str:
-        return f"mqtt{'s' if self.endpoint.tls else ''}://{self.endpoint.host}:{self.endpoint.port}"
+        return str(self.where)  # the URL without its credentials, and how it was found
 
     # --- the background thread ---------------------------------------------
 
@@ -373,23 +385,10 @@ class Emitter:
 
     async def _connect(self) -> Connection:
         """A new connection: MQTT 5, or 3.1.1 once a broker refused 5 and took 3.1.1."""
-        versions: list[Literal["5", "3.1.1"]] = [self.protocol] if self.protocol else ["5", "3.1.1"]
-        error: MqttError | None = None
-        for version in versions:
-            config = MqttConfig(
-                url=self.url, protocol=version, keepalive=self.keepalive, tls=self.tls
-            )
-            try:
-                conn = await connect(config, identifier=self.client_id, persistent=False)
-            except MqttError as exc:
-                # A 3.1.1-only broker answers an MQTT 5 CONNECT with a refusal
-                # or (rumqttd) by closing the connection: try 3.1.1 next.
-                error = exc
-                continue
-            self.protocol = version
-            return conn
-        assert error is not None
-        raise error
+        conn, self.protocol = await connect_either(
+            self.url, self.protocol, self.keepalive, self.tls, self.client_id
+        )
+        return conn
 
     async def _unless_stopped(self, work: Awaitable[T]) -> T | None:
         """``work``'s result, or None when ``close`` stops the emitter first."""

@@ -7,6 +7,7 @@ import time
 from reliabilityd.alerting.watchdog import describe
 from reliabilityd.config import Config
 from reliabilityd.daemon._recompute import REDIS_ERRORS
+from reliabilityd.logs import redact
 from reliabilityd.store import Store, connect
 
 __all__ = ["UNREACHABLE", "check"]
@@ -20,16 +21,17 @@ async def check(config: Config, *, where: str | None = None) -> int:
     """0 when this instance's heartbeat is fresh and its ingest is not paused, 1 when it is
     not, 4 when Redis itself is unreachable or unusable.
 
-    ``where`` names the Redis asked in the unhealthy lines (default: its URL).
+    ``where`` names the Redis asked in the unhealthy lines (default: its URL);
+    neither ever shows the URL's credentials.
     """
     store = Store(
         connect(config.redis.url, cluster=config.redis.cluster, timeout=3.0), config.redis.prefix
     )
+    asked = redact(where or config.redis.url)
     try:
-        return await _check(config, store, where or config.redis.url)
+        return await _check(config, store, asked)
     except REDIS_ERRORS as exc:
-        asked = where or config.redis.url
-        print(f"unhealthy: Redis unusable, ingest paused: {describe(exc)} ({asked})")
+        print(redact(f"unhealthy: Redis unusable, ingest paused: {describe(exc)} ({asked})"))
         return UNREACHABLE
     finally:
         await store.client.aclose()
@@ -49,7 +51,7 @@ async def _check(config: Config, store: Store, where: str) -> int:
         paused = time.time() - float(info["paused_since"])
         print(
             f"unhealthy: instance {instance!r} has paused ingest for {paused:.0f} s: "
-            f"{info.get('redis_error')}"
+            f"{redact(str(info.get('redis_error')))}"
         )
         return 1
     print(f"healthy: instance {instance!r} beat {age:.1f} s ago")

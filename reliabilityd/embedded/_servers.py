@@ -12,7 +12,8 @@ Each comes from the system when it is installed and runs (``redis-server``,
 Everything lives in one data directory that survives a restart::
 
     <data-dir>/endpoints.json   the ports (Redis, MQTT, HTTP), served again on the next
-                                start; the CLI reads it to find a running daemon
+                                start; every command and client reads it to find a running
+                                daemon (``reliabilityd.locate``, which owns its format)
     <data-dir>/redis/           Redis's append-only file (deploy/redis.conf)
     <data-dir>/mqtt/            mosquitto's persistence file (rumqttd keeps none)
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import os
 import platform
 import shutil
 import signal
@@ -37,6 +37,7 @@ import msgspec
 
 from reliabilityd.config import Config
 from reliabilityd.embedded.processes import Mosquitto, RedisServer, Server, ServerError, free_port
+from reliabilityd.locate import ENDPOINTS, LOCK, Ports
 
 Mode = Literal["auto", "system", "package"]
 MODES: tuple[Mode, ...] = ("auto", "system", "package")
@@ -183,12 +184,6 @@ def _wait_loaded(url: str, timeout: float = 120.0) -> None:
         client.close()
 
 
-class Ports(msgspec.Struct):
-    redis: int
-    mqtt: int
-    http: int = 0
-
-
 def _bindable(port: int) -> bool:
     """Free to listen on: as the servers do, with SO_REUSEADDR (old connections may linger)."""
     import socket
@@ -251,7 +246,7 @@ class EmbeddedServers:
         raise ServerError(no_broker_message())
 
     def _ports(self) -> Ports:
-        path = self.datadir / "endpoints.json"
+        path = self.datadir / ENDPOINTS
         recorded = Ports(redis=0, mqtt=0)
         with contextlib.suppress(OSError, msgspec.DecodeError, msgspec.ValidationError):
             recorded = msgspec.json.decode(path.read_bytes(), type=Ports)
@@ -272,7 +267,7 @@ class EmbeddedServers:
 
     def _take_lock(self) -> None:
         self.datadir.mkdir(parents=True, exist_ok=True)
-        lock = (self.datadir / "lock").open("a+b")
+        lock = (self.datadir / LOCK).open("a+b")
         try:
             import fcntl
 
@@ -315,7 +310,7 @@ class EmbeddedServers:
                 self.broker = IotcoreBroker("rumqttd", self.datadir / "mqtt", ports.mqtt)
             self.broker.start()
             self.ports = ports
-            (self.datadir / "endpoints.json").write_bytes(msgspec.json.encode(ports))
+            (self.datadir / ENDPOINTS).write_bytes(msgspec.json.encode(ports))
         except BaseException:
             self.stop()
             raise
@@ -377,48 +372,22 @@ class EmbeddedServers:
             http=msgspec.structs.replace(config.http, port=self.ports.http),
         )
 
-    def describe(self, topic: str = "reliability/trials/<anything>") -> list[str]:
-        """What a person needs to connect agents and tools."""
+    def describe(self, config: Config) -> list[str]:
+        """What a person needs to connect agents and tools: every endpoint the daemon serves."""
         assert self.redis is not None
         assert self.broker is not None
+        otlp = "POST /v1/logs, " if config.http.otlp.enabled else ""  # OTLP (opentelemetry.md)
+        pad = " " * len("HTTP is at         ")
         return [
-            f"agents publish to  {self.mqtt_url}  topic {topic}  "
+            f"agents publish to  {self.mqtt_url}  topic {config.mqtt.topic}  "
             f"(MQTT {self.mqtt_protocol}, QoS 1; {self.broker_kind})",
             f"Redis is at        {self.redis_url}  ({self.redis_kind})",
-            f"HTTP is at         {self.http_url}  (POST /v1/trials, GET /suites/<suite>, /metrics)",
-            f"web UI at          {self.http_url}/  (open it in a browser; `reliabilityd ui`)",
-            f"data directory     {self.datadir}",
+            f"HTTP is at         {self.http_url}  (POST /v1/trials, {otlp}GET /suites/<suite>,",
+            f"{pad}/v1/compare, /metrics, /healthz, /readyz)",
+            f"web UI at          {self.http_url}/  (/, /suites/<suite>, /ui/login; "
+            "`reliabilityd ui`)",
+            f"data directory     {self.datadir}  (`reliabilityd endpoints` finds all of these)",
         ]
-
-
-def running_endpoints(datadir: Path) -> Ports | None:
-    """The ports of the embedded daemon serving ``datadir`` now; None when none runs there.
-
-    Running means its lock is held: a stale endpoints.json of a stopped
-    daemon names ports nothing may be listening on.
-    """
-    try:
-        ports = msgspec.json.decode((datadir / "endpoints.json").read_bytes(), type=Ports)
-        lock = (datadir / "lock").open("rb")
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    with lock:
-        try:
-            import fcntl
-        except ImportError:  # no flock (Windows): trust the file
-            return ports
-        try:
-            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            return ports  # held by the daemon
-        fcntl.flock(lock, fcntl.LOCK_UN)
-    return None
-
-
-def default_datadir() -> Path:
-    """$XDG_DATA_HOME/reliabilityd, else ~/.local/share/reliabilityd."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "reliabilityd"
 
 
 async def _serve(servers: EmbeddedServers, config: Config) -> int:
@@ -445,7 +414,7 @@ async def _serve(servers: EmbeddedServers, config: Config) -> int:
         await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
         if not task.done():
-            for line in servers.describe(config.mqtt.topic):
+            for line in servers.describe(config):
                 print(line, flush=True)
         await task
     finally:

@@ -128,7 +128,7 @@ async def _run(servers: EmbeddedServers, duration: float, live: bool) -> int:
     schedule = Schedule(agents)
     log: list[str] = []
     page = f"open {servers.http_url}/suites/{RULE.suite} in a browser: the suite's page, live"
-    footer = [page, liveview.rule_line(RULE), *servers.describe(), "Ctrl-C stops everything"]
+    footer = [page, liveview.rule_line(RULE), *servers.describe(config), "Ctrl-C stops everything"]
     live_view = None
     if live:
         from rich.console import Console

@@ -51,6 +51,7 @@ from reliabilityd.importers.results import (
     suite_name,
     task_name,
 )
+from reliabilityd.logs import redact
 
 URL_ENV = "RELIABILITYD_INSPECT_URL"
 TOPIC_ENV = "RELIABILITYD_INSPECT_TOPIC"
@@ -91,11 +92,11 @@ class ReliabilitydHooks(Hooks):
             log.warning(
                 "reliabilityd: no trials from this task (%s=%r: %s); import its log afterwards",
                 URL_ENV,
-                url,
+                redact(url),
                 exc,
             )
             return
-        log.info("reliabilityd: emitting trials to %s (topic %s)", url, topic)
+        log.info("reliabilityd: emitting trials to %s (topic %s)", redact(url), topic)
 
     async def on_sample_end(self, data: SampleEnd) -> None:
         where = self._tasks.get(data.eval_id)

@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -142,37 +138,6 @@ async def test_requests_in_flight_past_the_limit_are_503_with_retry_after(
 
 
 # --- secrets ------------------------------------------------------------------
-
-
-def _cli(*args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "reliabilityd", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-    assert proc.returncode != 0, (args, proc.stdout, proc.stderr)
-    return proc.stdout + proc.stderr
-
-
-def test_no_command_prints_the_redis_password_or_a_query_key(tmp_path: Path) -> None:
-    dead = f"redis://user:{MARKER}@127.0.0.1:{free_port()}/0"
-    results = tmp_path / "results.json"
-    results.write_text('{"format": "nothing"}')
-    outputs = [
-        _cli("status", "--redis", dead),
-        _cli("tasks", "--redis", dead, "suite"),
-        _cli("cases", "--redis", dead, "suite"),
-        _cli("reset", "--redis", dead, "--yes", "suite"),
-        _cli("forget", "--redis", dead, "--yes", "suite", "task"),
-        _cli("import", str(tmp_path / "missing.json"), env={"RELIABILITYD_REDIS_URL": dead}),
-    ]
-    for out in outputs:
-        assert out.strip()
-        assert MARKER not in out, out
-    assert any("redis://***@127.0.0.1" in out for out in outputs)
 
 
 async def test_a_failed_sink_delivery_names_the_url_without_its_secrets(

@@ -40,6 +40,32 @@ class Endpoints:
     http_url: str
 
 
+LOCATING = ("RELIABILITYD_REDIS_URL", "RELIABILITYD_MQTT_URL")
+
+
+def private_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """(an environment, the default data directory in it): a private ``XDG_DATA_HOME``.
+
+    Nothing in it names Redis or the broker, so the commands find the daemon
+    ``embedded_run`` starts there, and no test touches the user's data directory.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in LOCATING}
+    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
+    return env, tmp_path / "xdg" / "reliabilityd"
+
+
+def cli(env: dict[str, str], *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``reliabilityd ARGV`` as a person runs it, in ``env``; never raises on its exit code."""
+    return subprocess.run(
+        [sys.executable, "-m", "reliabilityd", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def broken_system_servers(tmp_path: Path) -> dict[str, str]:
     """An environment whose redis-server and mosquitto exist but do not run."""
     stubs = tmp_path / "stubs"
@@ -141,13 +167,15 @@ async def publish(ends: Endpoints, events: list[TrialEvent]) -> None:
     await publish_to(ends.mqtt_port, ends.protocol, events)
 
 
-async def counts(url: str, trials: int, duplicates: int, within: float = 30) -> tuple[int, int]:
-    """(trials, duplicates) once they reach the expected numbers, or after `within` s."""
+async def counts(
+    url: str, trials: int, duplicates: int, within: float = 30, *, suite: str = SUITE
+) -> tuple[int, int]:
+    """(trials, duplicates) of ``suite`` once they reach these numbers, or after `within` s."""
     store = Store(aioredis.Redis.from_url(url))
     try:
         deadline = time.monotonic() + within
         while True:
-            c = (await store.reads.read_state(SUITE)).counters
+            c = (await store.reads.read_state(suite)).counters
             if (c.trials, c.duplicates) == (trials, duplicates) or time.monotonic() > deadline:
                 return c.trials, c.duplicates
             await asyncio.sleep(0.1)

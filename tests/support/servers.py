@@ -142,3 +142,17 @@ def password_broker(tmp_path: Path) -> Iterator[Mosquitto]:
     broker.start()
     yield broker
     broker.stop()
+
+
+class PasswordRedis(RedisServer):
+    """A redis-server that refuses clients without its password (``requirepass``)."""
+
+    password = "right-password"
+
+    def argv(self) -> list[str]:
+        return [*super().argv(), "--requirepass", self.password]
+
+
+@pytest.fixture
+def password_redis(tmp_path: Path) -> Iterator[PasswordRedis]:
+    yield from _served(PasswordRedis("redis", tmp_path / "password-redis", free_port()))
