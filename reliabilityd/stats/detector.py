@@ -140,8 +140,13 @@ def _split_evidence(
     goal = np.clip(plug + (below - base), 1e-12, 1.0 - 1e-12)
     shifted = _sigmoid(lp - _shift_to(lp, goal, w, k)[..., None])
     drop = (below - base)[..., None] < 0.0  # baseline above the threshold
-    alt = np.clip(np.where(drop, shifted, p), 1e-12, 1.0 - 1e-12)
-    null = np.clip(np.where(drop, p, shifted), 1e-12, 1.0 - 1e-12)
+    first = np.where(drop, shifted, p)
+    second = np.where(drop, p, shifted)
+    # The alternative is the drop: its rates are the lower ones. Taking the
+    # minimum keeps that exact where the bisection lands a hair off (a baseline
+    # at the threshold), so a run of passes is never evidence of a drop.
+    alt = np.clip(np.minimum(first, second), 1e-12, 1.0 - 1e-12)
+    null = np.clip(np.maximum(first, second), 1e-12, 1.0 - 1e-12)
     per_fail = np.log1p(-alt) - np.log1p(-null)
     per_pass = np.log(alt) - np.log(null)
     llr: FloatArray = (((m - passes) * per_fail + passes * per_pass) * w).sum(axis=-1)
