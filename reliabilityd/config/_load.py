@@ -110,6 +110,13 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
         if url and urlsplit(url).scheme not in ("http", "https"):
             raise ConfigError(path, field, "must be an http:// or https:// URL")
     _check_tokens(config.http, path, env)
+    if config.http.max_body_bytes < config.ingest.max_payload:
+        raise ConfigError(
+            path,
+            "$.http.max_body_bytes",
+            f"{config.http.max_body_bytes} is less than ingest.max_payload "
+            f"({config.ingest.max_payload}): a body of the largest size could never be read",
+        )
     if (
         config.http.port
         and not is_loopback(config.http.host)
