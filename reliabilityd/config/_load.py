@@ -288,6 +288,14 @@ ENV_OVERRIDES = {
 }
 
 
+def check(config: Config, path: str, environ: Mapping[str, str] | None = None) -> None:
+    """The checks across keys that ``load`` runs, on a config built otherwise (a reload's).
+
+    ConfigError naming ``path`` and the field.
+    """
+    _check(config, path, os.environ if environ is None else environ)
+
+
 def load(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> Config:
     """Read, decode and check a config file; environment variables override the URLs."""
     name = str(path)

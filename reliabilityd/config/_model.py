@@ -286,6 +286,9 @@ class DaemonConfig(Base):
     # Seconds Redis may stay unusable (ingest paused) before the daemon tells the
     # Redis-free sinks (Alertmanager, webhook, MQTT) that it cannot judge.
     blind_after: PositiveFloat = 60.0
+    # The log level; "" = the one `run --log-level` gives (INFO by default).
+    # A reload (SIGHUP) applies it.
+    log_level: Literal["", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = ""
 
 
 class Config(Base):

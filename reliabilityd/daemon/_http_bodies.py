@@ -146,7 +146,6 @@ class Bodies:
         request: web.BaseRequest,
         inflight: asyncio.Semaphore,
         handle: Callable[[bytes], Awaitable[T]],
-        *,
         max_payload: int,
         seconds: float,
     ) -> T:

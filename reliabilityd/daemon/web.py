@@ -95,6 +95,7 @@ class Backend(ui.Source, Protocol):
     """What the HTTP server needs from the daemon (and the pages: its store and config)."""
 
     metrics: Metrics
+    authority: Authority  # its tokens change in place on a reload
 
     def is_paused(self) -> bool:
         """True while ingest waits for Redis (the MQTT consumer holds its messages)."""
@@ -148,7 +149,7 @@ class Handlers:
         self.started_at = time.time()
         self.inflight = asyncio.Semaphore(config.max_inflight)
         self.bodies = Bodies(config.max_body_bytes)
-        self.authority = Authority.from_config(config)
+        self.authority = backend.authority
 
     def _answer(self, response: web.Response) -> web.Response:
         self.backend.metrics.http_ingest.labels(str(response.status)).inc()
@@ -191,11 +192,7 @@ class Handlers:
         """Read the body, then ``handle`` it in an inflight place (``Bodies.handle``)."""
         try:
             return await self.bodies.handle(
-                request,
-                self.inflight,
-                handle,
-                max_payload=self.max_payload,
-                seconds=self.config.read_timeout,
+                request, self.inflight, handle, self.max_payload, self.config.read_timeout
             )
         except BodyRefused as exc:
             if exc.status == 503:
@@ -457,7 +454,7 @@ def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Appl
     app.router.add_get("/metrics", h.metrics)
     app.router.add_get("/healthz", h.healthz)
     app.router.add_get("/readyz", h.readyz)
-    ui.register(app, backend, config, json_suite=h.suite)
+    ui.register(app, backend, config, json_suite=h.suite, authority=h.authority)
     app.router.add_get("/v1/compare", h.compare)
     return app
 
