@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -91,13 +91,22 @@ class Reloader:
     """Reloads ``path`` into ``daemon`` on request (SIGHUP), one reload at a time.
 
     ``base_level`` is the log level the command line set: the one a
-    ``daemon.log_level`` of ``""`` means.
+    ``daemon.log_level`` of ``""`` means. ``prepare`` turns the file's config
+    into the one the daemon runs with, as at start-up (``run --embedded``
+    puts its servers' URLs and port in), so those are not taken for changes.
     """
 
-    def __init__(self, daemon: Daemon, path: str | None, base_level: int | str) -> None:
+    def __init__(
+        self,
+        daemon: Daemon,
+        path: str | None,
+        base_level: int | str,
+        prepare: Callable[[Config], Config] = lambda c: c,
+    ) -> None:
         self.daemon = daemon
         self.path = path
         self.base_level = base_level
+        self.prepare = prepare
         self.reloads = 0  # reloads applied (for tests and tools)
         self._task: asyncio.Task[None] | None = None
         self._again = False
@@ -127,7 +136,7 @@ class Reloader:
             return False
         running = self.daemon.config
         try:
-            merged, ignored = merge(running, config_mod.load(self.path))
+            merged, ignored = merge(running, self.prepare(config_mod.load(self.path)))
             config_mod.check(merged, self.path)
         except ConfigError as exc:
             emit(logging.ERROR, "reload_failed", error=exc, kept="the running config")

@@ -433,7 +433,7 @@ async def _serve(
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     daemon = Daemon(servers.configure(config))
-    install_signals(loop, stop, Reloader(daemon, path, log_level))
+    install_signals(loop, stop, Reloader(daemon, path, log_level, servers.configure))
     task = asyncio.create_task(daemon.run(stop), name="daemon")
     try:
         # Messages published before the first subscription have no session to go to:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
@@ -30,7 +29,7 @@ from reliabilityd.events import TrialEvent
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
 from tests.support.alertmanager import Receiver
-from tests.support.helpers import wait_until
+from tests.support.helpers import toml_of, wait_until
 from tests.support.http import event, post, serving
 from tests.support.servers import RedisServer, free_port
 
@@ -55,19 +54,6 @@ def trials() -> list[TrialEvent]:
         for t in range(20)
         for r in range(10)
     ]
-
-
-def _unset(value: Any) -> Any:
-    """``value`` without its None leaves (TOML has no null: a key left out is unset)."""
-    if isinstance(value, dict):
-        return {k: _unset(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_unset(v) for v in value]
-    return value
-
-
-def toml_of(cfg: Config) -> bytes:
-    return msgspec.toml.encode(_unset(msgspec.to_builtins(cfg)))
 
 
 def write(path: Path, cfg: Config) -> str:
