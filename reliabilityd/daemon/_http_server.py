@@ -7,13 +7,13 @@ connection, makes room), cap the unfinished requests of one client address
 (``http.max_pending_per_address``) and log a malformed request as one
 rate-limited line that never echoes what was sent.
 
-A connection's request is *unfinished* from the moment the connection opens
-(or, on a kept-alive connection, its next body starts to be read) until the
-whole request is in: the headers of a request without a body, or the last
-byte of a body (``delivered``). Only unfinished requests count against the
-per-address cap, so a producer's kept-alive connections and the requests it
-has delivered never do, and one that sends its request at once is never
-the oldest of its address for long.
+A request is *unfinished* from the moment its connection opens (or, on a
+kept-alive connection, its next body starts to be read) until it is in
+whole: the headers of a request without a body, or the last byte of a body
+(``delivered``). Only unfinished requests older than ``SLOW_AFTER`` count
+against the per-address cap, so a producer's kept-alive connections and
+the requests it has delivered never do, and one that sends each request
+whole is unfinished only until the server reads it.
 """
 
 from __future__ import annotations
@@ -113,13 +113,13 @@ class _Handler(RequestHandler):
     """aiohttp's connection handler with the limits of ``HttpConfig``.
 
     A connection that has not completed a request within ``read_timeout``
-    (a slowloris, say) is closed. Past ``max_connections`` the oldest
-    unfinished request's connection (still sending headers or a body) is
-    closed to make room, else the oldest idle one, so a flood of idle or
-    slow sockets cannot keep ``/healthz`` or a producer out; when every
-    connection is busy with a delivered request the new one is answered 503
-    and closed. Past ``max_pending_per_address`` unfinished requests from
-    one address, its oldest slow one is closed. A malformed request is
+    (a slowloris, say) is closed. Past ``max_connections`` the unfinished
+    request that moved on least recently (``_Server``) is closed to make
+    room, else the oldest idle connection, so a flood of idle or slow
+    sockets cannot keep ``/healthz`` or a producer out; when every connection is busy with a
+    delivered request the new one is answered 503 and closed. Past
+    ``max_pending_per_address`` unfinished requests from one address, its
+    oldest slow one is closed. A malformed request is
     logged as one rate-limited line with secrets masked, never a traceback,
     and answered without echoing what was sent (it may hold a bearer token).
     """
@@ -174,9 +174,14 @@ class _Handler(RequestHandler):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
-        if self._stage == "fresh" and isinstance(self._manager, _Server):
-            self._manager.unfinished(self, "head")
+        count = self._request_count
         super().data_received(data)
+        if self._stage is None or not isinstance(self._manager, _Server):
+            return
+        if self._request_count > count:
+            self._manager.unfinished(self, "ready")  # its headers are in: served next
+        elif self._stage == "fresh":
+            self._manager.unfinished(self, "head")
 
     def reading(self) -> None:
         """A body starts to be read: the request is unfinished until ``delivered``."""
@@ -239,46 +244,46 @@ class _Handler(RequestHandler):
         return response
 
 
-Stage = Literal["fresh", "head", "body"]
-# Which unfinished request makes room first past max_connections: a body
-# being trickled (its headers came, the rest does not), then headers being
-# trickled, then a connection that sent nothing yet. A producer's request,
-# sent whole, is only ever "fresh" until the server reads it.
-_ROOM_ORDER: tuple[Stage, ...] = ("body", "head", "fresh")
+# Where an unfinished request is: its connection sent nothing yet, part of
+# its headers, all of them (it is served next), or its body is being read.
+Stage = Literal["fresh", "head", "ready", "body"]
 
 
 class _Server(web.Server):
     """aiohttp's server, making ``_Handler`` connections and keeping their unfinished requests.
 
-    ``_stages`` holds, per stage, the connections whose request is
-    unfinished at that stage, oldest first, and ``_by_address`` all of them
-    per client address with the time each became unfinished, so the caps
-    find their victim without a scan.
+    ``_unfinished`` holds every connection whose request is unfinished, the
+    one that moved on least recently first: a connection moves to the end
+    each time its request reaches a new stage (``Stage``), so past
+    ``max_connections`` the one that makes room is the one stuck longest,
+    never a request that is being sent whole right now. ``_by_address``
+    holds them per client address with the time each became unfinished, so
+    the caps find their victim without a scan.
     """
 
     limits: HttpConfig
-    _stages: dict[Stage, dict[_Handler, None]]
+    _unfinished: dict[_Handler, None]
     _by_address: dict[str, dict[_Handler, float]]
 
     def __call__(self) -> RequestHandler:
         return _Handler(self, loop=self._loop, **self._kwargs)
 
     def unfinished(self, conn: _Handler, stage: Stage) -> None:
-        """``conn``'s request is unfinished, at ``stage``, from now or since it became so."""
+        """``conn``'s request is unfinished and has reached ``stage`` (from now, or still)."""
         if conn._stage == stage:
             return
-        if conn._stage is not None:
-            del self._stages[conn._stage][conn]
-        else:
+        if conn._stage is None:
             self._by_address.setdefault(conn._peer, {})[conn] = self._loop.time()
-        self._stages[stage][conn] = None
+        else:
+            del self._unfinished[conn]
+        self._unfinished[conn] = None
         conn._stage = stage
 
     def finished(self, conn: _Handler) -> None:
         """``conn``'s request is in whole, or the connection is gone."""
         if conn._stage is None:
             return
-        del self._stages[conn._stage][conn]
+        del self._unfinished[conn]
         conn._stage = None
         mine = self._by_address.get(conn._peer)
         if mine is not None:
@@ -287,11 +292,10 @@ class _Server(web.Server):
                 del self._by_address[conn._peer]
 
     def room_from(self, besides: _Handler) -> _Handler | None:
-        """The unfinished request to close for a new connection (``_ROOM_ORDER``), if any."""
-        for stage in _ROOM_ORDER:
-            for conn in self._stages[stage]:
-                if conn is not besides and conn.transport is not None:
-                    return conn
+        """The unfinished request stuck longest, to close for a new connection, if any."""
+        for conn in self._unfinished:
+            if conn is not besides and conn.transport is not None:
+                return conn
         return None
 
     def cap_address(self, peer: str, most: int, now: float) -> None:
@@ -317,7 +321,7 @@ class Runner(web.AppRunner):
         server.__class__ = _Server  # the same server, making _Handler connections
         assert isinstance(server, _Server)
         server.limits = self.limits
-        server._stages = {stage: {} for stage in _ROOM_ORDER}
+        server._unfinished = {}
         server._by_address = {}
         return server
 
