@@ -109,7 +109,17 @@ async def test_replicas_reloaded_at_different_moments_stop_re_marking_each_other
         assert await reloaders[1].reload()
         assert b.recompute.fingerprint(SUITES[0]) == new
         await wait_until(lambda: all_computed_under(new), 30)
+        # Marks either one set before B's reload may still be claimed once more:
+        # both reconcile under the new settings, and the marks run out.
+        await reconciles([a, b], 2)
+
+        async def no_marks() -> bool:
+            return await a.store.snapshots.changed() == []
+
+        await wait_until(no_marks, 30)
+        await reconciles([a, b], 1)
         settled = await stamps(a.store)
+        assert all(fingerprint == new for fingerprint, _ in settled.values())
         # Reconcile after reconcile, neither replica re-marks anything.
         await reconciles([a, b], 4)
         assert await stamps(a.store) == settled
