@@ -87,6 +87,11 @@ def setup(level: str = "INFO") -> None:
     root.setLevel(level)
 
 
+def set_level(level: str | int) -> None:
+    """The root logger's level from now on (a reload's ``daemon.log_level``)."""
+    logging.getLogger().setLevel(level)
+
+
 class RateLimited:
     """Log at most one line per interval; the line says how many were folded into it."""
 

@@ -36,12 +36,16 @@ class Evaluator:
     """Steps each (suite, rule) pair and queues the notifications it decides."""
 
     def __init__(self, config: Config, store: Store, outbox: Outbox) -> None:
-        self.config = config
         self.store = store
         self.outbox = outbox
-        self.rules: list[Rule] = config.rules()
+        self.configure(config)
         self._bad_snapshot_log = RateLimited(30.0)
         self._bad_state_log = RateLimited(30.0)
+
+    def configure(self, config: Config) -> None:
+        """The rules and notification settings of ``config`` (at start, and on a reload)."""
+        self.config = config
+        self.rules: list[Rule] = config.rules()
 
     async def newest_snapshots(self, suites: Sequence[Series]) -> dict[Series, Snapshot]:
         """The snapshot Redis holds now for each series that has a readable one.

@@ -44,15 +44,20 @@ class Outbox:
     """Drains the outboxes of (suite, rule, sink) and re-sends firing alerts to Alertmanager."""
 
     def __init__(self, config: Config, store: Store, sinks: dict[str, Sink], instance: str) -> None:
-        self.config = config
         self.store = store
-        self.sinks = sinks
+        self.configure(config, sinks)
         self.instance = instance
         self._drains: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         self._resends: set[asyncio.Task[None]] = set()
         self._next_resend_check: dict[tuple[str, str], float] = {}
         self._failures = RateLimited()
         self._closing = asyncio.Event()
+
+    def configure(self, config: Config, sinks: dict[str, Sink]) -> None:
+        """The sinks to deliver to (at start, and on a reload). The outbox of a sink
+        no longer configured keeps its entries in Redis, undelivered, until it is again."""
+        self.config = config
+        self.sinks = sinks
 
     def kick(self, suite: str, rule: str, sink: str) -> None:
         """Make sure this daemon tries to drain that outbox (if it gets the lease)."""
@@ -91,7 +96,10 @@ class Outbox:
                         suite, rule, sink, head, reason, maxlen=OUTBOX_DEADLETTER_MAXLEN
                     )
                     continue
-                failed = await attempt(self.sinks[sink], note, LEASE_TTL / 2)
+                target = self.sinks.get(sink)
+                if target is None:
+                    return  # no longer configured (a reload): the entries wait in Redis
+                failed = await attempt(target, note, LEASE_TTL / 2)
                 if isinstance(failed, SinkRefused):
                     # Refused for good (a topic the broker will never take):
                     # retrying it at the head would block this outbox for ever.
@@ -161,7 +169,9 @@ class Outbox:
             key = self.store.keys.am_resend(n.suite, n.rule)
             if not await self.store.alerts.lease(key, self.instance, am.resend_interval):
                 return
-            await self.sinks["alertmanager"].send(n)
+            am_sink = self.sinks.get("alertmanager")
+            if am_sink is not None:
+                await am_sink.send(n)
         except (SinkError, redis.exceptions.RedisError) as exc:
             emit(logging.WARNING, "alertmanager_resend_failed", rule=n.rule, error=exc)
 

@@ -72,19 +72,33 @@ class BlindWatch:
         watchdog: bool = False,
     ) -> None:
         self.health = health
-        self.sinks = {name: s for name, s in sinks.items() if not s.needs_redis}
         self.instance = instance
         self.blind_after = blind_after
-        self.resend_interval = resend_interval
         self.severity = severity
         self.notice: BlindNotice | None = None  # the firing notice while blind
         self._undelivered: dict[str, BlindNotice] = {}
         self._retry: dict[str, tuple[float, Backoff]] = {}
         self._last_am_send = 0.0
         self._failures = RateLimited(10.0)
+        self.sinks: dict[str, Sink] = {}
+        self.configure(sinks, resend_interval=resend_interval, watchdog=watchdog)
+        self._next_watchdog = 0.0
+
+    def configure(self, sinks: dict[str, Sink], *, resend_interval: float, watchdog: bool) -> None:
+        """The sinks to tell (at start, and on a reload): a sink no longer configured
+        is forgotten, and one added gets the firing notice, if any."""
+        before = set(self.sinks)
+        self.sinks = {name: s for name, s in sinks.items() if not s.needs_redis}
+        for name in list(self._undelivered):
+            if name not in self.sinks:
+                del self._undelivered[name]
+                self._retry.pop(name, None)
+        if self.notice is not None:
+            for name in self.sinks.keys() - before:
+                self._undelivered[name] = self.notice
+        self.resend_interval = resend_interval
         am = self.sinks.get("alertmanager")
         self._watchdog = am if watchdog and isinstance(am, AlertmanagerSink) else None
-        self._next_watchdog = 0.0
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

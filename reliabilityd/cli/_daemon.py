@@ -73,6 +73,7 @@ def _run(args: argparse.Namespace) -> int:
             datadir=args.data_dir or default_datadir(),
             mode=args.servers,
             log_level=args.log_level,
+            config_path=args.config,
         )
     if not args.config:
         say("-c/--config is required (or run --embedded)")
@@ -81,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     logs.setup(args.log_level)
-    return asyncio.run(main(cfg))
+    return asyncio.run(main(cfg, args.config))  # SIGHUP reloads args.config
 
 
 def _check(args: argparse.Namespace) -> int:

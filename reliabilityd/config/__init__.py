@@ -9,7 +9,7 @@ the tables and keys, ``_load`` the file loading and the checks across keys,
 
 from __future__ import annotations
 
-from reliabilityd.config._load import ENV_OVERRIDES, load
+from reliabilityd.config._load import ENV_OVERRIDES, check, load
 from reliabilityd.config._model import (
     LOOPBACK_HOSTS,
     AlertmanagerSinkConfig,
@@ -59,6 +59,7 @@ __all__ = [
     "TlsConfig",
     "TlsProblem",
     "WebhookSinkConfig",
+    "check",
     "http_tls_context",
     "is_loopback",
     "load",

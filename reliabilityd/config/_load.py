@@ -110,6 +110,13 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
         if url and urlsplit(url).scheme not in ("http", "https"):
             raise ConfigError(path, field, "must be an http:// or https:// URL")
     _check_tokens(config.http, path, env)
+    if config.http.max_body_bytes < config.ingest.max_payload:
+        raise ConfigError(
+            path,
+            "$.http.max_body_bytes",
+            f"{config.http.max_body_bytes} is less than ingest.max_payload "
+            f"({config.ingest.max_payload}): a body of the largest size could never be read",
+        )
     if (
         config.http.port
         and not is_loopback(config.http.host)
@@ -279,6 +286,14 @@ ENV_OVERRIDES = {
     "RELIABILITYD_INSTANCE": ("daemon", "instance"),
     "RELIABILITYD_HTTP_TOKEN": ("http", "token"),
 }
+
+
+def check(config: Config, path: str, environ: Mapping[str, str] | None = None) -> None:
+    """The checks across keys that ``load`` runs, on a config built otherwise (a reload's).
+
+    ConfigError naming ``path`` and the field.
+    """
+    _check(config, path, os.environ if environ is None else environ)
 
 
 def load(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> Config:

@@ -252,9 +252,20 @@ class HttpConfig(Base):
     # Open connections at most; past it a new one is answered 503 and closed.
     # Keep it well under the process's file limit (deploy/reliabilityd.service).
     max_connections: PositiveInt = 256
-    # POST /v1/trials and /readyz requests handled at once; past it 503 with
-    # Retry-After, so HTTP load cannot take the Redis connections MQTT ingest uses.
+    # Requests one client address may have unfinished (connected, or still
+    # sending headers or a body) for more than a second; past it its oldest
+    # such connection is closed. Delivered requests and idle kept-alive
+    # connections never count, so producers sending whole requests never meet it.
+    max_pending_per_address: PositiveInt = 64
+    # POST /v1/trials, /v1/logs and /readyz requests handled at once, each
+    # once its body is read; past it 503 with Retry-After, so HTTP load cannot
+    # take the Redis connections MQTT ingest uses.
     max_inflight: PositiveInt = 32
+    # Bytes of request bodies buffered at once, being read or committed; a
+    # body that finds no room closes the slow bodies still being read (older
+    # than a second), else is answered 503 with Retry-After. At least
+    # ingest.max_payload.
+    max_body_bytes: PositiveInt = 64 << 20
     # PEM certificate (chain) and private key: the port serves HTTPS; "" = plain HTTP.
     tls_cert: str = ""
     tls_key: str = ""
@@ -275,6 +286,9 @@ class DaemonConfig(Base):
     # Seconds Redis may stay unusable (ingest paused) before the daemon tells the
     # Redis-free sinks (Alertmanager, webhook, MQTT) that it cannot judge.
     blind_after: PositiveFloat = 60.0
+    # The log level; "" = the one `run --log-level` gives (INFO by default).
+    # A reload (SIGHUP) applies it.
+    log_level: Literal["", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = ""
 
 
 class Config(Base):

@@ -50,15 +50,20 @@ class Canaries:
     """Judges the configured canary rules and queues the notifications they decide."""
 
     def __init__(self, config: Config, store: Store, outbox: Outbox) -> None:
-        self.config = config
         self.store = store
         self.outbox = outbox
+        self.configure(config)
+        self._bad_state_log = RateLimited(30.0)
+
+    def configure(self, config: Config) -> None:
+        """The canary rules of ``config`` (at start, and on a reload): the next judge
+        judges every comparison, since a new or changed rule has no changed suite yet."""
+        self.config = config
         self.rules: list[CanaryRule] = config.canaries()
         # When this replica last judged; None = never. A judge that follows a
         # gap of more than JUDGE_ALL_AFTER intervals judges every comparison:
         # a tick in between failed (Redis) and its changed suites are unknown.
         self._last_judged: float | None = None
-        self._bad_state_log = RateLimited(30.0)
 
     async def judge(self, changed: Sequence[str]) -> None:
         """Judge every comparison that reads a changed suite or whose alert is under way."""

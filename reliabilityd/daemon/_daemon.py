@@ -14,10 +14,8 @@ acknowledging and retries with capped backoff.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -35,10 +33,12 @@ from reliabilityd.daemon import web
 from reliabilityd.daemon._admission import Decoded, past_suite_cap, screen_labels
 from reliabilityd.daemon._canary import Canaries
 from reliabilityd.daemon._compare import compare_sides
+from reliabilityd.daemon._heartbeat import heartbeat_loop
 from reliabilityd.daemon._http_answers import Committed, probe
 from reliabilityd.daemon._recompute import REDIS_ERRORS, Recompute
+from reliabilityd.daemon.auth import Authority
 from reliabilityd.daemon.metrics import Metrics
-from reliabilityd.daemon.supervisor import loop_error, supervise
+from reliabilityd.daemon.supervisor import supervise
 from reliabilityd.errors import ConfigError, first_config_error
 from reliabilityd.events import Rejected, TrialEvent, decode_many
 from reliabilityd.logs import RateLimited, emit
@@ -85,6 +85,8 @@ class Daemon:
             else None
         )
         self.rules = config.rules()
+        # Who may write and read over HTTP: one Authority the handlers and pages share.
+        self.authority = Authority.from_config(config.http)
         self.started_at = time.time()
         # What the HTTP port and /metrics read (web.Backend, below).
         self.last_commit_at = self.started_at
@@ -126,6 +128,30 @@ class Daemon:
         self.subscribed = asyncio.Event()
 
     # --- settings ---------------------------------------------------------
+
+    async def install(self, config: Config) -> None:
+        """Hand every part the settings of ``config`` at once: the reload's one seam.
+
+        The new sinks are built first; the swap itself waits for the CI tick
+        in progress and has no await, so no tick, evaluation, commit or
+        request sees half of it. ``config`` keeps the running values of the
+        keys that need a restart (``_reload.merge``): what is connected,
+        subscribed or listening is left as it is.
+        """
+        configured = sinks.configured(config, self.store, self.publisher, self.http)
+        counted = self.metrics.count_sink_failures(configured)
+        async with self.recompute.tick:
+            self.config, self.rules, self.sinks = config, config.rules(), counted
+            self.authority.configure(config.http)
+            self.outbox.configure(config, counted)
+            self.evaluator.configure(config)
+            am = config.sinks.alertmanager
+            self.blind.configure(
+                configured, resend_interval=am.resend_interval, watchdog=am.watchdog
+            )
+            self.recompute.configure(config)
+            if self.recompute.canaries is not None:
+                self.recompute.canaries.configure(config)
 
     # --- ingest -----------------------------------------------------------
 
@@ -246,7 +272,8 @@ class Daemon:
         """
         run = self._retry if retry else self._once
         store = store or self.store
-        by_suite, screened = screen_labels(self.config, by_suite, sources or {}, not_counted)
+        cfg = self.config  # one config for the whole commit, whatever a reload does meanwhile
+        by_suite, screened = screen_labels(cfg, by_suite, sources or {}, not_counted)
         if screened:
             rejected = [*rejected, *screened]
         if rejected:
@@ -255,17 +282,17 @@ class Daemon:
                 partial(
                     store.ingest.deadletter,
                     rejected,
-                    maxlen=self.config.store.deadletter_maxlen,
+                    maxlen=cfg.store.deadletter_maxlen,
                 ),
             )
             self._deadlettered(rejected)
         if not by_suite and cursor is None:
             return []
-        windows = {suite: self.config.suite_settings(suite)[0] for suite in by_suite}
-        touch = {suite for suite in by_suite if self.config.idle_expiry(suite) > 0}
+        windows = {suite: cfg.suite_settings(suite)[0] for suite in by_suite}
+        touch = {suite for suite in by_suite if cfg.idle_expiry(suite) > 0}
         slicing = {}
         for suite in by_suite:
-            slice_by, most = self.config.slicing(suite)
+            slice_by, most = cfg.slicing(suite)
             if slice_by:
                 slicing[suite] = Slicing(slice_by, most)
         refused: list[tuple[Rejected, str]] = []
@@ -275,12 +302,10 @@ class Daemon:
             # batch is applied, not when the admission alone went through.
             batch = by_suite
             if by_suite:
-                out = await store.ingest.admit(list(by_suite), self.config.stats.max_suites)
+                out = await store.ingest.admit(list(by_suite), cfg.stats.max_suites)
                 if out:
-                    letters = past_suite_cap(self.config, by_suite, out, sources or {}, not_counted)
-                    await store.ingest.deadletter(
-                        letters, maxlen=self.config.store.deadletter_maxlen
-                    )
+                    letters = past_suite_cap(cfg, by_suite, out, sources or {}, not_counted)
+                    await store.ingest.deadletter(letters, maxlen=cfg.store.deadletter_maxlen)
                     refused[:] = letters
                     batch = {s: e for s, e in by_suite.items() if s not in out}
             if not batch and cursor is None:
@@ -288,7 +313,7 @@ class Daemon:
             return await store.ingest.apply(
                 batch,
                 windows=windows,
-                dedup_ttl=self.config.dedup_ttl,
+                dedup_ttl=cfg.dedup_ttl,
                 cursor=cursor,
                 touch=touch,
                 sent=sent,
@@ -303,7 +328,7 @@ class Daemon:
         self.last_commit_at = time.time()
         for result in applied:
             self.committed_events += result.counted
-        self.recompute.committed([result.suite for result in applied])
+        self.recompute.live.committed([result.suite for result in applied])
         return applied
 
     def _deadlettered(self, rejected: Sequence[tuple[Rejected, str]]) -> None:
@@ -383,36 +408,6 @@ class Daemon:
 
     # --- loops ------------------------------------------------------------
 
-    async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
-        ttl = self.config.daemon.heartbeat_ttl
-        while not stop.is_set():
-            since = self.health.since
-            try:
-                await self.store.admin.heartbeat(
-                    self.instance,
-                    ttl,
-                    {
-                        "at": time.time(),
-                        "pid": os.getpid(),
-                        "started_at": self.started_at,
-                        "committed_events": self.committed_events,
-                        "paused_since": since,
-                        "redis_error": self.health.reason if since is not None else None,
-                        "mqtt": self.mqtt_watch.info() if self.config.mqtt.enabled else None,
-                    },
-                )
-            except REDIS_ERRORS as exc:
-                self.health.failed("heartbeat", exc)
-                self._redis_logs["heartbeat"].emit(
-                    logging.WARNING, "heartbeat_failed", error=describe(exc)
-                )
-                wait = min(1.0, ttl / 3)  # notice the recovery soon
-            else:
-                self.health.ok("heartbeat")
-                wait = ttl / 3
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), wait)
-
     async def run(self, stop: asyncio.Event) -> None:
         """Run until stop is set, then stop intake, finish the batch in flight, exit.
 
@@ -441,9 +436,9 @@ class Daemon:
                     )
                 ]
                 loops: dict[str, Callable[[], Awaitable[None]]] = {
-                    "live": partial(self.recompute.live_loop, stop),
+                    "live": partial(self.recompute.live.loop, stop),
                     "ci": partial(self.recompute.ci_loop, stop),
-                    "heartbeat": partial(self._heartbeat_loop, stop),
+                    "heartbeat": partial(heartbeat_loop, self, stop),
                     "blind-watch": partial(self.blind.run, stop),
                 }
                 if self.publisher is not None:
@@ -477,21 +472,3 @@ class Daemon:
             await self.http.close()
             await self.http_store.client.aclose()
             emit(logging.INFO, "stopped", committed_events=self.committed_events)
-
-
-async def main(config: Config) -> int:
-    """Run a daemon with SIGTERM / SIGINT handlers on the running loop."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.set_exception_handler(loop_error)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    daemon = Daemon(config)
-    try:
-        await daemon.run(stop)
-    except ConfigError as exc:
-        emit(logging.ERROR, "config_error", error=exc)
-        return exc.exit_code
-    finally:
-        await daemon.store.client.aclose()
-    return 0

@@ -2,8 +2,18 @@
 
 ``connection_limit`` keeps ``http.max_connections`` under the process's file
 limit; ``Runner`` serves the app with handlers that close slow clients, cap
-open connections (the oldest idle one makes room) and log a malformed
-request as one rate-limited line that never echoes what was sent.
+open connections (the oldest unfinished request, else the oldest idle
+connection, makes room), cap the unfinished requests of one client address
+(``http.max_pending_per_address``) and log a malformed request as one
+rate-limited line that never echoes what was sent.
+
+A request is *unfinished* from the moment its connection opens (or, on a
+kept-alive connection, its next body starts to be read) until it is in
+whole: the headers of a request without a body, or the last byte of a body
+(``delivered``). Only unfinished requests older than ``SLOW_AFTER`` count
+against the per-address cap, so a producer's kept-alive connections and
+the requests it has delivered never do, and one that sends each request
+whole is unfinished only until the server reads it.
 """
 
 from __future__ import annotations
@@ -12,7 +22,8 @@ import asyncio
 import contextlib
 import logging
 import resource
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -36,6 +47,10 @@ MIN_CONNECTIONS = 8
 # The listening socket's queue: asyncio accepts up to this many connections
 # in one go before the handler sees any, so the file limit must hold them too.
 BACKLOG = 64
+# Seconds after which an unfinished request counts as slow: only slow ones are
+# closed for the per-address cap and the body budget. A burst of producers
+# connecting at once is not slow; a client still sending after a second is.
+SLOW_AFTER = 1.0
 
 
 def connection_limit(config: HttpConfig) -> int:
@@ -79,6 +94,7 @@ def connection_limit(config: HttpConfig) -> int:
 
 
 _malformed = RateLimited()
+_closed_for_room = RateLimited()
 
 
 # aiohttp (3.x) offers no setting for a deadline on a request's headers, a cap
@@ -97,27 +113,38 @@ class _Handler(RequestHandler):
     """aiohttp's connection handler with the limits of ``HttpConfig``.
 
     A connection that has not completed a request within ``read_timeout``
-    (a slowloris, say) is closed. Past ``max_connections`` the oldest
-    connection that has no request in hand (idle, or still sending headers)
-    is closed to make room, so a flood of idle sockets cannot keep
-    ``/healthz`` or a producer out; when every connection is busy with a
-    request the new one is answered 503 and closed. A malformed request is
+    (a slowloris, say) is closed. Past ``max_connections`` the unfinished
+    request that moved on least recently (``_Server``) is closed to make
+    room, else the oldest idle connection, so a flood of idle or slow
+    sockets cannot keep ``/healthz`` or a producer out; when every connection is busy with a
+    delivered request the new one is answered 503 and closed. Past
+    ``max_pending_per_address`` unfinished requests from one address, its
+    oldest slow one is closed. A malformed request is
     logged as one rate-limited line with secrets masked, never a traceback,
     and answered without echoing what was sent (it may hold a bearer token).
     """
 
-    __slots__ = ("_deadline", "_limits", "_served")
+    __slots__ = ("_deadline", "_limits", "_peer", "_served", "_stage")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stage: Stage | None = None
+        self._peer = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         limits: HttpConfig = getattr(self._manager, "limits")  # noqa: B009
         self._limits = limits
         self._served = 0
-        if self._manager is not None and len(self._manager.connections) > limits.max_connections:
-            idle = next(
+        peer = transport.get_extra_info("peername")
+        self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        server = self._manager
+        assert isinstance(server, _Server)
+        if len(server.connections) > limits.max_connections:
+            victim = server.room_from(self) or next(
                 (
                     c
-                    for c in self._manager.connections
+                    for c in server.connections
                     if c is not self
                     and isinstance(c, _Handler)
                     and c._current_request is None
@@ -126,15 +153,58 @@ class _Handler(RequestHandler):
                 ),
                 None,
             )
-            if idle is not None and idle.transport is not None:
-                idle.transport.close()
+            if victim is not None and victim.transport is not None:
+                victim.close_slow("max_connections")
             else:
                 if isinstance(transport, asyncio.WriteTransport):
                     transport.write(_BUSY)
                 self.force_close()
                 transport.close()
                 return
+        server.unfinished(self, "fresh")
+        server.cap_address(self._peer, limits.max_pending_per_address, self._loop.time())
         self._deadline = self._loop.call_later(limits.read_timeout, self._check_progress)
+
+    def close_slow(self, why: str) -> None:
+        """Close this connection to make room (``why`` names the limit), and log it."""
+        if isinstance(self._manager, _Server):
+            self._manager.finished(self)
+        _closed_for_room.emit(logging.WARNING, "http_connection_closed", peer=self._peer, limit=why)
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        count = self._request_count
+        super().data_received(data)
+        if self._stage is None or not isinstance(self._manager, _Server):
+            return
+        if self._request_count > count:
+            self._manager.unfinished(self, "ready")  # its headers are in: served next
+        elif self._stage == "fresh":
+            self._manager.unfinished(self, "head")
+
+    def reading(self) -> None:
+        """A body starts to be read: the request is unfinished until ``delivered``."""
+        if isinstance(self._manager, _Server):
+            self._manager.unfinished(self, "body")
+
+    def delivered(self) -> None:
+        """The whole request is in: it no longer counts as unfinished."""
+        if isinstance(self._manager, _Server):
+            self._manager.finished(self)
+
+    async def _handle_request(
+        self,
+        request: Any,
+        start_time: float | None,
+        request_handler: Callable[[Any], Awaitable[web.StreamResponse]],
+    ) -> tuple[web.StreamResponse, bool]:
+        if request.content.is_eof():  # no body, or all of it already in
+            self.delivered()
+        try:
+            return await super()._handle_request(request, start_time, request_handler)
+        finally:
+            self.delivered()
 
     def _check_progress(self) -> None:
         """Close a connection that completed no request since the last check and is not busy."""
@@ -149,6 +219,8 @@ class _Handler(RequestHandler):
         deadline = getattr(self, "_deadline", None)
         if deadline is not None:
             deadline.cancel()
+        if isinstance(self._manager, _Server):
+            self._manager.finished(self)
         super().connection_lost(exc)
 
     def handle_error(
@@ -172,11 +244,73 @@ class _Handler(RequestHandler):
         return response
 
 
+# Where an unfinished request is: its connection sent nothing yet, part of
+# its headers, all of them (it is served next), or its body is being read.
+Stage = Literal["fresh", "head", "ready", "body"]
+
+
 class _Server(web.Server):
+    """aiohttp's server, making ``_Handler`` connections and keeping their unfinished requests.
+
+    ``_unfinished`` holds every connection whose request is unfinished, the
+    one that moved on least recently first: a connection moves to the end
+    each time its request reaches a new stage (``Stage``), so past
+    ``max_connections`` the one that makes room is the one stuck longest,
+    never a request that is being sent whole right now. ``_by_address``
+    holds them per client address with the time each became unfinished, so
+    the caps find their victim without a scan.
+    """
+
     limits: HttpConfig
+    _unfinished: dict[_Handler, None]
+    _by_address: dict[str, dict[_Handler, float]]
 
     def __call__(self) -> RequestHandler:
         return _Handler(self, loop=self._loop, **self._kwargs)
+
+    def unfinished(self, conn: _Handler, stage: Stage) -> None:
+        """``conn``'s request is unfinished and has reached ``stage`` (from now, or still)."""
+        if conn._stage == stage:
+            return
+        if conn._stage is None:
+            self._by_address.setdefault(conn._peer, {})[conn] = self._loop.time()
+        else:
+            del self._unfinished[conn]
+        self._unfinished[conn] = None
+        conn._stage = stage
+
+    def finished(self, conn: _Handler) -> None:
+        """``conn``'s request is in whole, or the connection is gone."""
+        if conn._stage is None:
+            return
+        del self._unfinished[conn]
+        conn._stage = None
+        mine = self._by_address.get(conn._peer)
+        if mine is not None:
+            mine.pop(conn, None)
+            if not mine:
+                del self._by_address[conn._peer]
+
+    def room_from(self, besides: _Handler) -> _Handler | None:
+        """The unfinished request stuck longest, to close for a new connection, if any."""
+        for conn in self._unfinished:
+            if conn is not besides and conn.transport is not None:
+                return conn
+        return None
+
+    def cap_address(self, peer: str, most: int, now: float) -> None:
+        """Close the slow unfinished requests of ``peer`` past ``most``, oldest first.
+
+        Requests unfinished for less than ``SLOW_AFTER`` are left alone: a
+        burst of clients that send their requests at once is not slow.
+        """
+        mine = self._by_address.get(peer)
+        while mine is not None and len(mine) > most:
+            oldest, since = next(iter(mine.items()))
+            if now - since < SLOW_AFTER:
+                return
+            oldest.close_slow("max_pending_per_address")
+            mine = self._by_address.get(peer)
 
 
 class Runner(web.AppRunner):
@@ -185,5 +319,28 @@ class Runner(web.AppRunner):
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         server.__class__ = _Server  # the same server, making _Handler connections
-        server.limits = self.limits  # type: ignore[attr-defined]
+        assert isinstance(server, _Server)
+        server.limits = self.limits
+        server._unfinished = {}
+        server._by_address = {}
         return server
+
+
+def reading(request: web.BaseRequest) -> None:
+    """``request``'s body starts to be read (``_Handler.reading``)."""
+    if isinstance(request.protocol, _Handler):
+        request.protocol.reading()
+
+
+def delivered(request: web.BaseRequest) -> None:
+    """``request`` is in whole (``_Handler.delivered``)."""
+    if isinstance(request.protocol, _Handler):
+        request.protocol.delivered()
+
+
+def close_slow(request: web.BaseRequest, why: str) -> None:
+    """Close ``request``'s connection to make room for others (``why`` names the limit)."""
+    if isinstance(request.protocol, _Handler):
+        request.protocol.close_slow(why)
+    elif request.transport is not None:
+        request.transport.close()

@@ -1,7 +1,7 @@
 """What the daemon computes from committed state: live values, snapshots, the CI tick.
 
 After a commit the suite's point estimates are refreshed within
-``LIVE_INTERVAL``. The same commit marks the suite changed in Redis; every
+``_live.LIVE_INTERVAL``. The same commit marks the suite changed in Redis; every
 ``ci_interval`` a replica claims marked suites, computes their CIs, lottery
 cases and snapshot, and drops its claim (a replica that dies holding a claim
 loses nothing: the claim expires back into the marks). Then the evaluator
@@ -43,6 +43,7 @@ from reliabilityd.alerting.rules import Rule, for_slice
 from reliabilityd.alerting.watchdog import describe
 from reliabilityd.config import Config
 from reliabilityd.daemon._canary import Canaries
+from reliabilityd.daemon._live import LiveValues
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.stats import history, snapshot
@@ -53,7 +54,6 @@ from reliabilityd.store import Series, SnapshotWrite, Store, SuiteState
 
 __all__ = ["Recompute"]
 
-LIVE_INTERVAL = 0.2
 # Every Redis error pauses what needs Redis; none of them ends the daemon.
 REDIS_ERRORS = (redis.exceptions.RedisError,)
 # Change marks taken per claim (a tick claims again while marks remain, for at
@@ -87,11 +87,14 @@ class Recompute:
         self.config = config
         self.store = store
         self.rules = list(rules)
+        # Held for each tick (snapshots, the evaluator, the canaries): a reload
+        # hands its config over between two ticks, never within one.
+        self.tick = asyncio.Lock()
         self.evaluator = evaluator
         self.metrics = metrics
         self.publisher = publisher
-        self._live_dirty: set[str] = set()
-        self._live_wake = asyncio.Event()
+        # Point estimates after each commit, with this replica's settings.
+        self.live = LiveValues(store, self.settings)
         self._redis_logs: dict[str, RateLimited] = defaultdict(RateLimited)
         self._no_window_log = RateLimited(3600.0)
         self._next_reconcile = 0.0
@@ -100,10 +103,12 @@ class Recompute:
         # The canary rules' judge, run after each tick on the suites it recomputed.
         self.canaries: Canaries | None = None
 
-    def committed(self, suites: Sequence[str]) -> None:
-        """These suites' live values are due (called after every commit)."""
-        self._live_dirty.update(suites)
-        self._live_wake.set()
+    def configure(self, config: Config) -> None:
+        """Settings and rules from ``config`` (a reload, between ticks); the next tick
+        reconciles every suite with them (``fingerprint``)."""
+        self.config = config
+        self.rules = config.rules()
+        self._next_reconcile = 0.0
 
     def ks(self) -> tuple[int, ...]:
         """The configured k values and every k an alert rule names."""
@@ -139,18 +144,6 @@ class Recompute:
             ]
         )
         return hashlib.sha256(doc).hexdigest()[:16]
-
-    async def refresh_live(self, suite: str) -> None:
-        """Point estimates and counters of the suite's current version, no CI."""
-        state = await self.store.reads.read_state(suite)
-        c = state.counters
-        estimates = snapshot.point_estimates(state.hist, self.settings(suite))
-        values: dict[str, str | int] = {
-            **snapshot.counter_fields(state.hist.tasks, c.trials, c.errors, c.skips, c.duplicates),
-            "live_updated_at": snapshot.rfc3339(time.time()),
-            **snapshot.value_fields(estimates),
-        }
-        await self.store.snapshots.write_snapshot(suite, c.version, {}, values)
 
     def series_rules(self, series: Series) -> list[Rule]:
         """The rules that judge a series: the suite's, or a slice's (``slices = true``)."""
@@ -458,38 +451,28 @@ class Recompute:
                 gone += left
         return gone
 
-    async def live_loop(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await self._live_wake.wait()
-            self._live_wake.clear()
-            dirty, self._live_dirty = self._live_dirty, set()
-            for suite in sorted(dirty):
-                try:
-                    await self.refresh_live(suite)
-                except REDIS_ERRORS as exc:
-                    self._redis_logs["live"].emit(
-                        logging.WARNING, "live_refresh_failed", suite=suite, error=describe(exc)
-                    )
-                    self._live_dirty.add(suite)
-            await asyncio.sleep(LIVE_INTERVAL)
-            if self._live_dirty:
-                self._live_wake.set()
-
     async def ci_loop(self, stop: asyncio.Event) -> None:
-        interval = self.config.stats.ci_interval
         while not stop.is_set():
             started = time.monotonic()
-            try:
-                if time.monotonic() >= self._next_idle_sweep:
-                    self._next_idle_sweep = time.monotonic() + IDLE_SWEEP_EVERY
-                    await self.expire_idle(await self.store.reads.suites())
-                changed = await self.ci_tick()
-                await self.evaluator.evaluate(await self.store.reads.suites())
-                if self.canaries is not None:
-                    await self.canaries.judge(sorted({Series.of_member(m).suite for m in changed}))
-            except REDIS_ERRORS as exc:
-                self._redis_logs["ci"].emit(logging.WARNING, "ci_tick_failed", error=describe(exc))
+            async with self.tick:
+                try:
+                    await self._tick()
+                except REDIS_ERRORS as exc:
+                    self._redis_logs["ci"].emit(
+                        logging.WARNING, "ci_tick_failed", error=describe(exc)
+                    )
+                interval = self.config.stats.ci_interval
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     stop.wait(), max(0.0, interval - (time.monotonic() - started))
                 )
+
+    async def _tick(self) -> None:
+        """The idle sweep when due, the snapshots, the rules' and the canaries' verdicts."""
+        if time.monotonic() >= self._next_idle_sweep:
+            self._next_idle_sweep = time.monotonic() + IDLE_SWEEP_EVERY
+            await self.expire_idle(await self.store.reads.suites())
+        changed = await self.ci_tick()
+        await self.evaluator.evaluate(await self.store.reads.suites())
+        if self.canaries is not None:
+            await self.canaries.judge(sorted({Series.of_member(m).suite for m in changed}))

@@ -98,6 +98,16 @@ class Authority:
             grants.append((entry.token, Grant(name, tuple(entry.write), tuple(entry.read))))
         return cls(grants, open_reads=is_loopback(config.host))
 
+    def configure(self, config: HttpConfig) -> None:
+        """Every token of ``config`` from now on, in place of the ones before (a reload).
+
+        The handlers and pages hold this one Authority: a request answered
+        after the swap is judged by the new tokens only, one before it by the
+        old ones only.
+        """
+        fresh = Authority.from_config(config)
+        self._grants, self.anonymous = fresh._grants, fresh.anonymous
+
     @property
     def tokens_required(self) -> bool:
         """True when writes need a token (any token is configured)."""

@@ -263,6 +263,8 @@ class Metrics:
 
     def count_sink_failures(self, sinks: Mapping[str, Sink]) -> dict[str, Sink]:
         """The same sinks, each counting the deliveries it raised on (timeouts included)."""
+        for name in sinks:
+            self.sink_failures.labels(name)  # shown at 0 from the start
         return {name: _CountingSink(sink, self.sink_failures) for name, sink in sinks.items()}
 
     # --- scrape -------------------------------------------------------------

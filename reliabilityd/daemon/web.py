@@ -15,7 +15,8 @@
   a valid bearer token when one is configured; an element whose suite the
   token may not write is ``forbidden`` in the results, neither counted nor
   dead-lettered (403 when every element is); 503 with ``Retry-After`` while
-  Redis is unusable (retrying is safe: trial ids make it idempotent).
+  Redis is unusable (retrying is safe: trial ids make it idempotent). The
+  body is read before the request takes an inflight place (``_http_bodies``).
 * ``POST /v1/logs`` (with ``http.otlp.enabled``): OTLP/HTTP logs, protobuf or
   JSON, gzip or not; ``gen_ai.evaluation.result`` records become trials by
   ``integrations.otlp``'s mapping, the rest are ignored. The same token,
@@ -55,7 +56,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import msgspec
@@ -70,6 +72,7 @@ from reliabilityd.daemon._http_answers import (
     SuiteResult,
     decode_elements,
 )
+from reliabilityd.daemon._http_bodies import Bodies, BodyRefused
 from reliabilityd.daemon._http_server import BACKLOG, Runner, connection_limit
 from reliabilityd.daemon.auth import Authority, Grant
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
@@ -92,6 +95,7 @@ class Backend(ui.Source, Protocol):
     """What the HTTP server needs from the daemon (and the pages: its store and config)."""
 
     metrics: Metrics
+    authority: Authority  # its tokens change in place on a reload
 
     def is_paused(self) -> bool:
         """True while ingest waits for Redis (the MQTT consumer holds its messages)."""
@@ -144,7 +148,8 @@ class Handlers:
         self.max_payload = max_payload
         self.started_at = time.time()
         self.inflight = asyncio.Semaphore(config.max_inflight)
-        self.authority = Authority.from_config(config)
+        self.bodies = Bodies(config.max_body_bytes)
+        self.authority = backend.authority
 
     def _answer(self, response: web.Response) -> web.Response:
         self.backend.metrics.http_ingest.labels(str(response.status)).inc()
@@ -181,15 +186,20 @@ class Handlers:
     def _unavailable(self, reason: str) -> web.Response:
         return self._answer(_json({"error": reason}, 503, **{"Retry-After": str(RETRY_AFTER)}))
 
-    async def post_trials(self, request: web.Request) -> web.Response:
-        if self.inflight.locked():
-            return self._unavailable(
-                f"{self.config.max_inflight} requests in flight (http.max_inflight): retry"
+    async def _read_then(
+        self, request: web.Request, handle: Callable[[bytes], Awaitable[web.Response]]
+    ) -> web.Response:
+        """Read the body, then ``handle`` it in an inflight place (``Bodies.handle``)."""
+        try:
+            return await self.bodies.handle(
+                request, self.inflight, handle, self.max_payload, self.config.read_timeout
             )
-        async with self.inflight:
-            return await self._post_trials(request)
+        except BodyRefused as exc:
+            if exc.status == 503:
+                return self._unavailable(exc.message)
+            return self._answer(_json({"error": exc.message}, exc.status))
 
-    async def _post_trials(self, request: web.Request) -> web.Response:
+    async def post_trials(self, request: web.Request) -> web.Response:
         grant = self._writer(request)
         if grant is None:
             return self._answer(_unauthorised())
@@ -198,14 +208,11 @@ class Handlers:
             return self._answer(
                 _json({"error": f"body of {length} bytes exceeds {self.max_payload}"}, 413)
             )
-        try:
-            async with asyncio.timeout(self.config.read_timeout):
-                payload = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._answer(_json({"error": f"body exceeds {self.max_payload} bytes"}, 413))
-        except TimeoutError:
-            timeout = self.config.read_timeout
-            return self._answer(_json({"error": f"body not sent within {timeout} s"}, 408))
+        return await self._read_then(request, partial(self._post_trials, request, grant))
+
+    async def _post_trials(
+        self, request: web.Request, grant: Grant, payload: bytes
+    ) -> web.Response:
         if self.backend.is_paused():
             return self._unavailable("ingest is paused: Redis is unavailable")
         outcomes, rejected, decoded = decode_elements(payload, self.max_payload)
@@ -272,18 +279,17 @@ class Handlers:
             kind = otlp.media_type(request.headers.get("Content-Type", ""))
         except otlp.OtlpError as exc:
             return self._answer(_json({"error": str(exc)}, exc.status))
-        # aiohttp inflates a gzip body and counts client_max_size after inflating.
         length = request.content_length
         if length is not None and length > self.max_payload:
             return self._answer(
                 _json({"error": f"body of {length} bytes exceeds {self.max_payload}"}, 413)
             )
-        try:
-            payload = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._answer(
-                _json({"error": f"body exceeds {self.max_payload} bytes (decompressed)"}, 413)
-            )
+        # A gzip body is counted as aiohttp inflates it: max_payload holds after inflating.
+        return await self._read_then(request, partial(self._post_logs, grant, kind))
+
+    async def _post_logs(self, grant: Grant, kind: str, payload: bytes) -> web.Response:
+        from reliabilityd.integrations import otlp
+
         try:
             message = otlp.decode_request(payload, kind)
         except otlp.OtlpError as exc:
@@ -448,7 +454,7 @@ def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Appl
     app.router.add_get("/metrics", h.metrics)
     app.router.add_get("/healthz", h.healthz)
     app.router.add_get("/readyz", h.readyz)
-    ui.register(app, backend, config, json_suite=h.suite)
+    ui.register(app, backend, config, json_suite=h.suite, authority=h.authority)
     app.router.add_get("/v1/compare", h.compare)
     return app
 

@@ -390,17 +390,19 @@ class EmbeddedServers:
         ]
 
 
-async def _serve(servers: EmbeddedServers, config: Config) -> int:
-    """The daemon on these servers; the endpoints are printed once it is subscribed."""
+async def _serve(
+    servers: EmbeddedServers, config: Config, path: str | None = None, log_level: str = "INFO"
+) -> int:
+    """The daemon on these servers, printing the endpoints once subscribed; SIGHUP reloads."""
     import asyncio
 
     from reliabilityd.daemon._daemon import Daemon
+    from reliabilityd.daemon._reload import Reloader, install_signals
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     daemon = Daemon(servers.configure(config))
+    install_signals(loop, stop, Reloader(daemon, path, log_level, servers.configure))
     task = asyncio.create_task(daemon.run(stop), name="daemon")
     try:
         # Messages published before the first subscription have no session to go to:
@@ -425,8 +427,16 @@ async def _serve(servers: EmbeddedServers, config: Config) -> int:
     return 0
 
 
-def run(config: Config, *, datadir: Path, mode: Mode = "auto", log_level: str = "INFO") -> int:
-    """``reliabilityd run --embedded``: the servers, then the daemon until SIGTERM or Ctrl-C."""
+def run(
+    config: Config,
+    *,
+    datadir: Path,
+    mode: Mode = "auto",
+    log_level: str = "INFO",
+    config_path: str | None = None,
+) -> int:
+    """``reliabilityd run --embedded``: the servers, then the daemon until SIGTERM or Ctrl-C.
+    SIGHUP reloads ``config_path``."""
     import asyncio
 
     from reliabilityd import logs
@@ -435,17 +445,22 @@ def run(config: Config, *, datadir: Path, mode: Mode = "auto", log_level: str = 
     logs.setup(log_level)
     # The HTTP port is on in embedded mode: the config's port, else a free one (kept).
     servers = EmbeddedServers(datadir, mode=mode, http_port=config.http.port)
-    # A SIGTERM before the daemon's own handler is in place must still stop the servers.
+    # A SIGTERM before the daemon's own handler is in place must still stop the
+    # servers; a SIGHUP (a reload) then must not end them all.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    hup = getattr(signal, "SIGHUP", None)  # not on Windows
+    previous_hup = None if hup is None else signal.signal(hup, signal.SIG_IGN)
     try:
         try:
             servers.start()
         except ReliabilitydError as exc:
             print(f"reliabilityd: {exc}", file=sys.stderr)
             return 1
-        return asyncio.run(_serve(servers, config))
+        return asyncio.run(_serve(servers, config, config_path, log_level))
     except KeyboardInterrupt:  # Ctrl-C before the daemon's handler was in place
         return 130
     finally:
         servers.stop()
         signal.signal(signal.SIGTERM, previous)
+        if hup is not None:
+            signal.signal(hup, previous_hup)

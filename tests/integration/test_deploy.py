@@ -146,7 +146,7 @@ def test_kubernetes_liveness_is_the_process_and_readiness_is_check() -> None:
     assert docs["StatefulSet"]["spec"]["replicas"] == 2
 
 
-def test_systemd_unit_runs_the_daemon_and_stops_it_with_sigterm() -> None:
+def test_systemd_unit_runs_the_daemon_stops_it_with_sigterm_and_reloads_with_sighup() -> None:
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.optionxform = str  # type: ignore[assignment,method-assign]
     unit.read(DEPLOY / "reliabilityd.service")
@@ -155,6 +155,7 @@ def test_systemd_unit_runs_the_daemon_and_stops_it_with_sigterm() -> None:
     assert argv[0].endswith("/reliabilityd")
     assert argv[1:] == ["run", "-c", CONFIG_PATH]
     assert service["KillSignal"] == "SIGTERM"
+    assert shlex.split(service["ExecReload"]) == ["/bin/kill", "-HUP", "$MAINPID"]
     assert service["RestartPreventExitStatus"] == "2"
     assert unit["Install"]["WantedBy"] == "multi-user.target"
 

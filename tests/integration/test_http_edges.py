@@ -5,13 +5,16 @@ and no secret appears in any output or log."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
 
 from reliabilityd.alerting.sinks import Http, SinkError
 from reliabilityd.config import Config, HttpConfig
+from reliabilityd.store import connect
 from tests.support.helpers import wait_until
 from tests.support.http import event, get, http_config, post, serving
 from tests.support.servers import RedisServer, free_port
@@ -76,29 +79,42 @@ async def test_past_max_connections_the_oldest_idle_one_makes_room(
             writer.close()
 
 
+def _whole_post(body: bytes) -> bytes:
+    return (
+        b"POST /v1/trials HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+
+@contextlib.asynccontextmanager
+async def _writes_paused(redis: RedisServer, seconds: float) -> AsyncIterator[None]:
+    """Redis holds every write for ``seconds`` (CLIENT PAUSE): commits wait in their handlers."""
+    client = connect(redis.url)
+    try:
+        await client.execute_command("CLIENT", "PAUSE", int(seconds * 1000), "WRITE")
+        yield
+    finally:
+        await client.execute_command("CLIENT", "UNPAUSE")
+        await client.aclose()
+
+
 async def test_past_max_connections_with_every_one_busy_a_new_one_is_answered_503(
-    redis_server: RedisServer, prefix: str
+    private_redis: RedisServer, prefix: str
 ) -> None:
-    cfg = _with_http(http_config(redis_server, prefix), max_connections=4, read_timeout=20.0)
+    cfg = _with_http(http_config(private_redis, prefix), max_connections=4, read_timeout=20.0)
     async with serving(cfg) as (_, base):
         port = cfg.http.port
-        body = msgspec.json.encode([event("t", "1")])
-        head = (
-            b"POST /v1/trials HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body)
-        )
-        # Four requests whose bodies are slow to come: each connection is busy.
-        busy = [await asyncio.open_connection("127.0.0.1", port) for _ in range(4)]
-        for _, writer in busy:
-            writer.write(head)
-            await writer.drain()
-        await asyncio.sleep(0.3)
-        answer = await _exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert answer.startswith(b"HTTP/1.1 503")
-        assert b"Retry-After: 2" in answer
+        # Four whole requests whose commits wait for Redis: each connection is busy.
+        async with _writes_paused(private_redis, 10.0):
+            busy = [await asyncio.open_connection("127.0.0.1", port) for _ in range(4)]
+            for i, (_, writer) in enumerate(busy):
+                writer.write(_whole_post(msgspec.json.encode([event("t", str(i))])))
+                await writer.drain()
+            await asyncio.sleep(0.3)
+            answer = await _exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 503")
+            assert b"Retry-After: 2" in answer
         for reader, writer in busy:  # none of the busy ones was closed for it
-            writer.write(body)
-            await writer.drain()
             assert (await reader.readline()).startswith(b"HTTP/1.1 200")
             writer.close()
 
@@ -109,29 +125,23 @@ async def test_past_max_connections_with_every_one_busy_a_new_one_is_answered_50
 
 
 async def test_requests_in_flight_past_the_limit_are_503_with_retry_after(
-    redis_server: RedisServer, prefix: str
+    private_redis: RedisServer, prefix: str
 ) -> None:
-    cfg = _with_http(http_config(redis_server, prefix), max_inflight=2, read_timeout=3.0)
+    cfg = _with_http(http_config(private_redis, prefix), max_inflight=2, read_timeout=3.0)
     async with serving(cfg) as (_, base):
         port = cfg.http.port
-        body = msgspec.json.encode([event("t", "1")])
-        head = (
-            b"POST /v1/trials HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body)
-        )
-        # Two requests whose bodies are slow to come hold both places.
-        slow = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
-        for _, writer in slow:
-            writer.write(head)
-            await writer.drain()
-        await asyncio.sleep(0.3)
-        status, answer, headers = await post(base, [event("t", "2")])
-        assert status == 503
-        assert headers["Retry-After"] == "2"
-        assert "max_inflight" in answer["error"]
-        for reader, writer in slow:
-            writer.write(body)
-            await writer.drain()
+        # Two whole requests whose commits wait for Redis hold both places.
+        async with _writes_paused(private_redis, 10.0):
+            held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+            for i, (_, writer) in enumerate(held):
+                writer.write(_whole_post(msgspec.json.encode([event("t", str(i))])))
+                await writer.drain()
+            await asyncio.sleep(0.3)
+            status, answer, headers = await post(base, [event("t", "2")])
+            assert status == 503
+            assert headers["Retry-After"] == "2"
+            assert "max_inflight" in answer["error"]
+        for reader, writer in held:
             assert (await reader.readline()).startswith(b"HTTP/1.1 200")
             writer.close()
         assert (await post(base, [event("t", "2")]))[0] == 200

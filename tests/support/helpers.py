@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import aiomqtt
 import msgspec
@@ -169,8 +170,17 @@ async def wait_until(
         await asyncio.sleep(interval)
 
 
+def _unset(value: Any) -> Any:
+    """``value`` without its None leaves (TOML has no null: a key left out is unset)."""
+    if isinstance(value, dict):
+        return {k: _unset(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_unset(v) for v in value]
+    return value
+
+
 def toml_of(config: Config) -> bytes:
-    return msgspec.toml.encode(config)
+    return msgspec.toml.encode(_unset(msgspec.to_builtins(config)))
 
 
 class DaemonProcess:

@@ -45,6 +45,7 @@ def write(tmp_path: Path, text: str) -> Path:
             "shorter than k=2",
         ),
         ("[store]\ndedup_ttl = 60\n", "$.store.dedup_ttl", "must exceed"),
+        ("[http]\nmax_body_bytes = 1000\n", "$.http.max_body_bytes", "less than ingest.max"),
         ("[stats]\nmin_coverage = 0\n", "$.stats.min_coverage", "> 0"),
         ("[redis]\nurl = 'mysql://x'\n", "$.redis.url", "scheme"),
         ("[redis]\nurl = 'redis://h/0?foo=1'\n", "$.redis.url", "unknown query parameter 'foo'"),

@@ -18,10 +18,20 @@ from reliabilityd.daemon.ui._routes import Handler, Routes, Source, wants_html
 __all__ = ["Source", "can_read", "register", "wants_html"]
 
 
-def register(app: web.Application, source: Source, config: HttpConfig, json_suite: Handler) -> None:
-    """Add ``/``, ``/suites/<suite>`` (page or, negotiated, ``json_suite``) and ``/ui/...``."""
+def register(
+    app: web.Application,
+    source: Source,
+    config: HttpConfig,
+    json_suite: Handler,
+    authority: Authority | None = None,
+) -> None:
+    """Add ``/``, ``/suites/<suite>`` (page or, negotiated, ``json_suite``) and ``/ui/...``.
+
+    ``authority`` is the daemon's (whose tokens a reload changes); by default
+    one of ``config``'s tokens.
+    """
     app[HTTP_CONFIG] = config
-    app[AUTHORITY] = Authority.from_config(config)
+    app[AUTHORITY] = authority or Authority.from_config(config)
     routes = Routes(source, json_suite)
     app.router.add_get("/", routes.index)
     app.router.add_get("/suites/{suite}", routes.suite)
