@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import cast
 
 import msgspec
 import pytest
 
 from reliabilityd.config import Config, HttpConfig, OtlpConfig
+from reliabilityd.daemon.auth import Authority
 from reliabilityd.daemon.web import Backend, make_app
 from reliabilityd.embedded._servers import EmbeddedServers
 from reliabilityd.embedded.processes import Mosquitto, RedisServer
@@ -18,8 +20,10 @@ from reliabilityd.locate import Ports
 
 def served(http: HttpConfig) -> set[tuple[str, str]]:
     """(method, path) of every route make_app registers, paths as the banner writes them."""
-    # Only the routes are read: no request is served, so no backend is needed.
-    app = make_app(cast(Backend, object()), http, 1 << 20)
+    # Only the routes are read: no request is served, so the backend is only what
+    # make_app reads while it builds them.
+    backend = SimpleNamespace(authority=Authority.from_config(http))
+    app = make_app(cast(Backend, backend), http, 1 << 20)
     return {
         (route.method, re.sub(r"\{(\w+)\}", r"<\1>", route.resource.canonical))
         for route in app.router.routes()
