@@ -22,9 +22,11 @@
   limits (``ingest.max_payload``, after decompression) and commit as
   ``/v1/trials``: 200 only after Redis applied every mapped record, with an
   OTLP ``partial_success`` counting the records that could not be mapped
-  (dead-lettered with the reason); 400 for a body that is not OTLP logs,
-  415 for another content type, 503 with ``Retry-After`` while Redis is
-  unusable (OTLP clients retry it; trial ids make it idempotent). Write
+  (dead-lettered as an MQTT payload's elements are: the first
+  ``events.MAX_LETTERS`` with the reason, one letter counting the rest); 400
+  for a body that is not OTLP logs, naming the ``path`` of the first field
+  that does not fit; 415 for another content type, 503 with ``Retry-After``
+  while Redis is unusable (OTLP clients retry it; trial ids make it idempotent). Write
   scopes as for ``/v1/trials``: a forbidden record counts in
   ``partial_success`` (403 when nothing but forbidden trials came).
 * ``GET /suites/<suite>``: the newest snapshot document, 404 when the suite
@@ -71,6 +73,7 @@ from reliabilityd.daemon._http_answers import (
     decode_elements,
 )
 from reliabilityd.daemon._http_server import BACKLOG, Runner, connection_limit
+from reliabilityd.daemon._offload import Slots
 from reliabilityd.daemon.auth import Authority, Grant
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ConfigError, ReliabilitydError
@@ -82,6 +85,8 @@ from reliabilityd.stats.estimators import METRICS, Metric
 RETRY_AFTER = 2  # seconds a client should wait after a 503
 SOURCE = "http"
 OTLP_SOURCE = "otlp"
+# OTLP bodies decoded and mapped at once, each in a worker thread.
+OTLP_DECODES = 2
 
 
 class IngestUnavailable(ReliabilitydError):
@@ -144,6 +149,8 @@ class Handlers:
         self.max_payload = max_payload
         self.started_at = time.time()
         self.inflight = asyncio.Semaphore(config.max_inflight)
+        # OTLP bodies are decoded in worker threads (daemon._offload), a few at once.
+        self.decodes = Slots(OTLP_DECODES)
         self.authority = Authority.from_config(config)
 
     def _answer(self, response: web.Response) -> web.Response:
@@ -285,12 +292,13 @@ class Handlers:
                 _json({"error": f"body exceeds {self.max_payload} bytes (decompressed)"}, 413)
             )
         try:
-            message = otlp.decode_request(payload, kind)
+            async with self.decodes.held() as worker:  # a megabyte is ~0.5 s of Python
+                mapped = await worker.run(otlp.decode_and_map, payload, kind, self.config.otlp)
         except otlp.OtlpError as exc:
-            return self._answer(_json({"error": str(exc)}, exc.status))
+            path = {} if exc.path is None else {"path": exc.path}
+            return self._answer(_json({"error": str(exc), **path}, exc.status))
         if self.backend.is_paused():
             return self._unavailable("ingest is paused: Redis is unavailable")
-        mapped = otlp.map_request(message, self.config.otlp)
         answer = mapped
         if not grant.may_all("write"):
             allowed = [e for e in mapped.events if grant.may("write", e.suite)]
@@ -305,7 +313,8 @@ class Handlers:
                 answer = otlp.Mapped(allowed, [*mapped.rejected, *forbidden], mapped.ignored)
         try:
             committed = await asyncio.wait_for(
-                self.backend.ingest(mapped.events, mapped.rejected, OTLP_SOURCE),
+                # At most events.MAX_LETTERS + 1 letters, as for an MQTT payload.
+                self.backend.ingest(mapped.events, mapped.letters, OTLP_SOURCE),
                 self.config.commit_timeout,
             )
         except (IngestUnavailable, TimeoutError) as exc:
