@@ -40,8 +40,12 @@
   ``suite``, ``baseline`` and ``candidate`` are suite names. Read scopes as
   for ``/suites/<suite>``, on both sides' suites (401/403). 400 for a
   malformed query or a label the suite is not sliced by, 404 for a missing
-  suite, 503 past ``max_inflight`` (it shares POST's limit) or while Redis
-  is unusable.
+  suite, 422 for ``k`` or ``top`` past their bounds (``_compare``), 503 with
+  ``Retry-After`` while ``_compare.MAX_COMPARES`` comparisons run, past
+  ``max_inflight`` (it shares POST's limit) or while Redis is unusable.
+
+Decoding OTLP bodies and comparing run in worker threads (``_offload``), a
+few at a time, so the event loop keeps answering.
 
 Who may write and read which suite is ``auth``'s: on loopback reads are
 open; beyond it pages, ``/suites/<suite>`` and ``/metrics`` need a token that
@@ -65,6 +69,13 @@ from aiohttp import web
 
 from reliabilityd.config import HttpConfig, HttpTlsProblem, http_tls_context
 from reliabilityd.daemon import ui
+from reliabilityd.daemon._compare import (
+    COMPARE_WAIT,
+    MAX_COMPARES,
+    CompareQuery,
+    QueryError,
+    parse_query,
+)
 from reliabilityd.daemon._http_answers import (
     Committed,
     ElementResult,
@@ -73,14 +84,13 @@ from reliabilityd.daemon._http_answers import (
     decode_elements,
 )
 from reliabilityd.daemon._http_server import BACKLOG, Runner, connection_limit
-from reliabilityd.daemon._offload import Slots
+from reliabilityd.daemon._offload import Busy, Slots, Worker
 from reliabilityd.daemon.auth import Authority, Grant
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ConfigError, ReliabilitydError
 from reliabilityd.events import UNREPORTED, Rejected, TrialEvent
 from reliabilityd.logs import RateLimited
-from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, Comparison, Side
-from reliabilityd.stats.estimators import METRICS, Metric
+from reliabilityd.stats.compare import Comparison
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
 SOURCE = "http"
@@ -114,18 +124,10 @@ class Backend(ui.Source, Protocol):
 
     async def snapshot_json(self, suite: str, slice: str | None = None) -> bytes | None: ...
 
-    async def compare(
-        self,
-        baseline: Side,
-        candidate: Side,
-        *,
-        k: int | None,
-        metric: Metric,
-        top: int,
-        min_shared: int,
-    ) -> Comparison:
-        """The paired comparison as ``compare --json`` computes it; LookupError for a missing
-        suite, ValueError for a label its suite is not sliced by."""
+    async def compare(self, query: CompareQuery, worker: Worker) -> Comparison:
+        """The paired comparison as ``compare --json`` computes it, its CPU-bound steps on
+        ``worker``; LookupError for a missing suite, ValueError for a label its suite is not
+        sliced by."""
         ...
 
     async def readiness(self) -> dict[str, str]:
@@ -149,8 +151,10 @@ class Handlers:
         self.max_payload = max_payload
         self.started_at = time.time()
         self.inflight = asyncio.Semaphore(config.max_inflight)
-        # OTLP bodies are decoded in worker threads (daemon._offload), a few at once.
+        # CPU-bound steps in worker threads (daemon._offload), a few at once: OTLP
+        # bodies wait for a place, comparisons wait briefly and are then answered 503.
         self.decodes = Slots(OTLP_DECODES)
+        self.compares = Slots(MAX_COMPARES, COMPARE_WAIT)
         self.authority = Authority.from_config(config)
 
     def _answer(self, response: web.Response) -> web.Response:
@@ -359,48 +363,30 @@ class Handlers:
         return _json({"status": "ready"}, 200)
 
     async def compare(self, request: web.Request) -> web.Response:
-        q = request.query
         try:
-            suite = q.get("suite")
-            if "baseline" not in q or "candidate" not in q:
-                raise ValueError("baseline and candidate are required")
-            if suite is None:
-                baseline, candidate = Side(q["baseline"]), Side(q["candidate"])
-            else:
-                baseline = Side.parse(suite, q["baseline"])
-                candidate = Side.parse(suite, q["candidate"])
-            k = int(q["k"]) if "k" in q else None
-            metric = q.get("metric", "pass^k")
-            if metric not in METRICS:
-                raise ValueError(f"metric must be one of {', '.join(METRICS)}")
-            top = int(q.get("top", "5"))
-            min_shared = int(q.get("min_shared", str(DEFAULT_MIN_SHARED)))
-            if (k is not None and k < 1) or top < 1 or min_shared < 1:
-                raise ValueError("k, top and min_shared must be at least 1")
-        except ValueError as exc:
-            return _json({"error": str(exc)}, 400)
-        for side in (baseline, candidate):
+            query = parse_query(request.query)
+        except QueryError as exc:
+            return _json({"error": str(exc)}, exc.status)
+        for side in (query.baseline, query.candidate):
             denied = self._denied(request, side.suite)
             if denied is not None:  # before Redis: the answer says nothing of the suites
                 return denied
-        if self.inflight.locked():
-            return self._unavailable("max_inflight reached")
-        async with self.inflight:
-            try:
-                cmp = await self.backend.compare(
-                    baseline,
-                    candidate,
-                    k=k,
-                    metric=metric,
-                    top=top,
-                    min_shared=min_shared,
-                )
-            except LookupError as exc:
-                return _json({"error": str(exc.args[0] if exc.args else exc)}, 404)
-            except ValueError as exc:
-                return _json({"error": str(exc)}, 400)
-            except Exception as exc:
-                return _json({"error": f"Redis unavailable: {type(exc).__name__}"}, 503)
+        try:
+            async with self.compares.held() as worker:
+                if self.inflight.locked():
+                    return self._unavailable("max_inflight reached")
+                async with self.inflight:
+                    cmp = await self.backend.compare(query, worker)
+        except Busy as exc:
+            return _json(
+                {"error": f"comparisons: {exc}: retry"}, 503, **{"Retry-After": str(RETRY_AFTER)}
+            )
+        except LookupError as exc:
+            return _json({"error": str(exc.args[0] if exc.args else exc)}, 404)
+        except ValueError as exc:
+            return _json({"error": str(exc)}, 400)
+        except Exception as exc:
+            return _json({"error": f"Redis unavailable: {type(exc).__name__}"}, 503)
         return web.Response(body=msgspec.json.encode(cmp), content_type="application/json")
 
     async def suite(self, request: web.Request) -> web.Response:
