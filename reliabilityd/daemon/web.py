@@ -45,7 +45,9 @@
   ``max_inflight`` (it shares POST's limit) or while Redis is unusable.
 
 Decoding OTLP bodies and comparing run in worker threads (``_offload``), a
-few at a time, so the event loop keeps answering.
+few at a time, so the event loop keeps answering. Every answer carries the
+headers of ``_http_headers`` (a Content-Security-Policy and no framing on
+pages, ``Cache-Control: no-store`` unless the route says otherwise).
 
 Who may write and read which suite is ``auth``'s: on loopback reads are
 open; beyond it pages, ``/suites/<suite>`` and ``/metrics`` need a token that
@@ -83,6 +85,7 @@ from reliabilityd.daemon._http_answers import (
     SuiteResult,
     decode_elements,
 )
+from reliabilityd.daemon._http_headers import add_security_headers
 from reliabilityd.daemon._http_server import BACKLOG, Runner, connection_limit
 from reliabilityd.daemon._offload import Busy, Slots, Worker
 from reliabilityd.daemon.auth import Authority, Grant
@@ -437,6 +440,7 @@ def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Appl
     h = Handlers(backend, config, max_payload)
     # aiohttp refuses bodies past client_max_size itself (413); keep one byte of slack.
     app = web.Application(client_max_size=max_payload + 1)
+    app.on_response_prepare.append(add_security_headers)
     app.router.add_post("/v1/trials", h.post_trials)
     if config.otlp.enabled:
         app.router.add_post("/v1/logs", h.post_logs)
