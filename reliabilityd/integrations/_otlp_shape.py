@@ -319,7 +319,7 @@ def wire_problem(data: bytes, descriptor: Descriptor) -> ShapeProblem | None:
                 if wire != expected and not packed:
                     return ShapeProblem(
                         str(here),
-                        f"sent as {_WIRE_NAMES.get(wire, f'wire type {wire}')}, but a "
+                        f"sent as {_WIRE_NAMES.get(wire, f'wire type {wire}')}, but "
                         f"{_type_name(field)} is {_WIRE_NAMES[expected]}",
                     )
             if wire == _VARINT:
@@ -357,14 +357,15 @@ def wire_problem(data: bytes, descriptor: Descriptor) -> ShapeProblem | None:
 
 
 def _type_name(field: FieldDescriptor) -> str:
+    """The field's type with its article: "a string", "an integer", "a message (KeyValue)"."""
     if field.type == _T.TYPE_MESSAGE:
-        return f"message ({_message(field).name})"
+        return f"a message ({_message(field).name})"
     names = {
-        _T.TYPE_STRING: "string",
-        _T.TYPE_BYTES: "bytes field",
-        _T.TYPE_BOOL: "bool",
-        _T.TYPE_ENUM: "enum",
-        _T.TYPE_DOUBLE: "double",
-        _T.TYPE_FLOAT: "float",
+        _T.TYPE_STRING: "a string",
+        _T.TYPE_BYTES: "a bytes field",
+        _T.TYPE_BOOL: "a bool",
+        _T.TYPE_ENUM: "an enum",
+        _T.TYPE_DOUBLE: "a double",
+        _T.TYPE_FLOAT: "a float",
     }
-    return names.get(field.type, "integer")
+    return names.get(field.type, "an integer")

@@ -127,7 +127,7 @@ def _len(number: int, inner: bytes) -> bytes:
         (
             _len(1, _len(2, _len(2, b"") + _len(2, _pb_field(1, 0, b"\x01")))),
             "resource_logs[0].scope_logs[0].log_records[1].time_unix_nano",
-            "sent as varint, but a integer is 64-bit",
+            "sent as varint, but an integer is 64-bit",
         ),
         # a record's severity_text (3) that is not UTF-8
         (
