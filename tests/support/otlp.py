@@ -64,7 +64,7 @@ def _or_junk(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 
 _ints = st.integers(0, 2**64 - 1) | st.integers(0, 2**63).map(str)
-_any_value = st.deferred(
+_any_value: st.SearchStrategy[Any] = st.deferred(
     lambda: st.one_of(
         st.fixed_dictionaries({"stringValue": _or_junk(st.text(max_size=20))}),
         st.fixed_dictionaries({"intValue": _or_junk(st.integers(-(2**63), 2**63 - 1))}),
@@ -88,7 +88,7 @@ _any_value = st.deferred(
         st.fixed_dictionaries({}),
     )
 )
-_key_value = st.fixed_dictionaries(
+_key_value: st.SearchStrategy[Any] = st.fixed_dictionaries(
     {
         "key": _or_junk(
             st.sampled_from(
