@@ -82,10 +82,16 @@ class TrialEvent(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
 
 
 class Rejected(msgspec.Struct, frozen=True):
-    """An element (or a whole payload) that did not decode or validate."""
+    """An element (or a whole payload) that did not decode or validate.
+
+    ``suite`` is the suite it is filed under when its bytes do not name one
+    themselves (an OTLP record, whose suite its resource names); else the
+    dead letter's suite is the one ``raw`` names, if any.
+    """
 
     raw: bytes
     reason: str
+    suite: str | None = None
 
 
 # Dead letters one payload yields at most, besides the one that counts the rest.
@@ -242,15 +248,18 @@ def _split(
     return out
 
 
-def letters(outcomes: Iterable[TrialEvent | Rejected]) -> list[Rejected]:
-    """The dead letters of one payload's elements: the first few, and one counting the rest."""
+def letters(outcomes: Sequence[TrialEvent | Rejected], *, noun: str = "elements") -> list[Rejected]:
+    """The dead letters of one payload's elements: the first few, and one counting the rest.
+
+    ``noun`` names the pieces in the counting letter (an OTLP request's are records).
+    """
     bad = [o for o in outcomes if isinstance(o, Rejected) and o is not UNREPORTED]
     rest = sum(1 for o in outcomes if o is UNREPORTED) if len(bad) >= MAX_LETTERS else 0
     if rest:
         bad.append(
             Rejected(
                 b"",
-                f"{rest} more rejected elements in the same payload (only the first "
+                f"{rest} more rejected {noun} in the same payload (only the first "
                 f"{MAX_LETTERS} get their own dead letter)",
             )
         )

@@ -31,6 +31,7 @@ from reliabilityd.config._model import (
     TlsConfig,
     WebhookSinkConfig,
     is_loopback,
+    parse_networks,
 )
 from reliabilityd.config._mqtt import MqttEndpoint, TlsProblem, parse_mqtt_url, tls_context
 from reliabilityd.config._tls import HttpTlsProblem, http_tls_context
@@ -64,5 +65,6 @@ __all__ = [
     "is_loopback",
     "load",
     "parse_mqtt_url",
+    "parse_networks",
     "tls_context",
 ]

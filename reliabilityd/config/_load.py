@@ -12,7 +12,14 @@ from urllib.parse import urlsplit
 import msgspec
 
 from reliabilityd.alerting.canary import CanaryRule, side_parts
-from reliabilityd.config._model import Config, HttpConfig, OtlpConfig, TlsConfig, is_loopback
+from reliabilityd.config._model import (
+    Config,
+    HttpConfig,
+    OtlpConfig,
+    TlsConfig,
+    is_loopback,
+    parse_networks,
+)
 from reliabilityd.config._mqtt import TlsProblem, parse_mqtt_url, tls_context
 from reliabilityd.config._tls import HttpTlsProblem, http_tls_context
 from reliabilityd.errors import ConfigError
@@ -133,6 +140,11 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
     except HttpTlsProblem as exc:
         raise ConfigError(path, f"$.http.{exc.field}", exc.message) from None
     _check_otlp(config.http.otlp, path)
+    for i, entry in enumerate(config.http.trusted_proxies):
+        try:
+            parse_networks([entry])
+        except ValueError as exc:
+            raise ConfigError(path, f"$.http.trusted_proxies[{i}]", str(exc)) from None
     if 0 < config.stats.window < max_k:
         raise ConfigError(
             path, "$.stats.window", f"window {config.stats.window} is shorter than {k_from}"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 import socket
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 import msgspec
@@ -17,6 +19,8 @@ NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
 NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 Fraction01 = Annotated[float, msgspec.Meta(gt=0, le=1)]
+# An address or CIDR network: `fd00::/8` is the longest kind, 43 characters at most.
+ProxyEntry = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 
 
 class Base(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -269,9 +273,28 @@ class HttpConfig(Base):
     # PEM certificate (chain) and private key: the port serves HTTPS; "" = plain HTTP.
     tls_cert: str = ""
     tls_key: str = ""
+    # Reverse proxies in front of the port (addresses or CIDR networks): only a
+    # request from one of these has its X-Forwarded-For believed, for the
+    # client address the token form's throttling counts by (docs/security.md).
+    trusted_proxies: Annotated[list[ProxyEntry], msgspec.Meta(max_length=256)] = msgspec.field(
+        default_factory=list
+    )
 
 
 LOOPBACK_HOSTS = frozenset({"localhost", "::1"})
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(entries: Iterable[str]) -> list[Network]:
+    """Addresses or CIDR networks (``10.0.0.5``, ``10.0.0.0/8``, ``fd00::/8``); ValueError
+    naming the first entry that is neither."""
+    out: list[Network] = []
+    for entry in entries:
+        try:
+            out.append(ipaddress.ip_network(entry.strip(), strict=False))
+        except ValueError:
+            raise ValueError(f"{entry!r} is not an IP address or a network (CIDR)") from None
+    return out
 
 
 def is_loopback(host: str) -> bool:

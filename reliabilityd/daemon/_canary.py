@@ -35,7 +35,7 @@ from reliabilityd.alerting.rules import AlertState
 from reliabilityd.config import Config
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.stats.compare import Comparison, compare
-from reliabilityd.store import Store
+from reliabilityd.store import Store, TaskHashes, task_counts_of
 from reliabilityd.store._alerts import Undecodable
 
 __all__ = ["Canaries"]
@@ -123,15 +123,23 @@ class Canaries:
         suites = sorted(pair.suites)
         version = sum(v for v, _, _ in await self.store.snapshots.versions(suites))
         try:
-            base, cand = [
-                await self.store.reads.task_counts(canary.side(ref))
+            hashes = [
+                await self.store.reads.task_hashes(canary.side(ref))
                 for ref in (pair.baseline, pair.candidate)
             ]
         except ValueError as exc:  # a label the suite is not sliced by
             return canary.unknown(rule, pair, f"UNKNOWN: {exc}"), 0, version
+        # Parsing every task and comparing is O(tasks) of Python: off the event loop.
+        cmp, runs = await asyncio.to_thread(self._compute, rule, pair, hashes[0], hashes[1])
+        return cmp, runs, version
+
+    def _compute(
+        self, rule: CanaryRule, pair: Pair, base_hashes: TaskHashes, cand_hashes: TaskHashes
+    ) -> tuple[Comparison, int]:
+        """The worker thread's part: both sides parsed and compared, and the fewest trials."""
+        base, cand = task_counts_of(base_hashes), task_counts_of(cand_hashes)
         stats = self.config.stats
-        cmp = await asyncio.to_thread(
-            compare,
+        cmp = compare(
             base,
             cand,
             rule.k,
@@ -145,7 +153,7 @@ class Canaries:
             top=max(1, len(cand)),
             names=(pair.baseline.label, pair.candidate.label),
         )
-        return cmp, canary.fewest_runs(base, cand), version
+        return cmp, canary.fewest_runs(base, cand)
 
     async def _step(self, rule: CanaryRule, pair: Pair, current: AlertState, now: float) -> None:
         cmp, runs, version = await self.compare(rule, pair)

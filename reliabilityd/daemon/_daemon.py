@@ -32,9 +32,10 @@ from reliabilityd.config import Config
 from reliabilityd.daemon import web
 from reliabilityd.daemon._admission import Decoded, past_suite_cap, screen_labels
 from reliabilityd.daemon._canary import Canaries
-from reliabilityd.daemon._compare import compare_sides
+from reliabilityd.daemon._compare import CompareQuery, compare_sides
 from reliabilityd.daemon._heartbeat import heartbeat_loop
 from reliabilityd.daemon._http_answers import Committed, probe
+from reliabilityd.daemon._offload import Worker
 from reliabilityd.daemon._recompute import REDIS_ERRORS, Recompute
 from reliabilityd.daemon.auth import Authority
 from reliabilityd.daemon.metrics import Metrics
@@ -44,8 +45,7 @@ from reliabilityd.events import Rejected, TrialEvent, decode_many
 from reliabilityd.logs import RateLimited, emit
 from reliabilityd.sources import configured as configured_sources
 from reliabilityd.sources import mqtt
-from reliabilityd.stats.compare import Comparison, Side
-from reliabilityd.stats.estimators import Metric
+from reliabilityd.stats.compare import Comparison
 from reliabilityd.store import Applied, Slicing, Store, StreamCursor, connect
 from reliabilityd.topics import Binding, decode_bound
 
@@ -380,27 +380,9 @@ class Daemon:
     async def snapshot_json(self, suite: str, slice: str | None = None) -> bytes | None:
         return await self.http_store.snapshots.snapshot_json(suite, slice=slice)
 
-    async def compare(
-        self,
-        baseline: Side,
-        candidate: Side,
-        *,
-        k: int | None,
-        metric: Metric,
-        top: int,
-        min_shared: int,
-    ) -> Comparison:
+    async def compare(self, query: CompareQuery, worker: Worker) -> Comparison:
         """The paired comparison with the settings ``reliabilityd compare`` uses."""
-        return await compare_sides(
-            self.http_store,
-            self.config,
-            baseline,
-            candidate,
-            k=k,
-            metric=metric,
-            top=top,
-            min_shared=min_shared,
-        )
+        return await compare_sides(self.http_store, self.config, query, worker)
 
     async def readiness(self) -> dict[str, str]:
         broker = self.config.mqtt.url if self.config.mqtt.enabled else None

@@ -23,9 +23,11 @@
   limits (``ingest.max_payload``, after decompression) and commit as
   ``/v1/trials``: 200 only after Redis applied every mapped record, with an
   OTLP ``partial_success`` counting the records that could not be mapped
-  (dead-lettered with the reason); 400 for a body that is not OTLP logs,
-  415 for another content type, 503 with ``Retry-After`` while Redis is
-  unusable (OTLP clients retry it; trial ids make it idempotent). Write
+  (dead-lettered as an MQTT payload's elements are: the first
+  ``events.MAX_LETTERS`` with the reason, one letter counting the rest); 400
+  for a body that is not OTLP logs, naming the ``path`` of the first field
+  that does not fit; 415 for another content type, 503 with ``Retry-After``
+  while Redis is unusable (OTLP clients retry it; trial ids make it idempotent). Write
   scopes as for ``/v1/trials``: a forbidden record counts in
   ``partial_success`` (403 when nothing but forbidden trials came).
 * ``GET /suites/<suite>``: the newest snapshot document, 404 when the suite
@@ -39,8 +41,14 @@
   ``suite``, ``baseline`` and ``candidate`` are suite names. Read scopes as
   for ``/suites/<suite>``, on both sides' suites (401/403). 400 for a
   malformed query or a label the suite is not sliced by, 404 for a missing
-  suite, 503 past ``max_inflight`` (it shares POST's limit) or while Redis
-  is unusable.
+  suite, 422 for ``k`` or ``top`` past their bounds (``_compare``), 503 with
+  ``Retry-After`` while ``_compare.MAX_COMPARES`` comparisons run, past
+  ``max_inflight`` (it shares POST's limit) or while Redis is unusable.
+
+Decoding OTLP bodies and comparing run in worker threads (``_offload``), a
+few at a time, so the event loop keeps answering. Every answer carries the
+headers of ``_http_headers`` (a Content-Security-Policy and no framing on
+pages, ``Cache-Control: no-store`` unless the route says otherwise).
 
 Who may write and read which suite is ``auth``'s: on loopback reads are
 open; beyond it pages, ``/suites/<suite>`` and ``/metrics`` need a token that
@@ -65,6 +73,13 @@ from aiohttp import web
 
 from reliabilityd.config import HttpConfig, HttpTlsProblem, http_tls_context
 from reliabilityd.daemon import ui
+from reliabilityd.daemon._compare import (
+    COMPARE_WAIT,
+    MAX_COMPARES,
+    CompareQuery,
+    QueryError,
+    parse_query,
+)
 from reliabilityd.daemon._http_answers import (
     Committed,
     ElementResult,
@@ -73,18 +88,21 @@ from reliabilityd.daemon._http_answers import (
     decode_elements,
 )
 from reliabilityd.daemon._http_bodies import Bodies, BodyRefused
+from reliabilityd.daemon._http_headers import add_security_headers
 from reliabilityd.daemon._http_server import BACKLOG, Runner, connection_limit
+from reliabilityd.daemon._offload import Busy, Slots, Worker
 from reliabilityd.daemon.auth import Authority, Grant
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ConfigError, ReliabilitydError
 from reliabilityd.events import UNREPORTED, Rejected, TrialEvent
 from reliabilityd.logs import RateLimited
-from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, Comparison, Side
-from reliabilityd.stats.estimators import METRICS, Metric
+from reliabilityd.stats.compare import Comparison
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
 SOURCE = "http"
 OTLP_SOURCE = "otlp"
+# OTLP bodies decoded and mapped at once, each in a worker thread.
+OTLP_DECODES = 2
 
 
 class IngestUnavailable(ReliabilitydError):
@@ -113,18 +131,10 @@ class Backend(ui.Source, Protocol):
 
     async def snapshot_json(self, suite: str, slice: str | None = None) -> bytes | None: ...
 
-    async def compare(
-        self,
-        baseline: Side,
-        candidate: Side,
-        *,
-        k: int | None,
-        metric: Metric,
-        top: int,
-        min_shared: int,
-    ) -> Comparison:
-        """The paired comparison as ``compare --json`` computes it; LookupError for a missing
-        suite, ValueError for a label its suite is not sliced by."""
+    async def compare(self, query: CompareQuery, worker: Worker) -> Comparison:
+        """The paired comparison as ``compare --json`` computes it, its CPU-bound steps on
+        ``worker``; LookupError for a missing suite, ValueError for a label its suite is not
+        sliced by."""
         ...
 
     async def readiness(self) -> dict[str, str]:
@@ -149,6 +159,10 @@ class Handlers:
         self.started_at = time.time()
         self.inflight = asyncio.Semaphore(config.max_inflight)
         self.bodies = Bodies(config.max_body_bytes)
+        # CPU-bound steps in worker threads (daemon._offload), a few at once: OTLP
+        # bodies wait for a place, comparisons wait briefly and are then answered 503.
+        self.decodes = Slots(OTLP_DECODES)
+        self.compares = Slots(MAX_COMPARES, COMPARE_WAIT)
         self.authority = backend.authority
 
     def _answer(self, response: web.Response) -> web.Response:
@@ -291,12 +305,13 @@ class Handlers:
         from reliabilityd.integrations import otlp
 
         try:
-            message = otlp.decode_request(payload, kind)
+            async with self.decodes.held() as worker:  # a megabyte is ~0.5 s of Python
+                mapped = await worker.run(otlp.decode_and_map, payload, kind, self.config.otlp)
         except otlp.OtlpError as exc:
-            return self._answer(_json({"error": str(exc)}, exc.status))
+            path = {} if exc.path is None else {"path": exc.path}
+            return self._answer(_json({"error": str(exc), **path}, exc.status))
         if self.backend.is_paused():
             return self._unavailable("ingest is paused: Redis is unavailable")
-        mapped = otlp.map_request(message, self.config.otlp)
         answer = mapped
         if not grant.may_all("write"):
             allowed = [e for e in mapped.events if grant.may("write", e.suite)]
@@ -311,7 +326,8 @@ class Handlers:
                 answer = otlp.Mapped(allowed, [*mapped.rejected, *forbidden], mapped.ignored)
         try:
             committed = await asyncio.wait_for(
-                self.backend.ingest(mapped.events, mapped.rejected, OTLP_SOURCE),
+                # At most events.MAX_LETTERS + 1 letters, as for an MQTT payload.
+                self.backend.ingest(mapped.events, mapped.letters, OTLP_SOURCE),
                 self.config.commit_timeout,
             )
         except (IngestUnavailable, TimeoutError) as exc:
@@ -356,48 +372,30 @@ class Handlers:
         return _json({"status": "ready"}, 200)
 
     async def compare(self, request: web.Request) -> web.Response:
-        q = request.query
         try:
-            suite = q.get("suite")
-            if "baseline" not in q or "candidate" not in q:
-                raise ValueError("baseline and candidate are required")
-            if suite is None:
-                baseline, candidate = Side(q["baseline"]), Side(q["candidate"])
-            else:
-                baseline = Side.parse(suite, q["baseline"])
-                candidate = Side.parse(suite, q["candidate"])
-            k = int(q["k"]) if "k" in q else None
-            metric = q.get("metric", "pass^k")
-            if metric not in METRICS:
-                raise ValueError(f"metric must be one of {', '.join(METRICS)}")
-            top = int(q.get("top", "5"))
-            min_shared = int(q.get("min_shared", str(DEFAULT_MIN_SHARED)))
-            if (k is not None and k < 1) or top < 1 or min_shared < 1:
-                raise ValueError("k, top and min_shared must be at least 1")
-        except ValueError as exc:
-            return _json({"error": str(exc)}, 400)
-        for side in (baseline, candidate):
+            query = parse_query(request.query)
+        except QueryError as exc:
+            return _json({"error": str(exc)}, exc.status)
+        for side in (query.baseline, query.candidate):
             denied = self._denied(request, side.suite)
             if denied is not None:  # before Redis: the answer says nothing of the suites
                 return denied
-        if self.inflight.locked():
-            return self._unavailable("max_inflight reached")
-        async with self.inflight:
-            try:
-                cmp = await self.backend.compare(
-                    baseline,
-                    candidate,
-                    k=k,
-                    metric=metric,
-                    top=top,
-                    min_shared=min_shared,
-                )
-            except LookupError as exc:
-                return _json({"error": str(exc.args[0] if exc.args else exc)}, 404)
-            except ValueError as exc:
-                return _json({"error": str(exc)}, 400)
-            except Exception as exc:
-                return _json({"error": f"Redis unavailable: {type(exc).__name__}"}, 503)
+        try:
+            async with self.compares.held() as worker:
+                if self.inflight.locked():
+                    return self._unavailable("max_inflight reached")
+                async with self.inflight:
+                    cmp = await self.backend.compare(query, worker)
+        except Busy as exc:
+            return _json(
+                {"error": f"comparisons: {exc}: retry"}, 503, **{"Retry-After": str(RETRY_AFTER)}
+            )
+        except LookupError as exc:
+            return _json({"error": str(exc.args[0] if exc.args else exc)}, 404)
+        except ValueError as exc:
+            return _json({"error": str(exc)}, 400)
+        except Exception as exc:
+            return _json({"error": f"Redis unavailable: {type(exc).__name__}"}, 503)
         return web.Response(body=msgspec.json.encode(cmp), content_type="application/json")
 
     async def suite(self, request: web.Request) -> web.Response:
@@ -448,6 +446,7 @@ def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Appl
     h = Handlers(backend, config, max_payload)
     # aiohttp refuses bodies past client_max_size itself (413); keep one byte of slack.
     app = web.Application(client_max_size=max_payload + 1)
+    app.on_response_prepare.append(add_security_headers)
     app.router.add_post("/v1/trials", h.post_trials)
     if config.otlp.enabled:
         app.router.add_post("/v1/logs", h.post_logs)

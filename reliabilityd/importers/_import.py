@@ -18,12 +18,10 @@ from typing import Any
 import msgspec
 
 from reliabilityd.events import TrialEvent, decode, validate
+from reliabilityd.importers._detect import FORMATS, ImportFileError, detect
 from reliabilityd.importers.results import (
-    FORMATS,
-    ImportFileError,
     Parsed,
     check_run,
-    detect,
     read,
     suite_name,
     task_name,

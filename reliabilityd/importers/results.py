@@ -1,6 +1,6 @@
 """Other harnesses' result files, read as trials: formats, their detection, names.
 
-Formats (detected from the content, or named with ``fmt``):
+Formats (detected from the content, ``_detect``; or named with ``fmt``):
 
 * ``tau-bench``: a JSON list of runs with ``task_id``, ``trial`` and ``reward``;
   a run passes when its reward is within 1e-6 of 1, as tau-bench's
@@ -42,10 +42,15 @@ from typing import Any
 
 import msgspec
 
-from reliabilityd.errors import ReliabilitydError
 from reliabilityd.events import MAX_NAME_BYTES, NAME_FORBIDDEN, Outcome
+from reliabilityd.importers._detect import (
+    DETECT_BYTES,
+    FORMATS,
+    ImportFileError,
+    detect,
+    detect_head,
+)
 
-FORMATS = ("tau-bench", "tau2-bench", "inspect", "multivon")
 MAX_RUN_BYTES = 100
 # What no name may hold (events.NAME_FORBIDDEN: control and invisible format
 # characters, surrogates, noncharacters).
@@ -53,12 +58,6 @@ _CONTROL = NAME_FORBIDDEN
 _SUITE_FORBIDDEN = re.compile(r"[{}/+#]")
 _ZIP_MAGIC = b"PK\x03\x04"
 _EPS = 1e-6
-
-
-class ImportFileError(ReliabilitydError):
-    """A result file that cannot be imported; the message says what to do."""
-
-    exit_code = 2
 
 
 class Trial(msgspec.Struct, frozen=True):
@@ -127,46 +126,33 @@ def check_run(run: str) -> str:
     return run
 
 
-# --- detection -------------------------------------------------------------
-
-
-def detect(doc: Any) -> str:
-    """The format of a decoded JSON document, or ImportFileError saying why not."""
-    if isinstance(doc, list):
-        if not doc:
-            raise ImportFileError("the file holds an empty list: no runs to import")
-        first = doc[0]
-        if isinstance(first, dict) and {"task_id", "trial", "reward"} <= first.keys():
-            return "tau-bench"
-    elif isinstance(doc, dict):
-        info = doc.get("info")
-        if "simulations" in doc or (isinstance(info, dict) and "num_trials" in info):
-            return "tau2-bench"
-        if isinstance(doc.get("eval"), dict) and "task" in doc["eval"]:
-            return "inspect"
-        if isinstance(doc.get("cases"), list):
-            return "multivon"
-    raise ImportFileError(
-        "cannot tell the format from the content: expected a tau-bench list of runs, "
-        "tau2-bench results (simulations), an Inspect AI eval log or a multivon-eval "
-        f"report; name it with --format ({', '.join(FORMATS)})"
-    )
-
-
 def read(path: Path, fmt: str | None = None, *, scorer: str | None = None) -> Parsed:
-    """Read one result file (``fmt`` None: detect it); a directory means its results.json."""
+    """Read one result file (``fmt`` None: detect it); a directory means its results.json.
+
+    A file longer than ``DETECT_BYTES`` has its format told from that prefix
+    (``detect_head``) before the rest is read, so a file of no format is
+    refused without being read whole.
+    """
     if path.is_dir() and (path / "results.json").is_file():
         path = path / "results.json"  # tau2-bench's "dir" format
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ImportFileError(f"{path}: cannot read: {exc.strerror}") from None
     if fmt is not None and fmt not in FORMATS:
         raise ImportFileError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
-    if data.startswith(_ZIP_MAGIC):
-        if fmt not in (None, "inspect"):
-            raise ImportFileError(f"{path} is a zip archive, not {fmt} results")
-        return _inspect_zip(path, data, scorer)
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(DETECT_BYTES + 1)
+        if data.startswith(_ZIP_MAGIC):
+            if fmt not in (None, "inspect"):
+                raise ImportFileError(f"{path} is a zip archive, not {fmt} results")
+            return _inspect_zip(path, path.read_bytes(), scorer)
+        if len(data) > DETECT_BYTES:
+            if fmt is None:
+                try:
+                    fmt = detect_head(data[:DETECT_BYTES])
+                except ImportFileError as exc:
+                    raise ImportFileError(f"{path}: {exc}") from None
+            data = path.read_bytes()
+    except OSError as exc:
+        raise ImportFileError(f"{path}: cannot read: {exc.strerror}") from None
     try:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:

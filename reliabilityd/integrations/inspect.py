@@ -43,8 +43,8 @@ from inspect_ai.hooks import Hooks, RunEnd, SampleEnd, TaskStart, hooks
 
 from reliabilityd.client._errors import EmitterError
 from reliabilityd.client.emitter import DEFAULT_TOPIC, Emitter
+from reliabilityd.importers import ImportFileError
 from reliabilityd.importers.results import (
-    ImportFileError,
     inspect_outcome,
     inspect_run,
     inspect_suite,

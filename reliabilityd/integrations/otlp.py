@@ -15,12 +15,13 @@ configured threshold), is rejected and dead-lettered with what was missing.
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
@@ -33,8 +34,18 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from reliabilityd.config import OtlpConfig
 from reliabilityd.errors import ReliabilitydError
-from reliabilityd.events import Outcome, Rejected, TrialEvent, validate
+from reliabilityd.events import (
+    MAX_LETTERS,
+    UNREPORTED,
+    Outcome,
+    Rejected,
+    TrialEvent,
+    letters,
+    suite_name_problem,
+    validate,
+)
 from reliabilityd.importers.results import suite_name, task_name
+from reliabilityd.integrations._otlp_shape import ShapeProblem, json_problem, wire_problem
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -43,11 +54,15 @@ REASONS_SHOWN = 3
 
 
 class OtlpError(ReliabilitydError):
-    """A request that is not OTLP logs at all; ``status`` is the HTTP answer."""
+    """A request that is not OTLP logs at all; ``status`` is the HTTP answer.
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    ``path`` names the field that does not fit, when one does not.
+    """
+
+    def __init__(self, message: str, status: int = 400, *, path: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.path = path
 
 
 def media_type(content_type: str) -> str:
@@ -60,33 +75,56 @@ def media_type(content_type: str) -> str:
     )
 
 
-def _strip_ids(doc: Any) -> None:
-    """OTLP/JSON writes trace and span ids in hex, protobuf's JSON in base64: drop them."""
-    for resource in doc.get("resourceLogs") or doc.get("resource_logs") or []:
-        for scope in resource.get("scopeLogs") or resource.get("scope_logs") or []:
-            for record in scope.get("logRecords") or scope.get("log_records") or []:
-                if isinstance(record, dict):
-                    for key in ("traceId", "spanId", "trace_id", "span_id"):
-                        record.pop(key, None)
+def _malformed(problem: ShapeProblem, what: str) -> OtlpError:
+    return OtlpError(f"{what}: {problem}", path=problem.path)
+
+
+def _load_json(payload: bytes) -> Any:
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    # The standard library's decoder, not msgspec's: it keeps a number past a
+    # double's range (as inf) for the shape check to name its field.
+    return json.loads(payload, parse_constant=constant)
 
 
 def decode_request(payload: bytes, kind: str) -> ExportLogsServiceRequest:
-    """An ``ExportLogsServiceRequest`` from either encoding; OtlpError 400 if it is not one."""
+    """An ``ExportLogsServiceRequest`` from either encoding; OtlpError 400 if it is not one.
+
+    The error names the path of the first field that does not fit
+    (``_otlp_shape``); a wrong wire type protobuf would keep as an unknown
+    field is one of them. CPU-bound on large bodies: the daemon calls it in
+    a worker thread.
+    """
+    descriptor = ExportLogsServiceRequest.DESCRIPTOR
     request = ExportLogsServiceRequest()
     if kind == PROTOBUF:
         try:
             request.ParseFromString(payload)
         except (DecodeError, RecursionError) as exc:
+            problem = wire_problem(payload, descriptor)
+            if problem is not None:
+                raise _malformed(problem, "not an OTLP ExportLogsServiceRequest") from None
             raise OtlpError(f"not an OTLP ExportLogsServiceRequest: {exc}") from None
+        # Unknown fields, or known ones of another wire type, which upb keeps as
+        # unknown: the size of what is left tells, without a walk in Python.
+        request.DiscardUnknownFields()
+        if request.ByteSize() != len(payload):
+            problem = wire_problem(payload, descriptor)
+            if problem is not None:
+                raise _malformed(problem, "not an OTLP ExportLogsServiceRequest")
         return request
     try:
-        doc = msgspec.json.decode(payload)
-        if not isinstance(doc, dict):
-            raise OtlpError("OTLP/JSON logs are an object with resourceLogs")
-        _strip_ids(doc)
+        doc = _load_json(payload)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise OtlpError(f"not OTLP/JSON logs: not JSON: {exc}") from None
+    problem = json_problem(doc, descriptor)
+    if problem is not None:
+        raise _malformed(problem, "not OTLP/JSON logs")
+    try:
         json_format.ParseDict(doc, request, ignore_unknown_fields=True)
-    except (msgspec.DecodeError, json_format.ParseError, RecursionError, AttributeError) as exc:
-        raise OtlpError(f"not OTLP/JSON logs: {exc}") from None
+    except Exception as exc:  # the shape check should leave nothing; never a 500 if it does
+        raise OtlpError(f"not OTLP/JSON logs: {type(exc).__name__}: {exc}") from None
     return request
 
 
@@ -101,11 +139,23 @@ def _attributes(pairs: Iterator[KeyValue] | Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Mapped:
-    """What one request came to: trials, rejected records, records of other events."""
+    """What one request came to: trials, rejected records, records of other events.
+
+    ``rejected`` has one entry per rejected record, in order: the first
+    ``events.MAX_LETTERS`` with the record and the reason, each later one the
+    shared ``events.UNREPORTED`` marker, as ``events.decode`` keeps a
+    payload's elements; ``letters`` are the dead letters they come to (those
+    first ones and one counting the rest), so a request of ten thousand bad
+    records writes eleven, as an MQTT payload would.
+    """
 
     events: list[TrialEvent]
     rejected: list[Rejected]
     ignored: int
+
+    @property
+    def letters(self) -> list[Rejected]:
+        return letters(self.rejected, noun="records")
 
 
 class _Refused(Exception):
@@ -163,27 +213,64 @@ def _record_json(record: LogRecord) -> bytes:
     return json_format.MessageToJson(record, indent=None).encode()
 
 
+def _event_name(record: LogRecord) -> Any:
+    """The record's event: ``event_name``, else its ``event.name`` attribute."""
+    if record.event_name:
+        return record.event_name
+    for kv in record.attributes:
+        if kv.key == "event.name":
+            return _value(kv.value)
+    return None
+
+
 def map_request(request: ExportLogsServiceRequest, config: OtlpConfig) -> Mapped:
-    """Each evaluation record as a trial or a rejection, in order; other records ignored."""
+    """Each evaluation record as a trial or a rejection, in order; other records ignored.
+
+    CPU-bound on large requests (a Python step per record): the daemon calls
+    it in a worker thread.
+    """
     events: list[TrialEvent] = []
     rejected: list[Rejected] = []
+    bad = 0
     ignored = 0
+    wanted = config.event_name
     for r, resource_logs in enumerate(request.resource_logs):
         resource = _attributes(resource_logs.resource.attributes)
         for s, scope_logs in enumerate(resource_logs.scope_logs):
             for i, record in enumerate(scope_logs.log_records):
-                attrs = _attributes(record.attributes)
-                if (record.event_name or attrs.get("event.name")) != config.event_name:
+                if _event_name(record) != wanted:
                     ignored += 1
                     continue
-                where = f"resource_logs[{r}].scope_logs[{s}].log_records[{i}]"
+                attrs = _attributes(record.attributes)
                 try:
                     event = _map_record(config, record, attrs, resource)
                 except _Refused as exc:
-                    rejected.append(Rejected(_record_json(record), f"{where}: {exc}"))
+                    bad += 1
+                    if bad > MAX_LETTERS:  # counted, neither copied nor given a reason
+                        rejected.append(UNREPORTED)
+                        continue
+                    where = f"resource_logs[{r}].scope_logs[{s}].log_records[{i}]"
+                    suite = _suite_of(config, attrs, resource)
+                    rejected.append(Rejected(_record_json(record), f"{where}: {exc}", suite))
                     continue
                 events.append(event)
     return Mapped(events, rejected, ignored)
+
+
+def decode_and_map(payload: bytes, kind: str, config: OtlpConfig) -> Mapped:
+    """``decode_request`` then ``map_request``: the worker thread's whole job for one body."""
+    return map_request(decode_request(payload, kind), config)
+
+
+def _suite_of(
+    config: OtlpConfig, attrs: Mapping[str, Any], resource: Mapping[str, Any]
+) -> str | None:
+    """The suite a rejected record names, to file its dead letter under; None when none."""
+    try:
+        suite = suite_name(_name(config.suite, attrs, resource, "suite"))
+    except _Refused:
+        return None
+    return None if suite_name_problem(suite) else suite
 
 
 def _map_record(
@@ -211,7 +298,8 @@ def encode_response(mapped: Mapped, kind: str) -> bytes:
     """The ExportLogsServiceResponse, with partial_success naming the first rejections."""
     response = ExportLogsServiceResponse()
     if mapped.rejected:
-        reasons = [r.reason for r in mapped.rejected[:REASONS_SHOWN]]
+        given = (r.reason for r in mapped.rejected if r is not UNREPORTED)
+        reasons = list(itertools.islice(given, REASONS_SHOWN))
         more = len(mapped.rejected) - len(reasons)
         message = "; ".join(reasons) + (f"; and {more} more" if more else "")
         response.partial_success.CopyFrom(

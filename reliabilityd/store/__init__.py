@@ -21,6 +21,7 @@ from reliabilityd.store._base import (
     url_problem,
 )
 from reliabilityd.store._ingest import Slicing
+from reliabilityd.store._reads import TaskHashes, task_counts_of
 from reliabilityd.store._snapshots import SnapshotWrite
 from reliabilityd.store._store import Store
 from reliabilityd.store.keys import Series
@@ -38,6 +39,8 @@ __all__ = [
     "Store",
     "StreamCursor",
     "SuiteState",
+    "TaskHashes",
     "connect",
+    "task_counts_of",
     "url_problem",
 ]

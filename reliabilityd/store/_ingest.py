@@ -329,7 +329,7 @@ class Ingest:
             pipe = self.client.pipeline(transaction=False)
             by_suite: dict[str, int] = {}
             for item, source in chunk:
-                suite = named_suite(item.raw) or ""
+                suite = item.suite or named_suite(item.raw) or ""
                 by_suite[suite] = by_suite.get(suite, 0) + 1
                 pipe.xadd(
                     self.keys.deadletter,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -15,6 +15,11 @@ from reliabilityd.store._base import Counters, DeadLetter, Redis, SuiteState, _p
 from reliabilityd.store._scripts import READ, READ_WINDOWS
 from reliabilityd.store.keys import Keys, Series
 
+# Fields of a task hash per HSCAN round trip (Reads.task_hashes): a reply of
+# this size parses in about a millisecond.
+TASK_SCAN = 2000
+# A series' per-task hash as the client replies it: task -> "n:c...".
+TaskHashes = list[dict[bytes | str, bytes | str]]
 # Width of n and c in the lottery index's members (`nnnnnnnnnn:cccccccccc:task`).
 CELL_PAD = 10
 
@@ -111,9 +116,20 @@ class Reads:
         slices that carry every one of those label values (``slices.matches``).
         ``ValueError`` when the suite is not sliced by a label the side names.
         """
+        return task_counts_of(await self.task_hashes(side))
+
+    async def task_hashes(self, side: str | Side) -> TaskHashes:
+        """The raw per-task hashes ``task_counts`` adds up, one per series of the side.
+
+        For a caller that parses them elsewhere (``task_counts_of``, in a
+        worker thread): a large suite's hash is read ``TASK_SCAN`` fields per
+        round trip, so no one reply holds the event loop for long. Not one
+        atomic read: a task committed to meanwhile shows its count before or
+        after that commit.
+        """
         side = side if isinstance(side, Side) else Side(side)
         if not side.labels:
-            return await self._task_counts(Series(side.suite))
+            return [await self._task_hash(Series(side.suite))]
         ids = await self.slices(side.suite)
         known = label_keys(ids)
         missing = sorted(set(side.labels) - known)
@@ -122,21 +138,21 @@ class Reads:
             raise ValueError(
                 f"suite {side.suite!r} is not sliced by {', '.join(missing)} (sliced by {have})"
             )
-        out: dict[str, tuple[int, int]] = {}
-        for sid in ids:
-            if matches(sid, side.labels):
-                for task, (n, c) in (await self._task_counts(Series(side.suite, sid))).items():
-                    was = out.get(task, (0, 0))
-                    out[task] = (was[0] + n, was[1] + c)
-        return out
+        return [
+            await self._task_hash(Series(side.suite, sid))
+            for sid in ids
+            if matches(sid, side.labels)
+        ]
 
-    async def _task_counts(self, series: Series) -> dict[str, tuple[int, int]]:
-        raw = await self.client.hgetall(self.keys.series(series, "tasks"))
-        out: dict[str, tuple[int, int]] = {}
-        for task, value in raw.items():
-            n, c = _text(value).split(":")[:2]
-            out[_text(task)] = (int(n), int(c))
-        return out
+    async def _task_hash(self, series: Series) -> dict[bytes | str, bytes | str]:
+        key = self.keys.series(series, "tasks")
+        out: dict[bytes | str, bytes | str] = {}
+        cursor: int = 0
+        while True:
+            cursor, part = await self.client.hscan(key, cursor, count=TASK_SCAN)
+            out.update(cast(dict[bytes | str, bytes | str], part))  # HSCAN without NOVALUES
+            if not cursor:
+                return out
 
     async def lottery_rows(
         self,
@@ -277,3 +293,18 @@ def _deadletter(entry_id: bytes | str, raw: dict[Any, Any]) -> DeadLetter:
         suite=_text(f.get("suite", b"")) or None,
         reason_class=_text(f.get("class", b"other")),
     )
+
+
+def task_counts_of(
+    hashes: Sequence[Mapping[bytes | str, bytes | str]],
+) -> dict[str, tuple[int, int]]:
+    """Each task's (n, c), summed over the series' raw hashes (``Reads.task_hashes``)."""
+    out: dict[str, tuple[int, int]] = {}
+    for raw in hashes:
+        for task, value in raw.items():
+            n_text, c_text = _text(value).split(":", 2)[:2]
+            name = _text(task)
+            was = out.get(name)
+            n, c = int(n_text), int(c_text)
+            out[name] = (n, c) if was is None else (was[0] + n, was[1] + c)
+    return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from reliabilityd.config import HttpConfig
+from reliabilityd.daemon._peers import Peers
 from reliabilityd.daemon.auth import Authority
 from reliabilityd.daemon.ui._access import AUTHORITY, HTTP_CONFIG, can_read
 from reliabilityd.daemon.ui._routes import Handler, Routes, Source, wants_html
@@ -32,7 +33,7 @@ def register(
     """
     app[HTTP_CONFIG] = config
     app[AUTHORITY] = authority or Authority.from_config(config)
-    routes = Routes(source, json_suite)
+    routes = Routes(source, json_suite, Peers(config.trusted_proxies))
     app.router.add_get("/", routes.index)
     app.router.add_get("/suites/{suite}", routes.suite)
     app.router.add_get("/ui/static/{name}", routes.static)

@@ -18,7 +18,7 @@ from reliabilityd.daemon.ui import _model
 from reliabilityd.daemon.ui._pages import IndexPage, IndexRow, RuleView, SuitePage, TransitionRow
 from reliabilityd.daemon.ui._svg import Mark
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Series, Store
+from reliabilityd.store import Series, Store, TaskHashes, task_counts_of
 
 if TYPE_CHECKING:
     from reliabilityd.stats.history import Estimate3, History
@@ -166,7 +166,14 @@ async def _movers(
     baseline = await store.alerts.baseline(suite, view.rule.name)
     if baseline is None:
         return None, None, []
-    current = await store.reads.task_counts(suite)
+    hashes = await store.reads.task_hashes(suite)
     window, _ = config.suite_settings(suite)
-    rows = _model.movers(baseline.tasks, current, windowed=window > 0, limit=MOVERS)
+    # Every task of the suite, parsed and ranked: O(tasks) of Python, off the event loop.
+    rows = await asyncio.to_thread(_movers_of, baseline.tasks, hashes, window > 0)
     return view.rule.name, baseline.at, rows
+
+
+def _movers_of(
+    before: dict[str, tuple[int, int]], hashes: TaskHashes, windowed: bool
+) -> list[_model.Mover]:
+    return _model.movers(before, task_counts_of(hashes), windowed=windowed, limit=MOVERS)

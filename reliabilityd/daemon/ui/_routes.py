@@ -3,8 +3,12 @@
 ``GET /suites/<suite>`` is negotiated: a request whose ``Accept`` names
 ``text/html`` (a browser) at least as high as ``application/json`` gets the
 page; anything else (``application/json``, ``*/*``, no header) gets the
-snapshot document, byte for byte what the JSON handler serves. Every read
-asks ``can_read`` first.
+snapshot document, byte for byte what the JSON handler serves, and both say
+``Vary: Accept``. Every read asks ``can_read`` first: without a valid token
+the answer is 401 with the token form, with a token that may not read the
+suite 403, as for JSON. The form counts wrong tokens per client address
+(``daemon._peers``: through ``http.trusted_proxies``) and answers 429 with
+Retry-After once a client has sent too many.
 """
 
 from __future__ import annotations
@@ -20,8 +24,16 @@ from urllib.parse import quote
 from aiohttp import web
 
 from reliabilityd.config import Config
+from reliabilityd.daemon._peers import Peers, Throttle
 from reliabilityd.daemon.ui import _data, _pages
-from reliabilityd.daemon.ui._access import AUTHORITY, COOKIE, can_read, readable, token_reads
+from reliabilityd.daemon.ui._access import (
+    AUTHORITY,
+    COOKIE,
+    can_read,
+    grant_of,
+    readable,
+    token_reads,
+)
 from reliabilityd.logs import RateLimited
 from reliabilityd.store import Store
 
@@ -29,6 +41,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 STATIC = {"ui.css": "text/css", "ui.js": "text/javascript"}
 HTML = "text/html"
 _failures = RateLimited()
+_throttled = RateLimited()
 
 
 class Source(Protocol):
@@ -78,12 +91,8 @@ def parse_time(text: str | None, name: str) -> float | None:
 
 
 def _html(text: str, status: int = 200) -> web.Response:
-    return web.Response(
-        text=text,
-        status=status,
-        content_type=HTML,
-        headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
-    )
+    # Cache-Control, the Content-Security-Policy and the rest: daemon._http_headers.
+    return web.Response(text=text, status=status, content_type=HTML)
 
 
 def _problem(request: web.Request, status: int, message: str, *, html: bool) -> web.Response:
@@ -99,11 +108,26 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-def _login_form(request: web.Request, *, wrong: bool = False) -> web.Response:
+def _refused(request: web.Request, suite: str | None) -> web.Response:
+    """401 with the token form without a valid token; 403 for a token that may not read."""
+    if grant_of(request).anonymous:
+        return _login_form(request)
+    what = "any suite" if suite is None else f"suite {suite!r}"
+    return _problem(request, 403, f"This token may not read {what}.", html=True)
+
+
+def _login_form(request: web.Request, *, wrong: bool = False, throttled: int = 0) -> web.Response:
     target = request.path_qs if request.path != "/ui/login" else request.query.get("next", "/")
+    banner = (
+        f'<p class="banner">Too many wrong tokens: try again in {throttled} s.</p>'
+        if throttled
+        else '<p class="banner">That token is not valid.</p>'
+        if wrong
+        else ""
+    )
     main = (
         "<h1>Token required</h1>"
-        + ('<p class="banner">That token is not valid.</p>' if wrong else "")
+        + banner
         + "<p>This daemon answers beyond loopback: reads need the <code>[http] token</code>.</p>"
         '<form class="token" method="post" action="/ui/login">'
         f'<input type="hidden" name="next" value="{_escape(target)}">'
@@ -111,13 +135,20 @@ def _login_form(request: web.Request, *, wrong: bool = False) -> web.Response:
         'placeholder="token" aria-label="token" required>'
         '<button type="submit">Open</button></form>'
     )
+    if throttled:
+        response = _html(_pages.layout("too many tries", main, refresh=None), 429)
+        response.headers["Retry-After"] = str(throttled)
+        return response
     return _html(_pages.layout("token required", main, refresh=None), 401)
 
 
 class Routes:
-    def __init__(self, source: Source, json_suite: Handler) -> None:
+    def __init__(self, source: Source, json_suite: Handler, peers: Peers) -> None:
         self.source = source
         self.json_suite = json_suite
+        self.peers = peers
+        # Wrong tokens on the form, per client address (daemon._peers).
+        self.throttle = Throttle()
 
     async def _guard(
         self,
@@ -141,7 +172,7 @@ class Routes:
 
     async def index(self, request: web.Request) -> web.Response:
         if not can_read(request, None):
-            return _login_form(request)
+            return _refused(request, None)
 
         async def page() -> web.Response:
             view = await _data.index(
@@ -158,12 +189,17 @@ class Routes:
         return await self._guard(request, page)
 
     async def suite(self, request: web.Request) -> web.StreamResponse:
+        response = await self._suite(request)
+        response.headers["Vary"] = "Accept"  # a page or JSON, by Accept: caches must know
+        return response
+
+    async def _suite(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["suite"]
         if not wants_html(request.headers.get("Accept", "")):
             # The JSON handler asks the same scopes, answering 401 or 403 itself.
             return await self.json_suite(request)
         if not can_read(request, name):
-            return _login_form(request)
+            return _refused(request, name)
 
         async def page() -> web.Response:
             q = request.query
@@ -196,21 +232,25 @@ class Routes:
             raise web.HTTPNotFound()
         body = resources.files("reliabilityd.daemon.ui").joinpath("static", name).read_bytes()
         return web.Response(
-            body=body,
-            content_type=STATIC[name],
-            headers={"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"},
+            body=body, content_type=STATIC[name], headers={"Cache-Control": "max-age=300"}
         )
 
     async def login_form(self, request: web.Request) -> web.Response:
         return _login_form(request)
 
     async def login(self, request: web.Request) -> web.Response:
+        client = self.peers.client_address(request)
+        wait = self.throttle.retry_after(client)
+        if wait:  # before the token is even read: a guess gets no answer
+            _throttled.emit(logging.WARNING, "ui_login_throttled", client=client)
+            return _login_form(request, throttled=wait)
         form = await request.post()
         token = str(form.get("token", ""))
         target = str(form.get("next", "/"))
         if not target.startswith("/") or target.startswith("//"):
             target = "/"  # only this daemon's own pages
         if not token_reads(request.app[AUTHORITY], token):
+            self.throttle.failed(client)
             return _login_form(request, wrong=True)
         response = web.Response(status=303, headers={"Location": quote(target, safe="/?=&%:;,+@#")})
         # Lax: sent when a person follows an alert's link from a chat or a mail.

@@ -1,0 +1,192 @@
+"""POST /v1/logs at its edges, against a real daemon and redis-server: dead letters bounded per
+request as for an MQTT payload, malformed bodies answered 400 with the path of the bad field,
+and a large body decoded off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+
+from reliabilityd.config import Config, HttpConfig, IngestConfig, OtlpConfig, StoreConfig
+from reliabilityd.events import MAX_LETTERS
+from tests.support.daemon import make_config, store_for
+from tests.support.http import post, serving
+from tests.support.otlp import JSON, PROTOBUF, empty_records, records_request
+from tests.support.servers import RedisServer, free_port
+
+
+def _config(redis: RedisServer, prefix: str, **sections: Any) -> Config:
+    cfg = make_config(
+        redis_url=redis.url,
+        mqtt_url="mqtt://127.0.0.1:1",
+        prefix=prefix,
+        http=HttpConfig(port=free_port(), otlp=OtlpConfig(enabled=True)),
+        **sections,
+    )
+    return msgspec.structs.replace(cfg, mqtt=msgspec.structs.replace(cfg.mqtt, enabled=False))
+
+
+async def _post_logs(base: str, body: bytes, kind: str) -> tuple[int, bytes, dict[str, str]]:
+    # A stream, so the client sends a large body in pieces (aiohttp warns of raw bytes).
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{base}/v1/logs", data=io.BytesIO(body), headers={"Content-Type": kind}) as resp,
+    ):
+        return resp.status, await resp.read(), dict(resp.headers)
+
+
+def _unmappable(count: int, start: int = 0) -> list[dict[str, Any]]:
+    """Evaluation records without a verdict: no label, no score, no error."""
+    return [
+        {"gen_ai.evaluation.name": "Correctness", "gen_ai.response.id": f"r{i}"}
+        for i in range(start, start + count)
+    ]
+
+
+def _body(records: list[dict[str, Any]], kind: str) -> bytes:
+    from google.protobuf import json_format
+
+    request = records_request(records, service="support-agent")
+    if kind == PROTOBUF:
+        return bytes(request.SerializeToString())
+    return json_format.MessageToJson(request).encode()
+
+
+@pytest.mark.parametrize("kind", [PROTOBUF, JSON])
+async def test_a_request_of_unmappable_records_writes_eleven_letters_and_evicts_no_one(
+    redis_server: RedisServer, prefix: str, kind: str
+) -> None:
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+
+    cfg = _config(redis_server, prefix, store=StoreConfig(deadletter_maxlen=200))
+    async with serving(cfg) as (_, base), store_for(cfg) as store:
+        # Another producer's dead letter, written first.
+        bad = {"suite": "other", "task": "t", "trial": "x", "outcome": "PASS"}
+        assert (await post(base, [bad]))[0] == 422
+        for i in range(5):
+            status, raw, _ = await _post_logs(base, _body(_unmappable(200, 200 * i), kind), kind)
+            assert status == 200
+            response = ExportLogsServiceResponse()
+            if kind == PROTOBUF:
+                response.ParseFromString(raw)
+            else:
+                json_format.Parse(raw, response)
+            # Every record counts in partial_success, however few letters it got.
+            assert response.partial_success.rejected_log_records == 200
+        letters = await store.reads.deadletters(count=1000)
+    assert letters[0].suite == "other"  # still there: the stream held 1 + 5 x 11 letters
+    otlp = [letter for letter in letters if letter.source == "otlp"]
+    assert len(otlp) == 5 * (MAX_LETTERS + 1)
+    for request in range(5):
+        mine = otlp[request * (MAX_LETTERS + 1) : (request + 1) * (MAX_LETTERS + 1)]
+        for i, letter in enumerate(mine[:MAX_LETTERS]):
+            assert letter.reason.startswith(f"resource_logs[0].scope_logs[0].log_records[{i}]: ")
+            assert json.loads(letter.payload)["eventName"] == "gen_ai.evaluation.result"
+            # Filed under the suite the record's resource names.
+            assert letter.suite == "support-agent"
+        assert mine[-1].reason.startswith("190 more rejected records in the same payload")
+
+
+MALFORMED = [
+    (JSON, b'{"resourceLogs": 5}', "resourceLogs"),
+    (JSON, b'{"resourceLogs": [{"scopeLogs": 5}]}', "resourceLogs[0].scopeLogs"),
+    (
+        JSON,
+        b'{"resourceLogs": [{"scopeLogs": [{"logRecords": 5}]}]}',
+        "resourceLogs[0].scopeLogs[0].logRecords",
+    ),
+    (
+        JSON,
+        b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"attributes": [{"key": "k", '
+        b'"value": {"intValue": "many"}}]}]}]}]}',
+        "resourceLogs[0].scopeLogs[0].logRecords[0].attributes[0].value.intValue",
+    ),
+    (JSON, b'{"resourceLogs": [{"resource": []}]}', "resourceLogs[0].resource"),
+    (PROTOBUF, b"\x08\x05", "resource_logs[0]"),
+    (PROTOBUF, b"\x0a\x02\x10\x05", "resource_logs[0].scope_logs[0]"),
+    (PROTOBUF, b"\x0a\x04\x12\x02\x10\x05", "resource_logs[0].scope_logs[0].log_records[0]"),
+]
+
+
+async def test_malformed_otlp_is_answered_400_with_the_path_and_logs_no_traceback(
+    redis_server: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    cfg = _config(redis_server, prefix)
+    async with serving(cfg) as (_, base):
+        for _ in range(3):  # repeated: each time the same answer, never a log line of its own
+            for kind, body, path in MALFORMED:
+                status, raw, headers = await _post_logs(base, body, kind)
+                assert (status, headers["Content-Type"]) == (400, "application/json"), raw
+                answer = msgspec.json.decode(raw)
+                assert answer["path"] == path
+                assert f"{path}: " in answer["error"]
+        # The port still counts a good request.
+        good = _body([{**_unmappable(1)[0], "gen_ai.evaluation.score.label": "pass"}], PROTOBUF)
+        assert (await _post_logs(base, good, PROTOBUF))[0] == 200
+    assert [r for r in caplog.records if r.exc_info is not None] == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def _probe_while(base: str, work: Callable[[], Awaitable[Any]]) -> tuple[Any, float, int]:
+    """``work()``'s result, the longest wait for a /healthz answer while it ran (from the
+    previous answer, or from the start: a probe that cannot even send while the loop is
+    held shows the stall as well), and how many answers came."""
+    longest, answered = 0.0, 0
+    done = asyncio.Event()
+
+    async def probe() -> None:
+        nonlocal longest, answered
+        async with aiohttp.ClientSession() as http:
+            last = time.perf_counter()
+            while not done.is_set():
+                async with http.get(f"{base}/healthz") as resp:
+                    assert resp.status == 200
+                    await resp.read()
+                now = time.perf_counter()
+                longest, last = max(longest, now - last), now
+                answered += 1
+                await asyncio.sleep(0.01)
+
+    prober = asyncio.create_task(probe())
+    try:
+        result = await work()
+    finally:
+        done.set()
+        await prober
+    return result, longest, answered
+
+
+async def test_a_body_of_two_million_empty_records_is_decoded_off_the_event_loop(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """4 MB of empty records is seconds of Python to decode and map: /healthz keeps answering
+    all along, the loop held at most while upb parses the body (a C call that keeps the GIL)."""
+    body = empty_records(2_000_000)
+    cfg = _config(redis_server, prefix, ingest=IngestConfig(max_payload=len(body) + 1024))
+    async with serving(cfg) as (_, base):
+        started = time.perf_counter()
+        (status, raw, _), longest, answered = await _probe_while(
+            base, lambda: _post_logs(base, body, PROTOBUF)
+        )
+        elapsed = time.perf_counter() - started
+        assert status == 200, raw
+    print(
+        f"{len(body)} B in {elapsed:.2f} s: /healthz answered {answered} times, "
+        f"the longest wait {longest:.3f} s"
+    )
+    # On the event loop the request held it from start to end, and the probe got its first
+    # answer and the next one after it (2 answers, a 3.6 s wait); off the loop the probe
+    # answers all along. Relative to the request's own time, so a busy machine moves both.
+    assert answered >= 20
+    assert longest < elapsed / 2
