@@ -192,16 +192,20 @@ async def test_suite_url_answers_the_newest_snapshot(
     async with serving(cfg) as (_, base), store_for(cfg) as store:
         assert (await post(base, batch))[0] == 200
 
-        async def snapshot_ready() -> bool:
-            return await store.snapshots.snapshot_json("web") is not None
+        async def answered_as_stored() -> bool:
+            # The stored snapshot read on both sides of the GET: equal, the answer must be it.
+            before = await store.snapshots.snapshot_json("web")
+            status, raw = await get(base, "/suites/web?rule=whatever")
+            assert status in (200, 404)
+            if before is None or before != await store.snapshots.snapshot_json("web"):
+                return False
+            assert status == 200
+            assert raw == before
+            return bool(msgspec.json.decode(raw)["tasks"] == 4)
 
-        await wait_until(snapshot_ready)
-        status, raw = await get(base, "/suites/web?rule=whatever")
-        assert status == 200
-        doc = msgspec.json.decode(raw)
+        await wait_until(answered_as_stored)
+        doc = msgspec.json.decode((await get(base, "/suites/web"))[1])
         assert doc["suite"] == "web"
-        assert doc["tasks"] == 4
-        assert raw == await store.snapshots.snapshot_json("web")
         status, _ = await get(base, "/suites/nope")
         assert status == 404
 
@@ -222,15 +226,29 @@ async def test_replicas_export_the_same_suite_gauges_and_their_own_counters(
         for i in range(4)
         for j in range(3)
     ]
-    async with serving(a) as (_, base_a), serving(b) as (_, base_b), store_for(a) as store:
+    async with serving(a) as (_, base_a), serving(b) as (_, base_b):
         assert (await post(base_a, [*batch, event("t0", "x", "skip")]))[0] == 200
         assert (await post(base_a, batch[:2]))[0] == 200
 
-        async def snapshot_ready() -> bool:
-            return await store.snapshots.snapshot_json("web") is not None
+        exported = [
+            (name, (("k", "3"), ("suite", "web")))
+            for name in (
+                "reliabilityd_pass_hat_k_ratio",
+                "reliabilityd_pass_hat_k_ci_lower_ratio",
+                "reliabilityd_pass_hat_k_ci_upper_ratio",
+                "reliabilityd_pass_at_k_ratio",
+            )
+        ]
+        seen_a, seen_b = {}, {}
 
-        await wait_until(snapshot_ready)
-        seen_a, seen_b = await scrape(base_a), await scrape(base_b)
+        async def both_export_the_interval() -> bool:
+            # Each replica's gauges follow the snapshot it last read: wait until both
+            # carry every series asserted below.
+            nonlocal seen_a, seen_b
+            seen_a, seen_b = await scrape(base_a), await scrape(base_b)
+            return all(key in seen for seen in (seen_a, seen_b) for key in exported)
+
+        await wait_until(both_export_the_interval)
     key = ("reliabilityd_pass_hat_k_ratio", (("k", "3"), ("suite", "web")))
     assert seen_a[key] == seen_b[key] == 0.5
     for name in (
