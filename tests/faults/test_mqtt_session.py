@@ -107,7 +107,15 @@ async def test_a_message_over_max_payload_is_dead_lettered_with_its_size_and_top
         assert letter.source == f"mqtt:{topic}"
         assert f"payload of {len(big)} bytes exceeds ingest.max_payload (2000)" in letter.reason
         assert letter.payload == b""
-    # Acknowledged: a restart on the same session does not bring it back.
+    # Acknowledged: a restart on the same session does not bring it back. A later
+    # message on the topic is delivered after any redelivery (the broker keeps the
+    # order), so once it is counted a redelivered big one would have been handled.
+    later = msgspec.json.encode(TrialEvent("s", "t", "later", "pass"))
     async with running(cfg), store_for(cfg) as store:
-        await asyncio.sleep(1.0)
+        await publish(mosquitto.port, topic, [later])
+
+        async def later_counted() -> bool:
+            return await store.reads.task_counts("s") == {"t": (2, 2)}
+
+        await wait_until(later_counted, 20)
         assert await store.reads.deadletter_count() == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 import time
@@ -264,7 +265,10 @@ async def test_mqtt_3_1_1_with_a_persistent_session(
 
 
 async def test_broker_with_password_from_the_url(
-    redis_server: RedisServer, prefix: str, password_broker: Mosquitto
+    redis_server: RedisServer,
+    prefix: str,
+    password_broker: Mosquitto,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """mqtt://user:password@host:port reaches a broker that refuses anonymous clients."""
     broker = password_broker
@@ -282,14 +286,26 @@ async def test_broker_with_password_from_the_url(
         mqtt_url=f"mqtt://agent:nope@127.0.0.1:{broker.port}",
         prefix=prefix,
     )
+    caplog.set_level(logging.WARNING)
     daemon = Daemon(wrong)
     stop = asyncio.Event()
     task = asyncio.create_task(daemon.run(stop))
-    await asyncio.sleep(1.0)
-    assert not daemon.subscribed.is_set()  # refused, retrying with backoff
+
+    async def refused_twice() -> bool:
+        return len(_refusals(caplog)) >= 2
+
+    # The broker answered, refused, and the daemon tried again: not merely slow.
+    await wait_until(refused_twice, 20)
+    assert not daemon.subscribed.is_set()
     stop.set()
     await asyncio.wait_for(task, 10)
     await daemon.store.client.aclose()
+
+
+def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The consumer's log lines for a CONNACK that refused the credentials."""
+    lines = [r.getMessage() for r in caplog.records]
+    return [x for x in lines if "mqtt_disconnected" in x and "refused the connection" in x]
 
 
 async def test_stream_deleted_under_the_daemon_is_recreated(

@@ -30,7 +30,7 @@ from reliabilityd.store import Store
 from reliabilityd.store._ingest import CHUNK
 from tests.support import result_files as rf
 from tests.support.daemon import make_config, running
-from tests.support.helpers import wait_until
+from tests.support.helpers import current_snapshot
 from tests.support.servers import Mosquitto, RedisServer
 
 DATA = Path(__file__).parent.parent / "data"
@@ -365,12 +365,8 @@ async def test_a_running_daemon_publishes_the_imported_suite(
     cfg = make_config(redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix)
     async with running(cfg) as daemon:
         await import_file(daemon.store, DATA / "tau_bench_results.json", suite="live")
-
-        async def snapshotted() -> bool:
-            return await daemon.store.snapshots.snapshot_json("live") is not None
-
-        await wait_until(snapshotted)
-        snap = json.loads(await daemon.store.snapshots.snapshot_json("live") or b"{}")
+        # The snapshot of the whole import, not of its first chunk.
+        snap = await current_snapshot(daemon.store, "live")
     phk = {e["k"]: e["value"] for e in snap["pass_hat_k"]}
     assert phk[3] == pytest.approx(rf.tau_bench_pass_hat_k(doc, 3))
     assert snap["trials"] == len(doc)

@@ -10,14 +10,17 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import aiomqtt
 import msgspec
 import numpy as np
 
 from reliabilityd.config import Config
+from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import TrialEvent
 from reliabilityd.stats.histogram import Histogram
+from reliabilityd.store import Store
 
 
 class Truth:
@@ -167,6 +170,47 @@ async def wait_until(
         if time.monotonic() > end:
             raise TimeoutError("condition not met in time")
         await asyncio.sleep(interval)
+
+
+async def current_snapshot(store: Store, suite: str, within: float = 30.0) -> dict[str, Any]:
+    """The suite's snapshot document once it is of the suite's current data version.
+
+    Call it after the commits it must cover have returned: a snapshot of an
+    earlier version (a chunk of a batch, a live refresh) is not waited for.
+    """
+
+    async def current() -> bool:
+        ((data, snap, _),) = await store.snapshots.versions([suite])
+        return data > 0 and snap == data
+
+    await wait_until(current, within)
+    raw = await store.snapshots.snapshot_json(suite)
+    assert raw is not None
+    doc: dict[str, Any] = msgspec.json.decode(raw)
+    return doc
+
+
+def evaluations(daemon: Daemon) -> float:
+    """How many passes over every rule and suite the daemon's evaluator has completed."""
+    value = daemon.metrics.registry.get_sample_value("reliabilityd_alert_evaluations_total")
+    return value or 0.0
+
+
+async def judged(store: Store, suite: str, *daemons: Daemon, within: float = 30.0) -> None:
+    """Until each daemon's evaluator has judged the suite's current snapshot (or a newer).
+
+    First the snapshot of the suite's current version, then two more
+    evaluator passes of every daemon: the pass under way may have read an
+    older snapshot, the one after it reads this one. A test that then
+    asserts that nothing fired knows that a verdict was taken.
+    """
+    await current_snapshot(store, suite, within)
+    before = [evaluations(d) for d in daemons]
+
+    async def passed() -> bool:
+        return all(evaluations(d) >= b + 2 for d, b in zip(daemons, before, strict=True))
+
+    await wait_until(passed, within)
 
 
 def toml_of(config: Config) -> bytes:
