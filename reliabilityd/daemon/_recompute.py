@@ -485,9 +485,9 @@ class Recompute:
                     await self.expire_idle(await self.store.reads.suites())
                 changed = await self.ci_tick()
                 await self.evaluator.evaluate(await self.store.reads.suites())
-                self.metrics.evaluations.inc()
                 if self.canaries is not None:
                     await self.canaries.judge(sorted({Series.of_member(m).suite for m in changed}))
+                self.metrics.evaluations.inc()
             except REDIS_ERRORS as exc:
                 self._redis_logs["ci"].emit(logging.WARNING, "ci_tick_failed", error=describe(exc))
             with contextlib.suppress(TimeoutError):

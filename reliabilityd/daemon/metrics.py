@@ -206,7 +206,8 @@ class Metrics:
         )
         self.evaluations = Counter(
             "reliabilityd_alert_evaluations",
-            "Passes of the alert evaluator over every rule and suite this process completed"
+            "Passes of the alert evaluation this process completed: every rule on every"
+            " suite's newest snapshot, and the canaries of the suites the tick recomputed"
             " (one per CI tick that reached Redis)",
             registry=r,
         )

@@ -26,6 +26,7 @@ from reliabilityd.store import Store
 from tests.support.daemon import make_config, running, running_task, store_for, with_stream
 from tests.support.helpers import (
     Truth,
+    evaluations,
     make_events,
     payloads,
     publish,
@@ -122,8 +123,12 @@ async def test_live_point_estimate_follows_each_commit_before_the_ci(
     cfg = make_config(
         redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix, ci_interval=3600
     )
-    async with running(cfg), store_for(cfg) as store:
-        await asyncio.sleep(0.3)  # the first CI tick has run on an empty store
+    async with running(cfg) as daemon, store_for(cfg) as store:
+
+        async def first_tick_done() -> bool:
+            return evaluations(daemon) >= 1
+
+        await wait_until(first_tick_done, 10)  # the first CI tick has run on an empty store
         events = [TrialEvent("s", "t", f"r{i}", "pass" if i % 4 else "fail") for i in range(8)]
         started = time.monotonic()
         await publish(mosquitto.port, f"{prefix}/trials/a", payloads(events, 8))
@@ -320,7 +325,8 @@ async def test_stream_deleted_under_the_daemon_is_recreated(
         await raw.xadd(key, {"payload": msgspec.json.encode(TrialEvent("s", "t", "1", "pass"))})
         await wait_until(lambda: _eq(store, {"t": (1, 1)}), 20)
         await raw.delete(key)  # the group goes with it
-        await asyncio.sleep(0.8)
+        # Whenever the daemon recreates the group, it starts after the last committed
+        # entry: an entry added before or after that is read all the same.
         await raw.xadd(key, {"payload": msgspec.json.encode(TrialEvent("s", "t", "2", "fail"))})
         await wait_until(lambda: _eq(store, {"t": (2, 1)}), 20)
     await raw.aclose()
@@ -351,12 +357,25 @@ async def test_deleting_the_consumer_group_replays_nothing(
         for chunk in payloads(first, 5):
             await raw.xadd(key, {"payload": chunk})
         await wait_until(lambda: _trials(store, 20), 20)
-        await asyncio.sleep(3.5)  # every dedup record of the first entries has expired
+
+        async def forgotten() -> bool:
+            recorded = [
+                await store.ingest.is_recorded("s", e.task, e.trial, dedup_ttl=2) for e in first
+            ]
+            return not any(recorded)
+
+        await wait_until(forgotten, 20)  # every dedup record of the first entries has expired
         await raw.xgroup_destroy(key, "reliabilityd")
         for chunk in payloads(later, 4):
             await raw.xadd(key, {"payload": chunk})
-        await wait_until(lambda: _trials(store, 28), 20)
-        await asyncio.sleep(1.0)  # nothing more arrives
+        # A marker after them: once it is counted, every entry before it has been read.
+        marker = TrialEvent("marker", "t", "m", "pass")
+        await raw.xadd(key, {"payload": msgspec.json.encode(marker)})
+
+        async def marked() -> bool:
+            return (await store.reads.read_state("marker")).counters.trials == 1
+
+        await wait_until(marked, 20)
         assert await store.reads.task_counts("s") == {f"t{t}": (7, 5) for t in range(4)}
     await raw.aclose()
 

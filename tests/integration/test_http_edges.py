@@ -59,6 +59,24 @@ async def test_half_sent_requests_and_idle_sockets_are_closed_after_the_read_tim
             writer.close()
 
 
+async def _request_in_hand(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, length: int
+) -> None:
+    """Send a POST's head without its body, and wait until the daemon holds the request.
+
+    With ``Expect: 100-continue`` the daemon answers ``100 Continue`` once its
+    handler has the request (and its place in flight) and waits for the body.
+    """
+    writer.write(
+        b"POST /v1/trials HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % length
+    )
+    await writer.drain()
+    async with asyncio.timeout(10):
+        assert (await reader.readline()).startswith(b"HTTP/1.1 100")
+        assert await reader.readline() == b"\r\n"
+
+
 async def test_past_max_connections_the_oldest_idle_one_makes_room(
     redis_server: RedisServer, prefix: str
 ) -> None:
@@ -66,8 +84,8 @@ async def test_past_max_connections_the_oldest_idle_one_makes_room(
     async with serving(cfg):
         port = cfg.http.port
         idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(10)]
-        await asyncio.sleep(0.3)
-        # Well before the read timeout, a new connection is served...
+        # Well before the read timeout, a new connection is served (accepted after
+        # the ten: the listening socket hands connections over in order)...
         answer = await _exchange(
             port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         )
@@ -87,16 +105,10 @@ async def test_past_max_connections_with_every_one_busy_a_new_one_is_answered_50
     async with serving(cfg) as (_, base):
         port = cfg.http.port
         body = msgspec.json.encode([event("t", "1")])
-        head = (
-            b"POST /v1/trials HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body)
-        )
         # Four requests whose bodies are slow to come: each connection is busy.
         busy = [await asyncio.open_connection("127.0.0.1", port) for _ in range(4)]
-        for _, writer in busy:
-            writer.write(head)
-            await writer.drain()
-        await asyncio.sleep(0.3)
+        for reader, writer in busy:
+            await _request_in_hand(reader, writer, len(body))
         answer = await _exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 503")
         assert b"Retry-After: 2" in answer
@@ -119,16 +131,10 @@ async def test_requests_in_flight_past_the_limit_are_503_with_retry_after(
     async with serving(cfg) as (_, base):
         port = cfg.http.port
         body = msgspec.json.encode([event("t", "1")])
-        head = (
-            b"POST /v1/trials HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body)
-        )
         # Two requests whose bodies are slow to come hold both places.
         slow = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
-        for _, writer in slow:
-            writer.write(head)
-            await writer.drain()
-        await asyncio.sleep(0.3)
+        for reader, writer in slow:
+            await _request_in_hand(reader, writer, len(body))
         status, answer, headers = await post(base, [event("t", "2")])
         assert status == 503
         assert headers["Retry-After"] == "2"

@@ -147,18 +147,23 @@ async def send(events: list[TrialEvent], store: Store) -> None:
     await wait_until(partial(settled, store), 30)
 
 
-async def delivered(store: Store, *daemons: Daemon) -> bool:
-    """For wait_until: every notification queued for the rule has left for its sink."""
+async def delivered(store: Store, *daemons: Daemon, suite: str = SUITE) -> bool:
+    """For wait_until: every notification queued for the suite's rules has left for its
+    sink."""
     sinks = sorted({sink for d in daemons for sink in d.outbox.sinks})
-    pairs = [(SUITE, rule.name, sink) for rule in daemons[0].config.rules() for sink in sinks]
-    return not any(await store.alerts.outbox_lengths(pairs))
+    rules = [rule.name for rule in daemons[0].config.alerts]
+    triples = [(suite, rule, sink) for rule in rules for sink in sinks]
+    return not any(await store.alerts.outbox_lengths(triples))
 
 
-async def settled_alerts(store: Store, *daemons: Daemon, within: float = 30.0) -> None:
-    """Until every daemon has judged the suite's current snapshot and every notification
-    it decided has been delivered: what the sinks hold then is all there is to hold."""
-    await judged(store, SUITE, *daemons, within=within)
-    await wait_until(partial(delivered, store, *daemons), within)
+async def settled_alerts(
+    store: Store, *daemons: Daemon, passes: int = 1, suite: str = SUITE, within: float = 30.0
+) -> None:
+    """Until every daemon has judged the suite's current snapshot (``passes`` times) and
+    every notification it decided has been delivered: what the sinks hold then is all
+    there is to hold."""
+    await judged(store, suite, *daemons, passes=passes, within=within)
+    await wait_until(partial(delivered, store, *daemons, suite=suite), within)
 
 
 async def alert_state(store: Store) -> str:
