@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from reliabilityd import estimate, estimate_metrics
@@ -396,6 +397,20 @@ async def test_a_file_without_trials_is_refused(store: Store, tmp_path: Path) ->
     assert await store.reads.suites() == []
 
 
+# What suite_name replaces, written out here: each suite-forbidden character, and
+# one of each kind of character no name may hold (controls, a noncharacter, a
+# lone surrogate, format characters, the line separator).
+REPLACED = "{}/+#" + "\x00\n\x7f\x85\ufffe\U0010ffff\ud800\u200b\u202e\ufeff\u2028"
+
+
+def each_replaced(test: Callable[..., None]) -> Any:
+    """``test`` with one explicit example per replaced character, in every run."""
+    for ch in REPLACED:
+        test = example(f"a{ch}b", f"t{ch}u")(test)
+    return test
+
+
+@each_replaced
 @given(st.text(max_size=400), st.text(max_size=400))
 def test_any_name_maps_to_a_valid_one(suite: str, task: str) -> None:
     name = suite_name(suite)

@@ -153,7 +153,7 @@ def parse(page: str) -> Document:
     doc = Document()
     doc.feed(page)
     doc.close()
-    assert doc.open == [], [t for t, _, _ in doc.open]
+    assert doc.open == [], [e.tag for e in doc.open]
     for e in doc.elements:
         assert e.tag in OWN_TAGS, f"<{e.tag}> {e.attrs} came from a name"
         assert not [a for a in e.attrs if a.startswith("on")], e
