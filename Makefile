@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs only the package and its `embedded` extra, not the test tools.
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: demo test check lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history \
+.PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history \
 	study-pages study-coverage study-compare servers clean
 
 $(STAMP): pyproject.toml
@@ -56,6 +56,19 @@ integration: $(STAMP) servers
 ## on two cores: most integration tests wait on a timer or a server, not on the CPU.
 check: $(STAMP) servers lint typecheck
 	$(VENV)/bin/pytest -q -n 4 tests/unit tests/integration
+
+## Exploration, not a gate: every Hypothesis test and every test drawing from `rng`, with
+## random seeds and RELIABILITYD_FUZZ_EXAMPLES examples per property, round after round
+## until FUZZ_SECONDS have passed (a round under way is finished). A failure prints the
+## seed or the `@reproduce_failure` blob that replays it.
+FUZZ_SECONDS ?= 600
+fuzz: $(STAMP) servers
+	@end=$$(( $$(date +%s) + $(FUZZ_SECONDS) )); round=0; \
+	while [ "$$(date +%s)" -lt "$$end" ]; do \
+		round=$$((round + 1)); echo "fuzz round $$round"; \
+		RELIABILITYD_FUZZ=1 $(VENV)/bin/pytest -q -n 2 -m 'hypothesis or seeded' \
+			tests/unit tests/integration || exit 1; \
+	done; echo "fuzz: $$round rounds, no failure"
 
 bench: bench-stats bench-ci bench-ingest bench-import bench-http bench-history
 

@@ -476,3 +476,4 @@ class Recompute:
         await self.evaluator.evaluate(await self.store.reads.suites())
         if self.canaries is not None:
             await self.canaries.judge(sorted({Series.of_member(m).suite for m in changed}))
+        self.metrics.evaluations.inc()

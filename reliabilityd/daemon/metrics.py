@@ -204,6 +204,13 @@ class Metrics:
             "MQTT topics the publisher set aside because the broker refuses them (see the log)",
             registry=r,
         )
+        self.evaluations = Counter(
+            "reliabilityd_alert_evaluations",
+            "Passes of the alert evaluation this process completed: every rule on every"
+            " suite's newest snapshot, and the canaries of the suites the tick recomputed"
+            " (one per CI tick that reached Redis)",
+            registry=r,
+        )
         self.commit_seconds = Histogram(
             "reliabilityd_commit_duration_seconds",
             "From a decoded batch to Redis having applied it, retries included",

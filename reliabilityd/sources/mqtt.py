@@ -115,6 +115,8 @@ async def consume(
     max_payload: int = 1 << 20,
     subscribed: asyncio.Event | None = None,
     watch: Watch | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    pause: Callable[[asyncio.Event, float], Awaitable[None]] = sleep_or_stop,
 ) -> None:
     """Take trial messages until stop is set; acknowledge each after its commit.
 
@@ -124,7 +126,8 @@ async def consume(
     its request is on its way to Redis; the next batch is decoded only then,
     so Redis applies one batch while Python decodes the next. ``subscribed``
     is set once the broker has confirmed the subscription; ``watch`` counts
-    lost sessions and takeovers.
+    lost sessions and takeovers. ``clock`` (how long a connection lived) and
+    ``pause`` (the wait before a reconnect) let a test drive the pacing.
     """
     pace = Backoff(BACKOFF_START, BACKOFF_MAX)
     topic = subscription(config)
@@ -144,7 +147,7 @@ async def consume(
                 reply_within=TIMEOUT,
                 max_payload=max_payload,
             )
-            connected_at = time.monotonic()
+            connected_at = clock()
             _session_state(conn, config, watch, reconnect=connected_before)
             connected_before = True
             waker = asyncio.create_task(_wake_on_stop(stop, conn))
@@ -189,7 +192,7 @@ async def consume(
                 await _acknowledge(conn, inflight)
                 inflight = None
         except MqttError as exc:
-            lived = None if connected_at is None else time.monotonic() - connected_at
+            lived = None if connected_at is None else clock() - connected_at
             if lived is not None and lived >= STABLE:
                 pace.reset()
             delay = pace.next_delay()
@@ -214,7 +217,7 @@ async def consume(
                 )
             else:
                 emit(logging.WARNING, "mqtt_disconnected", error=exc, retry_in=round(delay, 2))
-            await sleep_or_stop(stop, delay)
+            await pause(stop, delay)
         finally:
             try:
                 if inflight is not None and not _cancelled():

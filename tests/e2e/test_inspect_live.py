@@ -24,6 +24,7 @@ from reliabilityd.alerting.rules import Rule
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.importers._import import import_file
 from tests.support.daemon import make_config, running
+from tests.support.faults import mqtt_flush
 from tests.support.helpers import wait_until
 from tests.support.servers import Mosquitto, RedisServer
 
@@ -210,5 +211,6 @@ async def test_the_hook_is_off_unless_the_url_is_set(
         output = await watch(daemon, run)
         assert "hooks enabled: 0" in output
         assert run.log_path().exists()
-        await asyncio.sleep(1.0)  # anything sent would have been counted by now
+        # A marker after the eval has exited: anything it sent is counted before it.
+        await mqtt_flush(mosquitto.port, f"{prefix}/trials/inspect", daemon.store)()
         assert SUITE not in await daemon.store.reads.suites()

@@ -19,6 +19,7 @@ from reliabilityd.config import Config, MqttConfig
 from reliabilityd.events import TrialEvent
 from reliabilityd.store import Store
 from tests.support.daemon import make_config, running, store_for
+from tests.support.faults import mqtt_flush
 from tests.support.helpers import wait_until
 from tests.support.interop import BROKERS, PUBLISHERS, Broker, Version, publish_lines
 from tests.support.servers import RedisServer, free_port
@@ -80,7 +81,9 @@ async def test_exact_counts_through_a_daemon_restart(
         async with running(cfg), store_for(cfg) as store:
             if broker.queues_while_away:
                 await wait_until(lambda: _exactly(store, prefix, _counts(events)), 20)
-                await asyncio.sleep(0.5)  # nothing more arrives: none counted twice
+                # Nothing more arrives, none counted twice: a marker after everything
+                # is counted, so whatever the broker held before it has been handled.
+                await mqtt_flush(server.port, topic, store)()
                 assert await store.reads.task_counts(prefix) == _counts(events)
             else:
                 # What such a broker loses, and only that: the away half; what
@@ -92,7 +95,7 @@ async def test_exact_counts_through_a_daemon_restart(
                 )
                 want = _counts(events[:half] + more[:half])
                 await wait_until(lambda: _exactly(store, prefix, want), 20)
-                await asyncio.sleep(0.5)
+                await mqtt_flush(server.port, topic, store)()
                 assert await store.reads.task_counts(prefix) == want
     finally:
         await asyncio.to_thread(server.stop)

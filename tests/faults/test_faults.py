@@ -28,6 +28,8 @@ from tests.support.faults import (
     SUITES,
     SUITES4,
     assert_exact,
+    counted,
+    mqtt_flush,
     scenario,
 )
 from tests.support.helpers import (
@@ -72,7 +74,9 @@ async def stream_with_faults(
         async with store_for(cfg) as store:
             await publish(broker.port, f"{prefix}/trials/x", messages, on_progress=on_progress)
             assert not pending, f"faults never ran: {sorted(pending)}"
-            await assert_exact(store, truth, events)
+            await assert_exact(
+                store, truth, events, flush=mqtt_flush(broker.port, f"{prefix}/trials/x", store)
+            )
     finally:
         daemon.kill()
     return daemon
@@ -222,6 +226,13 @@ async def test_two_daemons_on_a_shared_subscription_equal_one(
             shares.append(int(found.group(1)))
         assert all(share > 0 for share in shares), shares
         assert sum(shares) == sum(truth.trials(s) for s in SUITES)
+        # Every daemon stopped, having finished what it had taken: nothing can
+        # arrive any more, and the counts still hold.
+        c.signal(signal.SIGTERM)
+        assert await asyncio.to_thread(c.wait, 10) == 0
+        async with store_for(a_cfg) as pair, store_for(c_cfg) as solo:
+            assert await counted(pair, truth)
+            assert await counted(solo, truth)
     finally:
         for d in (a, b, c):
             d.kill()
@@ -314,7 +325,12 @@ async def test_broker_restart_keeps_what_it_queued_for_an_absent_daemon(
             await asyncio.to_thread(private_mosquitto.stop, signal.SIGTERM)
             await asyncio.to_thread(private_mosquitto.start)
             daemon.start()
-            await assert_exact(store, truth, events)
+            await assert_exact(
+                store,
+                truth,
+                events,
+                flush=mqtt_flush(private_mosquitto.port, f"{prefix}/trials/x", store),
+            )
     finally:
         daemon.kill()
 
@@ -349,7 +365,12 @@ async def test_nothing_is_acknowledged_before_its_commit(
         await asyncio.to_thread(private_redis.start)
         daemon.start()
         async with store_for(cfg) as store:
-            await assert_exact(store, truth, events)
+            await assert_exact(
+                store,
+                truth,
+                events,
+                flush=mqtt_flush(private_mosquitto.port, f"{prefix}/trials/x", store),
+            )
     finally:
         daemon.kill()
 
@@ -386,6 +407,11 @@ async def test_sigkill_ten_times_during_fifty_thousand_events(
                 private_mosquitto.port, f"{prefix}/trials/x", messages, on_progress=on_progress
             )
             assert len(kills) == 10
-            await assert_exact(store, truth, events)
+            await assert_exact(
+                store,
+                truth,
+                events,
+                flush=mqtt_flush(private_mosquitto.port, f"{prefix}/trials/x", store),
+            )
     finally:
         daemon.kill()

@@ -19,7 +19,7 @@ import numpy as np
 
 from reliabilityd.config import DaemonConfig, HttpConfig
 from tests.support.daemon import store_for
-from tests.support.faults import assert_exact
+from tests.support.faults import assert_exact, mqtt_flush
 from tests.support.helpers import (
     DaemonProcess,
     make_events,
@@ -97,7 +97,8 @@ async def test_an_idle_socket_flood_past_the_file_limit_leaves_health_and_ingest
                 payloads([events[i] for i in first], 10),
                 client_id="flood-pub-1",
             )
-            await assert_exact(store, truth_first, [events[i] for i in first])
+            flush = mqtt_flush(private_mosquitto.port, f"{prefix}/trials/x", store)
+            await assert_exact(store, truth_first, [events[i] for i in first], flush=flush)
         # Redis restarts under the flood: the daemon reconnects and counts the rest.
         await asyncio.to_thread(private_redis.stop)
         await asyncio.to_thread(private_redis.start)
@@ -108,7 +109,8 @@ async def test_an_idle_socket_flood_past_the_file_limit_leaves_health_and_ingest
                 payloads([events[i] for i in second], 10),
                 client_id="flood-pub-2",
             )
-            await assert_exact(store, truth_of(events), events)
+            flush = mqtt_flush(private_mosquitto.port, f"{prefix}/trials/x", store)
+            await assert_exact(store, truth_of(events), events, flush=flush)
         assert await healthz()
         assert daemon.proc is not None
         assert daemon.proc.poll() is None

@@ -23,7 +23,7 @@ import pytest
 from reliabilityd.config import IngestConfig, StoreConfig
 from reliabilityd.events import TrialEvent, decode
 from tests.support.daemon import make_config, store_for
-from tests.support.faults import SUITES, assert_exact
+from tests.support.faults import SUITES, assert_exact, mqtt_flush
 from tests.support.helpers import DaemonProcess, make_events, publish, truth_of
 from tests.support.servers import Mosquitto, RedisServer
 
@@ -171,7 +171,9 @@ async def test_fuzzed_messages_through_the_daemon_with_a_redis_outage(
         async with store_for(cfg) as store:
             await publish(mosquitto.port, f"{prefix}/trials/x", messages, on_progress=on_progress)
             await outage[0]
-            await assert_exact(store, truth, events)
+            await assert_exact(
+                store, truth, events, flush=mqtt_flush(mosquitto.port, f"{prefix}/trials/x", store)
+            )
             # At least once: a batch whose reply the outage lost is dead-lettered again.
             assert await store.reads.deadletter_count() >= want_letters
             letters = await store.reads.deadletters(count=2 * want_letters)

@@ -17,7 +17,7 @@ import numpy as np
 
 from reliabilityd.config import DaemonConfig, HttpConfig
 from tests.support.daemon import store_for
-from tests.support.faults import assert_exact
+from tests.support.faults import assert_exact, mqtt_flush
 from tests.support.helpers import DaemonProcess, make_events, payloads, publish, truth_of
 from tests.support.http import http_config
 from tests.support.servers import Mosquitto, RedisServer, free_port
@@ -124,7 +124,12 @@ async def test_300_http_clients_cannot_pause_mqtt_ingest(
                 private_mosquitto.port, f"{prefix}/trials/x", payloads(events, 10), deadline=120
             )
             checks.append(_check(daemon.path))
-            await assert_exact(store, truth, events)
+            await assert_exact(
+                store,
+                truth,
+                events,
+                flush=mqtt_flush(private_mosquitto.port, f"{prefix}/trials/x", store),
+            )
             checks.append(_check(daemon.path))
             results = await asyncio.gather(*checks)
             elapsed = time.monotonic() - started

@@ -7,7 +7,7 @@ delivered.
 
 from __future__ import annotations
 
-import asyncio
+import time
 from functools import partial
 from typing import Any
 
@@ -23,12 +23,14 @@ from tests.support.alerting import (
     alert_config,
     alert_state,
     collect,
+    flushed,
     history,
     send,
+    settled_alerts,
 )
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import running, store_for
-from tests.support.helpers import wait_until
+from tests.support.helpers import judged, wait_until
 from tests.support.servers import Mosquitto, RedisServer
 
 
@@ -56,17 +58,20 @@ async def test_two_replicas_ticking_differently_page_once_and_resolve_once(
         slow = replica(base, "slow", 1.3)
         async with (
             collect(mosquitto.port, f"{prefix}/alerts/#") as mqtt_msgs,
-            running(fast),
-            running(slow),
+            running(fast) as one,
+            running(slow) as other,
             store_for(base) as store,
         ):
             # The first snapshot either replica sees is the degraded one.
             await send(Phase.events(range(20), flaky=True), store)
             await wait_until(lambda: _states(mqtt_msgs, ["firing"]), 20)
-            await asyncio.sleep(2 * slow.stats.ci_interval)  # both have judged it
+            await judged(store, SUITE, one, other)  # both have judged it
             await send(Phase.events(range(20), flaky=False), store)
             await wait_until(lambda: _states(mqtt_msgs, ["firing", "resolved"]), 20)
-            await asyncio.sleep(10.0)  # ten quiet seconds: both replicas tick many times
+            # Both replicas judge the recovered snapshot again and again (the slow one
+            # five times, the fast one many more), and what they sent has arrived.
+            await settled_alerts(store, one, other, passes=5)
+            await flushed(mosquitto.port, f"{prefix}/alerts/~flush", mqtt_msgs)
             assert [n["state"] for n in await history(store, base)] == ["firing", "resolved"]
             assert [m["state"] for m in mqtt_msgs] == ["firing", "resolved"]
             assert [a.get("endsAt") is not None for a in am.alerts] == [True, True]
@@ -111,12 +116,17 @@ async def test_a_change_mark_is_claimed_and_a_dead_claim_comes_back(
             )
             assert await store.snapshots.changed() == [SUITE]
             # A replica claims it and dies before writing the snapshot.
+            claiming = time.monotonic()
             assert await store.snapshots.claim_changed(10, lifetime=0.5) == [SUITE]
             assert await store.snapshots.claim_changed(10, lifetime=0.5) == []
             assert await store.snapshots.changed() == []
-            await asyncio.sleep(0.6)
-            # The claim expired: the next claim gets the suite back.
-            assert await store.snapshots.claim_changed(10, lifetime=30) == [SUITE]
+
+            async def back() -> bool:
+                return await store.snapshots.claim_changed(10, lifetime=30) == [SUITE]
+
+            # The claim expires: a later claim gets the suite back, not before its lifetime.
+            await wait_until(back, 10)
+            assert time.monotonic() - claiming >= 0.5 - 0.01
             await store.snapshots.release_claims([SUITE])
             await store.snapshots.mark_changed([SUITE])
         a = msgspec.structs.replace(cfg, daemon=DaemonConfig(instance=f"{prefix}-a"))

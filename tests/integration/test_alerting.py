@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import datetime
 from functools import partial
@@ -23,13 +22,15 @@ from tests.support.alerting import (
     alert_is,
     alert_state,
     collect,
+    flushed,
     history,
     phase_message,
     send,
+    settled_alerts,
 )
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import running, store_for
-from tests.support.helpers import publish, wait_until
+from tests.support.helpers import current_snapshot, publish, wait_until
 from tests.support.servers import Mosquitto, RedisServer
 
 
@@ -40,11 +41,12 @@ async def test_degrade_fires_once_and_recovery_resolves_once(
         cfg = alert_config(redis_server, mosquitto, prefix, am)
         async with (
             collect(mosquitto.port, f"{prefix}/alerts/#") as mqtt_msgs,
-            running(cfg),
+            running(cfg) as daemon,
             store_for(cfg) as store,
         ):
             await send(Phase.events(range(20), flaky=False), store)
-            await asyncio.sleep(1.0)  # a few CI ticks: a reliable suite does not fire
+            # Judged, and a reliable suite does not fire.
+            await settled_alerts(store, daemon)
             assert await alert_state(store) == "inactive"
             assert await history(store, cfg) == []
 
@@ -61,7 +63,9 @@ async def test_degrade_fires_once_and_recovery_resolves_once(
             await wait_until(lambda: _has(mqtt_msgs, "resolved"), 20)
             await wait_until(lambda: _count(am.alerts, 2), 20)
             await wait_until(lambda: _count(am.webhook, 2), 20)
-            await asyncio.sleep(1.0)  # nothing more arrives
+            # The last snapshot judged and every notification delivered: nothing more comes.
+            await settled_alerts(store, daemon)
+            await flushed(mosquitto.port, f"{prefix}/alerts/~flush", mqtt_msgs)
 
             notes = await history(store, cfg)
             assert [n["state"] for n in notes] == ["firing", "resolved"]
@@ -137,15 +141,15 @@ async def test_straddling_the_threshold_does_not_flap(
         # 40 perfect tasks: Wilson lower bound 40 / (40 + 3.84) = 0.912, between the
         # thresholds; 80 perfect tasks: 0.954, above resolve_above.
         cfg = alert_config(redis_server, mosquitto, prefix, am, below=0.85, resolve_above=0.95)
-        async with running(cfg), store_for(cfg) as store:
+        async with running(cfg) as daemon, store_for(cfg) as store:
             for flaky in (False, True, False, True, False):
                 await send(Phase.events(range(40), flaky=flaky), store)
-                await asyncio.sleep(0.8)
+                await settled_alerts(store, daemon)  # each phase judged before the next
             assert await alert_state(store) == "firing"
             assert [n["state"] for n in await history(store, cfg)] == ["firing"]
             await send(Phase.events(range(40, 80), flaky=False), store)
             await wait_until(partial(alert_is, store, "resolved"), 20)
-            await asyncio.sleep(0.8)
+            await settled_alerts(store, daemon)
             assert [n["state"] for n in await history(store, cfg)] == ["firing", "resolved"]
 
 
@@ -157,9 +161,11 @@ async def test_restart_while_firing_does_not_refire(
         async with running(cfg), store_for(cfg) as store:
             await send(Phase.events(range(20), flaky=True), store)
             await wait_until(partial(alert_is, store, "firing"), 20)
-        async with running(cfg), store_for(cfg) as store:
+        async with running(cfg) as daemon, store_for(cfg) as store:
             await send(Phase.events(range(20), flaky=True), store)
-            await asyncio.sleep(1.5)
+            # The restarted daemon judged the new (still breached) snapshot.
+            await settled_alerts(store, daemon)
+            assert await alert_state(store) == "firing"
             assert [n["state"] for n in await history(store, cfg)] == ["firing"]
             assert len(am.alerts) == 1
 
@@ -176,14 +182,16 @@ async def test_two_daemons_notify_once(
         )
         async with (
             collect(mosquitto.port, f"{prefix}/alerts/#") as mqtt_msgs,
-            running(a),
-            running(b),
+            running(a) as first,
+            running(b) as second,
             store_for(a) as store,
         ):
             # Both daemons read every message (no shared group); counting stays exact.
             await send(Phase.events(range(20), flaky=True), store)
             await wait_until(partial(alert_is, store, "firing"), 20)
-            await asyncio.sleep(1.5)
+            # Both judged the breached snapshot, and what they sent has arrived.
+            await settled_alerts(store, first, second)
+            await flushed(mosquitto.port, f"{prefix}/alerts/~flush", mqtt_msgs)
             assert [n["state"] for n in await history(store, a)] == ["firing"]
             assert len(am.alerts) == 1
             assert len(am.webhook) == 1
@@ -197,7 +205,7 @@ async def test_alertmanager_down_is_retried_while_ingest_goes_on(
     with Receiver() as am:
         am.failing = True
         cfg = alert_config(redis_server, mosquitto, prefix, am)
-        async with running(cfg), store_for(cfg) as store:
+        async with running(cfg) as daemon, store_for(cfg) as store:
             await send(Phase.events(range(20), flaky=True), store)
             await wait_until(partial(alert_is, store, "firing"), 20)
             # The other sinks do not wait for Alertmanager.
@@ -213,8 +221,9 @@ async def test_alertmanager_down_is_retried_while_ingest_goes_on(
             assert am.alerts[0]["labels"]["alertname"] == "deploy-reliability"
             # The webhook retries on its own (jittered) schedule.
             await wait_until(lambda: _count(am.webhook, 1), 30)
-            await asyncio.sleep(0.5)
+            await settled_alerts(store, daemon)  # every sink has taken what it was due
             assert len(am.webhook) == 1
+            assert len(am.alerts) == 1
 
 
 async def _history_len(store: Store, cfg: Config, n: int) -> bool:
@@ -230,17 +239,28 @@ async def test_stale_suite_pages_and_recovers_when_trials_return(
 ) -> None:
     with Receiver() as am:
         cfg = alert_config(redis_server, mosquitto, prefix, am)
-        rule = msgspec.structs.replace(cfg.alerts[0], stale_after=1.5)
+        stale_after = 1.5
+        rule = msgspec.structs.replace(cfg.alerts[0], stale_after=stale_after)
         cfg = msgspec.structs.replace(cfg, alerts=[rule])
         async with running(cfg), store_for(cfg) as store:
             await send(Phase.events(range(20), flaky=False), store)
-            assert await alert_state(store) == "inactive"
+            last_trial = (await current_snapshot(store, SUITE))["last_trial_at"]
             await wait_until(partial(alert_is, store, "firing"), 10)  # nobody sends trials any more
             await wait_until(lambda: _history_len(store, cfg, 1), 10)
             (note,) = await history(store, cfg)
             assert (note["state"], note["reason"]) == ("firing", "stale")
+            # Paged once the suite had been quiet for stale_after, not before (both
+            # times are stored to the millisecond).
+            quiet = _seconds(note["started_at"]) - _seconds(last_trial)
+            assert quiet > stale_after - 0.002, quiet
             await wait_until(lambda: _count(am.alerts, 1), 10)
             assert "stale suite" in am.alerts[0]["annotations"]["summary"]
             await send(Phase.events(range(20), flaky=False), store)
             await wait_until(partial(alert_is, store, "resolved"), 10)
+            # The state is stored first; the history is the outbox's to write.
+            await wait_until(lambda: _history_len(store, cfg, 2), 10)
             assert [n["state"] for n in await history(store, cfg)] == ["firing", "resolved"]
+
+
+def _seconds(rfc3339: str) -> float:
+    return datetime.fromisoformat(rfc3339).timestamp()

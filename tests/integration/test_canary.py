@@ -14,13 +14,22 @@ from reliabilityd.alerting.canary import CanaryRule, Compare
 from reliabilityd.alerting.outbox import Outbox
 from reliabilityd.config import Config
 from reliabilityd.daemon._canary import Canaries
+from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import TrialEvent
 from reliabilityd.stats.compare import Side, compare
 from reliabilityd.store import Slicing, Store
-from tests.support.alerting import DEDUP_TTL, WINDOW, alert_config, collect, history
+from tests.support.alerting import (
+    DEDUP_TTL,
+    WINDOW,
+    alert_config,
+    collect,
+    delivered,
+    flushed,
+    history,
+)
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import running, store_for
-from tests.support.helpers import wait_until
+from tests.support.helpers import current_snapshot, judged, wait_until
 from tests.support.servers import Mosquitto, RedisServer
 
 BASELINE, CANDIDATE, RULE = "prod", "canary", "canary-regression"
@@ -70,6 +79,17 @@ async def send(store: Store, *phases: list[TrialEvent]) -> None:
     await store.ingest.apply(batch, windows=dict.fromkeys(batch, WINDOW), dedup_ttl=DEDUP_TTL)
 
 
+async def settled(
+    store: Store, *daemons: Daemon, slices: Sequence[str] = (), baseline: str | None = BASELINE
+) -> None:
+    """Until every daemon has judged both sides as committed now (the baseline suite, or
+    the candidate's slices) and every notification it decided has been delivered."""
+    if baseline is not None:
+        await current_snapshot(store, baseline)
+    await judged(store, CANDIDATE, *daemons, slices=slices)
+    await wait_until(partial(delivered, store, *daemons, suite=CANDIDATE), 30)
+
+
 async def state_of(store: Store, name: str = RULE) -> str:
     (state,) = await store.alerts.alert_states([(CANDIDATE, name)])
     return state.state
@@ -101,20 +121,20 @@ async def test_a_regressed_candidate_fires_once_across_two_replicas_and_resolves
         b = canary_config(redis_server, mosquitto, prefix, am, [rule()], name="b")
         async with (
             collect(mosquitto.port, f"{prefix}/alerts/#") as mqtt_msgs,
-            running(a),
-            running(b),
+            running(a) as one,
+            running(b) as other,
             store_for(a) as store,
         ):
-            # Identical sides: no page.
+            # Identical sides: judged by both replicas, no page.
             await send(store, phase(BASELINE, ALL_PASS), phase(CANDIDATE, ALL_PASS))
-            await asyncio.sleep(1.5)  # several ticks of both replicas
+            await settled(store, one, other)
             assert await state_of(store) == "inactive"
             assert await history(store, a) == []
 
             await send(store, phase(CANDIDATE, REGRESSED))
             await wait_until(partial(_count, am.webhook, 1), 20)
             firing_cmp = await expected(store)
-            await asyncio.sleep(1.5)  # both replicas judged it: still one page
+            await settled(store, one, other)  # both replicas judged it: still one page
             assert await state_of(store) == "firing"
             assert len(am.webhook) == 1
 
@@ -123,7 +143,7 @@ async def test_a_regressed_candidate_fires_once_across_two_replicas_and_resolves
             halfway = (await expected(store)).difference()
             assert halfway.ci is not None
             assert -0.05 <= halfway.ci[1] < -0.025  # the scenario's premise
-            await asyncio.sleep(1.5)
+            await settled(store, one, other)
             assert await state_of(store) == "firing"
             assert len(am.webhook) == 1
 
@@ -131,7 +151,9 @@ async def test_a_regressed_candidate_fires_once_across_two_replicas_and_resolves
             await wait_until(partial(_count, am.webhook, 2), 20)
             resolved_cmp = await expected(store)
             await wait_until(partial(_count, am.alerts, 2), 20)
-            await asyncio.sleep(1.0)  # nothing more arrives
+            # Judged again and every notification delivered: nothing more arrives.
+            await settled(store, one, other)
+            await flushed(mosquitto.port, f"{prefix}/alerts/~flush", mqtt_msgs)
 
             notes = await history(store, a)
             assert [n["state"] for n in notes] == ["firing", "resolved"]
@@ -200,9 +222,9 @@ async def test_too_few_shared_tasks_are_unknown(
             # Stored before the daemon starts: its first tick judges every rule, so a
             # suite without data would already be UNKNOWN (sharing no task).
             await send(store, phase(BASELINE, [10] * 8), phase(CANDIDATE, [10, 0, 0, 0, 0]))
-            async with running(cfg):
+            async with running(cfg) as daemon:
                 await wait_until(partial(_count, am.webhook, 1), 20)
-                await asyncio.sleep(1.0)
+                await settled(store, daemon)  # the quiet rule was judged too
                 (note,) = am.webhook
                 assert (note["rule"], note["state"], note["reason"]) == (
                     "loud",
@@ -260,9 +282,10 @@ async def test_a_sliced_canary_compares_two_versions_of_one_suite_and_fires(
             cand = await store.reads.task_counts(Side(CANDIDATE, {"agent_version": "1.5"}))
             assert base == {f"task {i:02d}": (10, 10) for i in range(TASKS)}
             assert cand == {f"task {i:02d}": (10, c) for i, c in enumerate(REGRESSED)}
-            async with running(cfg):
+            async with running(cfg) as daemon:
                 await wait_until(partial(_count, am.webhook, 2), 20)
-                await asyncio.sleep(1.0)
+                sides = await store.reads.slices(CANDIDATE)
+                await settled(store, daemon, slices=sides, baseline=None)
                 by_rule = {str(n["rule"]): n for n in am.webhook}
                 assert len(am.webhook) == 2
                 note = by_rule["versions"]

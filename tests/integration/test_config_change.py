@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import msgspec
 
 from reliabilityd.alerting.rules import Rule
@@ -14,7 +12,7 @@ from reliabilityd.events import TrialEvent
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
 from tests.support.daemon import running, store_for
-from tests.support.helpers import wait_until
+from tests.support.helpers import judged, wait_until
 from tests.support.servers import RedisServer
 
 SUITE = "quiet-bot"
@@ -56,11 +54,11 @@ async def test_a_new_rule_and_a_new_k_are_judged_on_stored_data_after_a_restart(
     async with running(first) as daemon:
         await daemon.store.ingest.apply({SUITE: events()}, windows={SUITE: 0}, dedup_ttl=3600)
 
-        async def judged() -> bool:
+        async def snapshotted() -> bool:
             snap = await snapshot_of(daemon.store)
             return snap is not None and snap.version >= 1
 
-        await wait_until(judged, 20)
+        await wait_until(snapshotted, 20)
     async with store_for(first) as store:
         before = await snapshot_of(store)
         assert before is not None
@@ -84,7 +82,8 @@ async def test_a_new_rule_and_a_new_k_are_judged_on_stored_data_after_a_restart(
             return state.state == "firing"
 
         await wait_until(new_rule_fired, 20)
-        await asyncio.sleep(1.0)  # a few more ticks on the same snapshot
+        # A few more passes of the evaluator on the same snapshot.
+        await judged(store, SUITE, daemon, passes=3)
         calm, old = await store.alerts.alert_states(
             [(SUITE, NEW_CALM_RULE.name), (SUITE, OLD_RULE.name)]
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from reliabilityd.store import Store
 from tests.support.daemon import make_config, running, running_task, store_for, with_stream
 from tests.support.helpers import (
     Truth,
+    evaluations,
     make_events,
     payloads,
     publish,
@@ -121,8 +123,12 @@ async def test_live_point_estimate_follows_each_commit_before_the_ci(
     cfg = make_config(
         redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix, ci_interval=3600
     )
-    async with running(cfg), store_for(cfg) as store:
-        await asyncio.sleep(0.3)  # the first CI tick has run on an empty store
+    async with running(cfg) as daemon, store_for(cfg) as store:
+
+        async def first_tick_done() -> bool:
+            return evaluations(daemon) >= 1
+
+        await wait_until(first_tick_done, 10)  # the first CI tick has run on an empty store
         events = [TrialEvent("s", "t", f"r{i}", "pass" if i % 4 else "fail") for i in range(8)]
         started = time.monotonic()
         await publish(mosquitto.port, f"{prefix}/trials/a", payloads(events, 8))
@@ -264,7 +270,10 @@ async def test_mqtt_3_1_1_with_a_persistent_session(
 
 
 async def test_broker_with_password_from_the_url(
-    redis_server: RedisServer, prefix: str, password_broker: Mosquitto
+    redis_server: RedisServer,
+    prefix: str,
+    password_broker: Mosquitto,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """mqtt://user:password@host:port reaches a broker that refuses anonymous clients."""
     broker = password_broker
@@ -282,14 +291,26 @@ async def test_broker_with_password_from_the_url(
         mqtt_url=f"mqtt://agent:nope@127.0.0.1:{broker.port}",
         prefix=prefix,
     )
+    caplog.set_level(logging.WARNING)
     daemon = Daemon(wrong)
     stop = asyncio.Event()
     task = asyncio.create_task(daemon.run(stop))
-    await asyncio.sleep(1.0)
-    assert not daemon.subscribed.is_set()  # refused, retrying with backoff
+
+    async def refused_twice() -> bool:
+        return len(_refusals(caplog)) >= 2
+
+    # The broker answered, refused, and the daemon tried again: not merely slow.
+    await wait_until(refused_twice, 20)
+    assert not daemon.subscribed.is_set()
     stop.set()
     await asyncio.wait_for(task, 10)
     await daemon.store.client.aclose()
+
+
+def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The consumer's log lines for a CONNACK that refused the credentials."""
+    lines = [r.getMessage() for r in caplog.records]
+    return [x for x in lines if "mqtt_disconnected" in x and "refused the connection" in x]
 
 
 async def test_stream_deleted_under_the_daemon_is_recreated(
@@ -304,7 +325,8 @@ async def test_stream_deleted_under_the_daemon_is_recreated(
         await raw.xadd(key, {"payload": msgspec.json.encode(TrialEvent("s", "t", "1", "pass"))})
         await wait_until(lambda: _eq(store, {"t": (1, 1)}), 20)
         await raw.delete(key)  # the group goes with it
-        await asyncio.sleep(0.8)
+        # Whenever the daemon recreates the group, it starts after the last committed
+        # entry: an entry added before or after that is read all the same.
         await raw.xadd(key, {"payload": msgspec.json.encode(TrialEvent("s", "t", "2", "fail"))})
         await wait_until(lambda: _eq(store, {"t": (2, 1)}), 20)
     await raw.aclose()
@@ -335,12 +357,25 @@ async def test_deleting_the_consumer_group_replays_nothing(
         for chunk in payloads(first, 5):
             await raw.xadd(key, {"payload": chunk})
         await wait_until(lambda: _trials(store, 20), 20)
-        await asyncio.sleep(3.5)  # every dedup record of the first entries has expired
+
+        async def forgotten() -> bool:
+            recorded = [
+                await store.ingest.is_recorded("s", e.task, e.trial, dedup_ttl=2) for e in first
+            ]
+            return not any(recorded)
+
+        await wait_until(forgotten, 20)  # every dedup record of the first entries has expired
         await raw.xgroup_destroy(key, "reliabilityd")
         for chunk in payloads(later, 4):
             await raw.xadd(key, {"payload": chunk})
-        await wait_until(lambda: _trials(store, 28), 20)
-        await asyncio.sleep(1.0)  # nothing more arrives
+        # A marker after them: once it is counted, every entry before it has been read.
+        marker = TrialEvent("marker", "t", "m", "pass")
+        await raw.xadd(key, {"payload": msgspec.json.encode(marker)})
+
+        async def marked() -> bool:
+            return (await store.reads.read_state("marker")).counters.trials == 1
+
+        await wait_until(marked, 20)
         assert await store.reads.task_counts("s") == {f"t{t}": (7, 5) for t in range(4)}
     await raw.aclose()
 

@@ -18,7 +18,7 @@ from reliabilityd.events import TrialEvent
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
 from tests.support.daemon import running
-from tests.support.helpers import wait_until
+from tests.support.helpers import judged, wait_until
 from tests.support.servers import RedisServer
 
 RULE = Rule(
@@ -77,6 +77,7 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
         for r in range(20):
             await commit(round_of(suite, r, failing=0))
         await wait_until(lambda: version_judged(20), 20)
+        await judged(store, suite, daemon)  # the rule's verdict on it is taken
         snap = await snapshot_of(store, suite)
         assert snap is not None
         view = snap.rule(RULE.name)
@@ -86,8 +87,9 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
         states = await store.alerts.alert_states([(suite, RULE.name)])
         assert states[0].state == "inactive"
 
-        # More healthy rounds a moment later: the suite has a pace, and the
-        # forecast simulates the rule at it.
+        # More healthy rounds a moment later (past PACE_MIN_SECONDS: a lower bound
+        # a busy machine only lengthens): the suite has a pace, and the forecast
+        # simulates the rule at it.
         await asyncio.sleep(0.6)
         for r in range(20, 25):
             await commit(round_of(suite, r, failing=0))
@@ -180,7 +182,7 @@ async def test_a_rule_judges_with_its_own_interval(redis_server: RedisServer, pr
             return states[0].state == "firing"
 
         await wait_until(strict_fired, 20)
-        await asyncio.sleep(3 * cfg.stats.ci_interval)  # the lenient rule was judged too
+        await judged(store, suite, daemon)  # the lenient rule was judged too
         states = await store.alerts.alert_states([(suite, "strict"), (suite, "lenient")])
         assert [s.state for s in states] == ["firing", "inactive"]
         snap = await snapshot_of(store, suite)

@@ -25,7 +25,7 @@ import aiohttp
 import aiomqtt
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
@@ -138,6 +138,71 @@ raw_header_lines = st.lists(
 )
 
 
+# An element of every field valid, and one the validation rejects (an empty task).
+VALID = {"suite": "web", "task": "t", "trial": "valid", "outcome": "pass"}
+EMPTY_TASK = {"suite": "web", "task": "", "trial": "x", "outcome": "pass"}
+
+
+class Request(msgspec.Struct, frozen=True):
+    """One request of the HTTP fuzzer; ``expect`` the status a deliberate one must get."""
+
+    method: str
+    body: bytes
+    content_type: str
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    raw_lines: list[bytes] = msgspec.field(default_factory=list)
+    as_raw: bool = False
+    expect: int | None = None
+
+
+JSON = "application/json"
+# One request of each kind of answer runs in every run, whatever the search draws:
+# counted, refused, partly rejected, too large, wrong method.
+KNOWN = [
+    Request("POST", _json([VALID]), JSON, expect=200),
+    Request("POST", _msgpack([VALID]), "application/msgpack", expect=200),
+    Request("POST", _json([VALID]), JSON, as_raw=True, expect=200),
+    Request("POST", b"{", JSON, expect=400),
+    Request("POST", b"[]", JSON, as_raw=True, expect=400),
+    Request("POST", _json([VALID, EMPTY_TASK]), JSON, expect=422),
+    Request("POST", b"[" + b"1," * 33_000 + b"1]", "", expect=413),
+    Request("GET", b"", "", expect=405),
+]
+valid_events = st.lists(
+    st.builds(
+        lambda trial, outcome: {"suite": "web", "task": "t", "trial": trial, "outcome": outcome},
+        # Printable ASCII without white space: a valid name, whatever is drawn.
+        st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=8),
+        st.sampled_from(["pass", "fail", "error", "skip"]),
+    ),
+    min_size=1,
+    max_size=4,
+)
+# Deliberately valid requests, through the client or as raw bytes: every one is counted.
+valid_requests = st.builds(
+    lambda events, packed, as_raw: Request(
+        "POST",
+        _msgpack(events) if packed else _json(events),
+        "application/msgpack" if packed else "application/json",
+        as_raw=as_raw,
+        expect=200,
+    ),
+    valid_events,
+    st.booleans(),
+    st.booleans(),
+)
+hostile_requests = st.builds(
+    Request,
+    method=st.sampled_from(["POST", "POST", "POST", "GET", "PUT"]),
+    body=bodies,
+    content_type=content_types,
+    headers=headers,
+    raw_lines=raw_header_lines,
+    as_raw=st.booleans(),
+)
+requests = valid_requests | hostile_requests
+
+
 async def _raw(port: int, request: bytes) -> bytes:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
@@ -158,6 +223,7 @@ def _runner(loop: asyncio.AbstractEventLoop) -> Any:
     return run
 
 
+@pytest.mark.hypothesis
 async def test_fuzzed_http_requests_get_a_well_formed_answer_and_the_daemon_keeps_serving(
     redis_server: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -184,42 +250,36 @@ async def test_fuzzed_http_requests_get_a_well_formed_answer_and_the_daemon_keep
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         )
-        @given(
-            method=st.sampled_from(["POST", "POST", "POST", "GET", "PUT"]),
-            body=bodies,
-            content_type=content_types,
-            extra=headers,
-            raw_lines=raw_header_lines,
-            as_raw=st.booleans(),
-        )
-        def check(
-            *,
-            method: str,
-            body: bytes,
-            content_type: str,
-            extra: dict[str, str],
-            raw_lines: list[bytes],
-            as_raw: bool,
-        ) -> None:
-            if as_raw:
-                request = (
+        @given(request=requests)
+        def check(request: Request) -> None:
+            if request.as_raw:
+                raw = (
                     b"POST /v1/trials HTTP/1.1\r\nHost: x\r\n"
-                    + b"".join(line + b"\r\n" for line in raw_lines)
+                    + b"".join(line + b"\r\n" for line in request.raw_lines)
                     + b"Content-Type: "
-                    + content_type.encode()
-                    + b"\r\nContent-Length: %d\r\n\r\n" % len(body)
-                    + body
+                    + request.content_type.encode()
+                    + b"\r\nContent-Length: %d\r\n\r\n" % len(request.body)
+                    + request.body
                 )
-                line = run(_raw(port, request))
+                line = run(_raw(port, raw))
                 match = STATUS_LINE.match(line)
-                assert match is not None, (request[:200], line)
+                assert match is not None, (raw[:200], line)
                 status, answer_headers = int(match.group(1)), {"Retry-After": "2"}
             else:
-                status, answer_headers = run(through_client(method, body, content_type, extra))
+                status, answer_headers = run(
+                    through_client(
+                        request.method, request.body, request.content_type, request.headers
+                    )
+                )
             seen[status] = seen.get(status, 0) + 1
-            assert status in WELL_FORMED, (status, body[:200])
+            assert status in WELL_FORMED, (status, request.body[:200])
+            if request.expect is not None:
+                assert status == request.expect, (request, status)
             if status == 503:
                 assert answer_headers.get("Retry-After") == "2"
+
+        for known in KNOWN:
+            check = example(request=known)(check)
 
         started = time.monotonic()
         await asyncio.to_thread(check)
@@ -227,8 +287,8 @@ async def test_fuzzed_http_requests_get_a_well_formed_answer_and_the_daemon_keep
         assert (await get(base, "/healthz"))[0] == 200
         assert (await post(base, [event("t", "after-fuzz")]))[0] == 200
     assert 500 not in seen
-    # The fuzzer reached answers of every kind: counted, refused, partly rejected.
-    assert {200, 400, 422} <= set(seen), seen
+    # The explicit examples ran: answers of every kind were seen (and asserted).
+    assert {200, 400, 405, 413, 422} <= set(seen), seen
     tracebacks = [r for r in caplog.records if r.exc_info is not None]
     assert tracebacks == [], [r.getMessage() for r in tracebacks]
 
@@ -236,6 +296,7 @@ async def test_fuzzed_http_requests_get_a_well_formed_answer_and_the_daemon_keep
 # --- the name fuzzer through the daemon ---------------------------------------
 
 
+@pytest.mark.hypothesis
 async def test_every_name_the_daemon_accepts_gets_its_topics_published_and_keys_in_its_slot(
     redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
 ) -> None:
@@ -292,6 +353,25 @@ async def test_every_name_the_daemon_accepts_gets_its_topics_published_and_keys_
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         )
         @given(pairs=st.lists(st.tuples(names, names | st.just("task")), min_size=2, max_size=8))
+        # Accepted and rejected names in every run, whatever the search draws.
+        @example(
+            pairs=[
+                ("agent bot", "task"),
+                ("\u00e9t\u00e9:v1.2", "t 1"),
+                ("a&amp;b", "<script>alert(1)</script>"),
+                ('say "hi" it\'s', "task"),
+            ]
+        )
+        @example(
+            pairs=[
+                ("bad/suite", "task"),
+                ("bad#", "task"),
+                ("", "task"),
+                (" leading", "task"),
+                ("nul\x00", "task"),
+                ("{tag}", "task"),
+            ]
+        )
         def check(pairs: list[tuple[str, str]]) -> None:
             body, new = [], []
             for suite, task in pairs:
@@ -318,8 +398,9 @@ async def test_every_name_the_daemon_accepts_gets_its_topics_published_and_keys_
         finally:
             reader.cancel()
     print(f"name fuzz: {seen}, {len(accepted)} suites, {len(keys)} keys in {elapsed:.1f} s")
-    assert len(accepted) >= 4  # the fuzzer reached accepted suites, not only rejections
-    assert seen["rejected"] >= 5
+    # The explicit examples ran: accepted suites and rejected names, every run.
+    assert len(accepted) >= 4
+    assert seen["rejected"] >= 6
     # Keys under a hash tag, but the change marks' {/ci} (no suite may hold "/").
     suite_keys = [
         k for k in keys if k.startswith(f"{prefix}:{{") and not k.startswith(f"{prefix}:{{/")

@@ -21,7 +21,7 @@ from reliabilityd.stats.slices import slice_id
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Slicing, Store
 from tests.support.daemon import running, store_for
-from tests.support.helpers import wait_until
+from tests.support.helpers import judged, wait_until
 from tests.support.query import apply, cli, config_for
 from tests.support.servers import RedisServer
 
@@ -78,14 +78,15 @@ async def test_a_daemon_writes_history_with_its_snapshots_and_it_survives_a_rest
     cfg = alerting_config(redis_server, prefix)
     async with store_for(cfg) as store:
         await apply_async(store, events(0))
-        async with running(cfg):
+        async with running(cfg) as daemon:
 
             async def marked() -> bool:
                 h = await store.history.read(SUITE)
                 return bool(h.points) and bool(h.transitions)
 
             await wait_until(marked, 20)
-            await asyncio.sleep(1.0)  # more ticks: nothing more to record at this version
+            # More ticks: nothing more to record at this version.
+            await judged(store, SUITE, daemon, passes=3)
             snap = await snapshot_of(store)
             before = await store.history.read(SUITE)
         (point,) = before.points
@@ -105,8 +106,9 @@ async def test_a_daemon_writes_history_with_its_snapshots_and_it_survives_a_rest
         assert point.t <= mark.t < point.t + 30
 
         # Restarted, the daemon finds the history as it was and adds to it.
-        async with running(cfg):
-            await asyncio.sleep(1.0)  # start-up reconcile and a few ticks, no new data
+        async with running(cfg) as daemon:
+            # The start-up reconcile (the first tick) and a few more ticks, no new data.
+            await judged(store, SUITE, daemon, passes=3)
             assert await store.history.read(SUITE) == before
             await apply_async(store, events(1, [5] * len(PASSES)))
 
@@ -135,13 +137,13 @@ async def test_two_replicas_write_one_point_per_version(
     b = alerting_config(redis_server, prefix, f"{prefix}-b")
     async with store_for(a) as store:
         await apply_async(store, events(0))
-        async with running(a), running(b):
+        async with running(a) as one, running(b) as other:
 
             async def has_point() -> bool:
                 return bool((await store.history.read(SUITE)).points)
 
             await wait_until(has_point, 20)
-            await asyncio.sleep(0.6)
+            await judged(store, SUITE, one, other)  # both replicas have judged it
             first = await store.history.read(SUITE)
             # The same version recomputed again and again, by whichever replica claims it:
             # the snapshot is rewritten each time, the history is not.
@@ -153,7 +155,9 @@ async def test_two_replicas_write_one_point_per_version(
                     return (await snapshot_of(store)).updated_at != stamp
 
                 await wait_until(rewritten, 20)
-                await asyncio.sleep(1.1)  # a second later: a new point would have a new t
+                # A second later (a busy machine only makes it later): a new point
+                # would have a new t.
+                await asyncio.sleep(1.1)
             assert await store.history.read(SUITE) == first
         assert len(first.points) == 1
         assert len(first.transitions) == 1
@@ -245,7 +249,7 @@ async def test_a_slice_rule_records_its_transitions_and_baseline_on_the_slice(
             dedup_ttl=3600,
             slicing={SUITE: Slicing(("model",), cfg.stats.max_slices)},
         )
-        async with running(cfg):
+        async with running(cfg) as daemon:
 
             async def marked() -> bool:
                 h = await store.history.read(SUITE, slice=low)
@@ -253,7 +257,8 @@ async def test_a_slice_rule_records_its_transitions_and_baseline_on_the_slice(
                 return bool(h.points and h.transitions and whole.transitions)
 
             await wait_until(marked, 20)
-            await asyncio.sleep(1.0)
+            # Every series judged: model b's slice too, which must not breach.
+            await judged(store, SUITE, daemon, slices=[low, high])
             sliced = await store.history.read(SUITE, slice=low)
             fine = await store.history.read(SUITE, slice=high)
             whole = await store.history.read(SUITE)

@@ -58,6 +58,24 @@ async def test_half_sent_requests_and_idle_sockets_are_closed_after_the_read_tim
             writer.close()
 
 
+async def _request_in_hand(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, length: int
+) -> None:
+    """Send a POST's head without its body, and wait until the daemon holds the request.
+
+    With ``Expect: 100-continue`` the daemon answers ``100 Continue`` once its
+    handler has the request (and its place in flight) and waits for the body.
+    """
+    writer.write(
+        b"POST /v1/trials HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % length
+    )
+    await writer.drain()
+    async with asyncio.timeout(10):
+        assert (await reader.readline()).startswith(b"HTTP/1.1 100")
+        assert await reader.readline() == b"\r\n"
+
+
 async def test_past_max_connections_the_oldest_idle_one_makes_room(
     redis_server: RedisServer, prefix: str
 ) -> None:
@@ -65,8 +83,8 @@ async def test_past_max_connections_the_oldest_idle_one_makes_room(
     async with serving(cfg):
         port = cfg.http.port
         idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(10)]
-        await asyncio.sleep(0.3)
-        # Well before the read timeout, a new connection is served...
+        # Well before the read timeout, a new connection is served (accepted after
+        # the ten: the listening socket hands connections over in order)...
         answer = await _exchange(
             port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         )
@@ -110,9 +128,15 @@ async def test_past_max_connections_with_every_one_busy_a_new_one_is_answered_50
             for i, (_, writer) in enumerate(busy):
                 writer.write(_whole_post(msgspec.json.encode([event("t", str(i))])))
                 await writer.drain()
-            await asyncio.sleep(0.3)
-            answer = await _exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert answer.startswith(b"HTTP/1.1 503")
+            answer = b""
+
+            async def refused() -> bool:
+                # Until the four commits are in their handlers, a fifth connection is served.
+                nonlocal answer
+                answer = await _exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                return answer.startswith(b"HTTP/1.1 503")
+
+            await wait_until(refused, 10)
             assert b"Retry-After: 2" in answer
         for reader, writer in busy:  # none of the busy ones was closed for it
             assert (await reader.readline()).startswith(b"HTTP/1.1 200")

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from reliabilityd import estimate, estimate_metrics
@@ -30,7 +31,7 @@ from reliabilityd.store import Store
 from reliabilityd.store._ingest import CHUNK
 from tests.support import result_files as rf
 from tests.support.daemon import make_config, running
-from tests.support.helpers import wait_until
+from tests.support.helpers import current_snapshot
 from tests.support.servers import Mosquitto, RedisServer
 
 DATA = Path(__file__).parent.parent / "data"
@@ -365,12 +366,8 @@ async def test_a_running_daemon_publishes_the_imported_suite(
     cfg = make_config(redis_url=redis_server.url, mqtt_url=mosquitto.url, prefix=prefix)
     async with running(cfg) as daemon:
         await import_file(daemon.store, DATA / "tau_bench_results.json", suite="live")
-
-        async def snapshotted() -> bool:
-            return await daemon.store.snapshots.snapshot_json("live") is not None
-
-        await wait_until(snapshotted)
-        snap = json.loads(await daemon.store.snapshots.snapshot_json("live") or b"{}")
+        # The snapshot of the whole import, not of its first chunk.
+        snap = await current_snapshot(daemon.store, "live")
     phk = {e["k"]: e["value"] for e in snap["pass_hat_k"]}
     assert phk[3] == pytest.approx(rf.tau_bench_pass_hat_k(doc, 3))
     assert snap["trials"] == len(doc)
@@ -400,6 +397,20 @@ async def test_a_file_without_trials_is_refused(store: Store, tmp_path: Path) ->
     assert await store.reads.suites() == []
 
 
+# What suite_name replaces, written out here: each suite-forbidden character, and
+# one of each kind of character no name may hold (controls, a noncharacter, a
+# lone surrogate, format characters, the line separator).
+REPLACED = "{}/+#" + "\x00\n\x7f\x85\ufffe\U0010ffff\ud800\u200b\u202e\ufeff\u2028"
+
+
+def each_replaced(test: Callable[..., None]) -> Any:
+    """``test`` with one explicit example per replaced character, in every run."""
+    for ch in REPLACED:
+        test = example(f"a{ch}b", f"t{ch}u")(test)
+    return test
+
+
+@each_replaced
 @given(st.text(max_size=400), st.text(max_size=400))
 def test_any_name_maps_to_a_valid_one(suite: str, task: str) -> None:
     name = suite_name(suite)

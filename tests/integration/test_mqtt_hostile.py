@@ -9,17 +9,18 @@ import itertools
 import logging
 import struct
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Literal
 
 import msgspec
 import pytest
 
 from reliabilityd._mqtt import Connection, MalformedPacket, MqttError, Refused, guard_size
+from reliabilityd.backoff import sleep_or_stop
 from reliabilityd.broker import connect
 from reliabilityd.client.emitter import Emitter
 from reliabilityd.config import MqttConfig
-from reliabilityd.sources.mqtt import Watch, consume
+from reliabilityd.sources.mqtt import BACKOFF_MAX, BACKOFF_START, STABLE, Watch, consume
 from tests.support.hostile import (
     Freezer,
     HostileBroker,
@@ -45,7 +46,12 @@ class Consumer(msgspec.Struct):
 
 @contextlib.asynccontextmanager
 async def consuming(
-    url: str, protocol: Protocol = "5", *, max_payload: int = 1 << 20
+    url: str,
+    protocol: Protocol = "5",
+    *,
+    max_payload: int = 1 << 20,
+    clock: Callable[[], float] = time.monotonic,
+    pause: Callable[[asyncio.Event, float], Awaitable[None]] = sleep_or_stop,
 ) -> AsyncIterator[Consumer]:
     """The daemon's consume loop with a commit that only records what it was given."""
     cfg = MqttConfig(url=url, topic="t/#", client_id="hostile-test", protocol=protocol)
@@ -69,6 +75,8 @@ async def consuming(
             max_payload=max_payload,
             subscribed=seen.subscribed,
             watch=seen.watch,
+            clock=clock,
+            pause=pause,
         )
     )
     try:
@@ -283,30 +291,102 @@ async def test_server_keepalive_0_does_not_switch_dead_connection_detection_off(
         await conn.close()
 
 
+class VirtualTime:
+    """The consumer's clock and reconnect pause: time moves only when it pauses.
+
+    Each pause is recorded and moves the clock on by its length at once, so
+    the pacing is tested by what the consumer decided, not by how fast a
+    busy machine let it run.
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.pauses: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def pause(self, stop: asyncio.Event, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+async def taken_over(peer: Peer) -> None:
+    """Hand the client its session, then drop it as a takeover does."""
+    await peer.handshake()
+    await peer.subscribed()
+    if peer.v5:
+        peer.send(disconnect(True, 0x8E))
+    peer.writer.transport.abort()
+
+
+def doubling(pauses: Sequence[float], start: float, count: int) -> None:
+    """The first ``count`` pauses double from ``start`` (each within its +-10% jitter)."""
+    assert len(pauses) >= count, pauses
+    for i, paused in enumerate(pauses[:count]):
+        assert paused == pytest.approx(min(start * 2**i, BACKOFF_MAX), rel=0.1), pauses
+
+
 @pytest.mark.parametrize("protocol", BOTH)
 async def test_a_takeover_is_logged_once_and_backs_off(
     protocol: Protocol, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Taken over at once, every time: the waits between attempts double, not reset."""
+    caplog.set_level(logging.INFO)
+    time_ = VirtualTime()
+    async with (
+        HostileBroker(then=taken_over) as broker,
+        consuming(broker.url, protocol, clock=time_.clock, pause=time_.pause) as seen,
+    ):
+        await broker.connections(9)
+    # 0.2, 0.4, ... 12.8, then the 15 s cap: never reset by a connection of no age.
+    doubling(time_.pauses, BACKOFF_START, 8)
+    assert seen.watch.takeovers >= 8
+    lines = [r for r in caplog.records if "mqtt_session_taken_over" in r.getMessage()]
+    assert len(lines) == seen.watch.takeovers
 
-    async def taken_over(peer: Peer) -> None:
+
+async def test_a_connection_that_lasted_resets_the_backoff() -> None:
+    """Once a connection has lived ``STABLE`` seconds, the next wait starts over."""
+    time_ = VirtualTime()
+    lasting = asyncio.Event()
+
+    async def lasts(peer: Peer) -> None:
         await peer.handshake()
         await peer.subscribed()
-        if peer.v5:
-            peer.send(disconnect(True, 0x8E))
-        peer.writer.transport.abort()
+        lasting.set()
+        await peer.ended.wait()
 
-    caplog.set_level(logging.INFO)
+    async with (
+        HostileBroker(taken_over, taken_over, taken_over, lasts, then=taken_over) as broker,
+        consuming(broker.url, clock=time_.clock, pause=time_.pause) as seen,
+    ):
+        await asyncio.wait_for(lasting.wait(), 20)
+        assert len(time_.pauses) == 3
+        time_.now += STABLE  # the fourth connection has now lived STABLE seconds
+        broker.peers[3].writer.transport.abort()
+        await broker.connections(7)
+    doubling(time_.pauses, BACKOFF_START, 3)
+    doubling(time_.pauses[3:], BACKOFF_START, 3)
+    assert seen.watch.takeovers >= 5
+
+
+async def test_reconnects_in_real_time_wait_at_least_the_backoff() -> None:
+    """The real clock and sleep: the consumer waits at least each backoff delay.
+
+    Only a lower bound, which no busy machine can break: a sleep never ends
+    early, while a slow machine may make any gap longer.
+    """
     arrivals: list[float] = []
-    async with HostileBroker(then=taken_over) as broker, consuming(broker.url, protocol) as seen:
-        for n in range(1, 6):
+    async with HostileBroker(then=taken_over) as broker, consuming(broker.url) as seen:
+        for n in range(1, 4):
             await broker.connections(n)
             arrivals.append(time.monotonic())
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
-    assert all(later > 1.5 * earlier for earlier, later in itertools.pairwise(gaps)), gaps
-    assert seen.watch.takeovers >= 4
-    lines = [r for r in caplog.records if "mqtt_session_taken_over" in r.getMessage()]
-    assert len(lines) == seen.watch.takeovers
+    floors = [0.9 * BACKOFF_START * 2**i for i in range(len(gaps))]  # the jitter's floor
+    assert all(gap >= floor for gap, floor in zip(gaps, floors, strict=True)), gaps
+    assert seen.watch.takeovers >= 2
 
 
 # --- finding 7: what the CONNACK says the broker can do --------------------------------

@@ -112,9 +112,19 @@ async def test_a_topic_the_broker_drops_us_for_is_set_aside_and_the_rest_go_out(
         await wait_until(newest_is_out, 30)
         with pytest.raises(publisher_mod.TopicRefused):
             await pub.send(bad, b"{}")
-        # The connection stays up from here on.
+        # The connection stays up from here on: another payload for the set-aside
+        # topic, then one for a good topic, which the publisher sends in that order.
+        # Had the first gone out, the broker would have dropped the connection
+        # before the second was out.
         conn = pub._conn
-        await asyncio.sleep(1.0)
+        pub.publish(bad, b'{"n": 2}')
+        pub.publish(f"{prefix}/snapshot/good1", b'{"n": 11}')
+
+        async def second_is_out() -> bool:
+            got = await _received(private_mosquitto, f"{prefix}/snapshot/good1")
+            return bool(msgspec.json.decode(got) == {"n": 11})
+
+        await wait_until(second_is_out, 30)
         assert conn is not None
         assert conn is pub._conn
         assert conn.is_open

@@ -18,7 +18,7 @@ import aiohttp
 import msgspec
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from reliabilityd import config as config_mod
@@ -336,12 +336,38 @@ _keys = st.sampled_from(
 )
 
 
+# What decode_request says of a body that is not OTLP logs, by encoding.
+NOT_LOGS = {
+    "application/x-protobuf": ("not an OTLP ExportLogsServiceRequest: ",),
+    "application/json": ("not OTLP/JSON logs: ", "OTLP/JSON logs are an object with resourceLogs"),
+}
+
+
 @given(st.binary(max_size=300), st.sampled_from(["application/x-protobuf", "application/json"]))
+# Each way a body is refused, and a body that decodes, in every run.
+@example(b"\xff", "application/x-protobuf")
+@example(b"{", "application/json")
+@example(b"[]", "application/json")
+@example(b"", "application/x-protobuf")
+@example(b'{"resourceLogs": []}', "application/json")
 def test_any_body_decodes_or_is_refused_with_a_reason(data: bytes, kind: str) -> None:
+    from reliabilityd.events import validate
     from reliabilityd.integrations import otlp
 
-    with contextlib.suppress(otlp.OtlpError):
-        otlp.map_request(otlp.decode_request(data, kind), MAPPING)
+    try:
+        request = otlp.decode_request(data, kind)
+    except otlp.OtlpError as exc:
+        refused: otlp.OtlpError | None = exc
+    else:
+        refused = None
+    if refused is not None:
+        # A 400 that says which format the body is not, and why.
+        assert refused.status == 400
+        assert str(refused).startswith(NOT_LOGS[kind]), str(refused)
+        return
+    mapped = otlp.map_request(request, MAPPING)
+    assert all(validate(e) is None for e in mapped.events)
+    assert all(r.reason for r in mapped.rejected)
 
 
 @given(st.lists(st.dictionaries(_keys, _attr_values, max_size=6), max_size=8))

@@ -219,7 +219,7 @@ async def test_idle_tasks_leave_a_lifetime_suite(
     monkeypatch.setattr(daemon_mod, "IDLE_SWEEP_EVERY", 0.1)
     cfg = msgspec.structs.replace(
         config_for(redis_server, prefix),
-        suites=[SuiteOverride(match="retiring-*", idle_expiry=1.0)],
+        suites=[SuiteOverride(match="retiring-*", idle_expiry=2.0)],
     )
     events = [
         TrialEvent(suite, task, f"r{r}", "pass" if r else "fail")
@@ -233,21 +233,28 @@ async def test_idle_tasks_leave_a_lifetime_suite(
         for e in events:
             by_suite.setdefault(e.suite, []).append(e)
         await daemon._commit_decoded(by_suite, [], retry=True)
-        # The live task keeps getting events; the old one goes quiet.
-        for r in range(3, 8):
+        # The live task keeps getting events (every 0.3 s, well within its idle
+        # expiry) until the old one, gone quiet, has left.
+        r = 3
+
+        async def retired() -> bool:
+            nonlocal r
+            if set(await store.reads.task_counts("retiring-bot")) == {"live task"}:
+                return True
             await asyncio.sleep(0.3)
             live = [TrialEvent("retiring-bot", "live task", f"r{r}", "pass")]
             await daemon._commit_decoded({"retiring-bot": live}, [], retry=True)
+            r += 1
+            return False
 
-        async def retired() -> bool:
-            return set(await store.reads.task_counts("retiring-bot")) == {"live task"}
-
-        await wait_until(retired, 10)
-        assert await store.reads.task_counts("retiring-bot") == {"live task": (8, 7)}
+        await wait_until(retired, 20)
+        assert r >= 4  # it left only after its idle expiry: live events were sent meanwhile
+        n = r  # 3 first events, 2 of them passes, then every live one a pass
+        assert await store.reads.task_counts("retiring-bot") == {"live task": (n, n - 1)}
         # A suite without idle expiry keeps every task.
         assert set(await store.reads.task_counts("lifetime-bot")) == {"old task", "live task"}
         state = await store.reads.read_state("retiring-bot")
-        assert state.hist.cells() == [(8, 7, 1)]
+        assert state.hist.cells() == [(n, n - 1, 1)]
 
         async def snapshot_follows() -> bool:
             raw = await store.snapshots.snapshot_json("retiring-bot")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
@@ -20,11 +21,12 @@ from reliabilityd.config import (
     SinksConfig,
     WebhookSinkConfig,
 )
+from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import TrialEvent
 from reliabilityd.store import Store
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import make_config
-from tests.support.helpers import payloads, wait_until
+from tests.support.helpers import judged, payloads, wait_until
 from tests.support.servers import Mosquitto, RedisServer
 
 SUITE = "deploy-bot"
@@ -113,6 +115,24 @@ async def collect(port: int, topic: str) -> AsyncIterator[list[dict[str, Any]]]:
                 await task
 
 
+async def flushed(port: int, topic: str, got: list[dict[str, Any]]) -> None:
+    """Until a marker published to ``topic`` now is in ``got`` (a ``collect`` list that
+    subscribes to it), then take the marker out again.
+
+    The broker forwards to a subscriber in the order it took the messages, so
+    whatever the daemon had published before (an outbox drained) has arrived too.
+    """
+    marker = {"flush": f"{time.monotonic_ns()}"}
+    async with aiomqtt.Client("127.0.0.1", port) as client:
+        await client.publish(topic, msgspec.json.encode(marker), qos=1)
+
+    async def arrived() -> bool:
+        return marker in got
+
+    await wait_until(arrived, 20)
+    got.remove(marker)
+
+
 async def history(store: Store, cfg: Config) -> list[dict[str, Any]]:
     return [msgspec.json.decode(n) for n in await store.alerts.alert_history(cfg.alerts_key)]
 
@@ -125,6 +145,25 @@ async def send(events: list[TrialEvent], store: Store) -> None:
     """
     await store.ingest.apply({SUITE: events}, windows={SUITE: WINDOW}, dedup_ttl=DEDUP_TTL)
     await wait_until(partial(settled, store), 30)
+
+
+async def delivered(store: Store, *daemons: Daemon, suite: str = SUITE) -> bool:
+    """For wait_until: every notification queued for the suite's rules has left for its
+    sink."""
+    sinks = sorted({sink for d in daemons for sink in d.outbox.sinks})
+    rules = [rule.name for rule in daemons[0].config.alerts]
+    triples = [(suite, rule, sink) for rule in rules for sink in sinks]
+    return not any(await store.alerts.outbox_lengths(triples))
+
+
+async def settled_alerts(
+    store: Store, *daemons: Daemon, passes: int = 1, suite: str = SUITE, within: float = 30.0
+) -> None:
+    """Until every daemon has judged the suite's current snapshot (``passes`` times) and
+    every notification it decided has been delivered: what the sinks hold then is all
+    there is to hold."""
+    await judged(store, suite, *daemons, passes=passes, within=within)
+    await wait_until(partial(delivered, store, *daemons, suite=suite), within)
 
 
 async def alert_state(store: Store) -> str:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable
 
+import msgspec
 import numpy as np
 
 from reliabilityd.events import TrialEvent
@@ -12,11 +15,14 @@ from tests.support.helpers import (
     Truth,
     make_events,
     payloads,
+    publish,
     truth_of,
     wait_until,
 )
 
 SUITES = ("alpha", "beta")
+# The suite of mqtt_flush's markers, apart from the counted ones.
+MARKER_SUITE = "marker"
 
 
 # Their hash tags land on all three nodes of a three-node cluster.
@@ -51,8 +57,46 @@ async def missing_events(store: Store, events: list[TrialEvent]) -> list[int]:
     return out
 
 
-async def assert_exact(store: Store, truth: Truth, events: list[TrialEvent]) -> None:
-    """Everything arrives; after a quiet second nothing more arrives; counts equal the truth."""
+Flush = Callable[[], Awaitable[None]]
+
+
+def mqtt_flush(port: int, topic: str, store: Store) -> Flush:
+    """For ``assert_exact``: publish one event of a suite of its own after all the others,
+    and wait until it is counted.
+
+    The broker delivers a session's messages in order, redeliveries first,
+    and the daemon commits in order: once the marker is counted, whatever
+    the broker still held for the daemon before it has been committed too.
+    Only for one consumer (a shared subscription splits the order).
+    """
+    marks = itertools.count()
+
+    async def flush() -> None:
+        trial = f"marker-{time.time_ns()}-{next(marks)}"
+        marker = TrialEvent(MARKER_SUITE, "marker", trial, "pass")
+        await publish(port, topic, [msgspec.json.encode(marker)], client_id="test-marker")
+
+        async def marked() -> bool:
+            return await store.ingest.is_recorded(
+                MARKER_SUITE, "marker", trial, dedup_ttl=DEDUP_TTL
+            )
+
+        await wait_until(marked, 60)
+
+    return flush
+
+
+async def assert_exact(
+    store: Store, truth: Truth, events: list[TrialEvent], *, flush: Flush | None = None
+) -> None:
+    """Everything arrives, and counts equal the truth (none ever above it).
+
+    With ``flush`` (``mqtt_flush``), the counts are checked again once
+    everything sent before the flush's marker has been handled, redeliveries
+    included: nothing more arrives that could count twice. Without it the
+    caller knows that nothing is left in flight (HTTP answers, stopped
+    daemons).
+    """
     try:
         await wait_until(lambda: counted(store, truth), 60)
     except TimeoutError:
@@ -60,7 +104,8 @@ async def assert_exact(store: Store, truth: Truth, events: list[TrialEvent]) -> 
         raise AssertionError(
             f"{len(lost)} events never counted, at positions {lost[:20]}"
         ) from None
-    await asyncio.sleep(1.0)
+    if flush is not None:
+        await flush()
     assert await counted(store, truth)
     for suite in SUITES:
         assert await store.reads.task_counts(suite) == truth.counts(suite)

@@ -17,8 +17,10 @@ import msgspec
 import numpy as np
 
 from reliabilityd.config import Config
+from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import TrialEvent
 from reliabilityd.stats.histogram import Histogram
+from reliabilityd.store import Series, Store
 
 
 class Truth:
@@ -177,6 +179,59 @@ def _unset(value: Any) -> Any:
     if isinstance(value, list):
         return [_unset(v) for v in value]
     return value
+
+
+async def current_snapshot(
+    store: Store, suite: str, within: float = 30.0, *, slice: str | None = None
+) -> dict[str, Any]:
+    """The suite's (or one slice's) snapshot document once it is of its current data version.
+
+    Call it after the commits it must cover have returned: a snapshot of an
+    earlier version (a chunk of a batch, a live refresh) is not waited for.
+    """
+
+    async def current() -> bool:
+        ((data, snap, _),) = await store.snapshots.versions([Series(suite, slice)])
+        return data > 0 and snap == data
+
+    await wait_until(current, within)
+    raw = await store.snapshots.snapshot_json(suite, slice=slice)
+    assert raw is not None
+    doc: dict[str, Any] = msgspec.json.decode(raw)
+    return doc
+
+
+def evaluations(daemon: Daemon) -> float:
+    """How many passes over every rule and suite the daemon's evaluator has completed."""
+    value = daemon.metrics.registry.get_sample_value("reliabilityd_alert_evaluations_total")
+    return value or 0.0
+
+
+async def judged(
+    store: Store,
+    suite: str,
+    *daemons: Daemon,
+    passes: int = 1,
+    slices: Sequence[str] = (),
+    within: float = 30.0,
+) -> None:
+    """Until each daemon's evaluator has judged the suite's current snapshot (and each
+    of ``slices``') ``passes`` times (or a newer one).
+
+    First the snapshots of the current versions, then ``passes + 1`` more
+    evaluator passes of every daemon: the pass under way may have read an
+    older snapshot, each one after it reads this one. A test that then
+    asserts that nothing fired knows that a verdict was taken.
+    """
+    await current_snapshot(store, suite, within)
+    for sid in slices:
+        await current_snapshot(store, suite, within, slice=sid)
+    before = [evaluations(d) for d in daemons]
+
+    async def passed() -> bool:
+        return all(evaluations(d) >= b + passes + 1 for d, b in zip(daemons, before, strict=True))
+
+    await wait_until(passed, within)
 
 
 def toml_of(config: Config) -> bytes:

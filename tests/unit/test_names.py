@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import sys
 import unicodedata
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from reliabilityd.events import NAME_FORBIDDEN, TrialEvent, all_valid, validate
@@ -84,6 +86,38 @@ names = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=2
 )
 
 
+# One name of each kind the checks refuse (in any field; the last two in a suite only).
+REFUSED = ["a\x00b", "a\x1fb", "a\x7fb", "a\x85b", "a\ufffeb", "a\ud800b", "a\u200bb",
+           "a\u2028b", " a", "a ", "e\u0301", ""]  # fmt: skip
+SUITE_REFUSED = ["a#b", "a{b"]
+
+
+@pytest.mark.parametrize("bad", REFUSED + SUITE_REFUSED)
+@pytest.mark.parametrize("place", [0, 1, 2])
+def test_each_kind_of_bad_name_is_refused_by_the_event_and_the_batch_check(
+    bad: str, place: int
+) -> None:
+    triple = ["good", "name", "here"]
+    triple[place] = bad
+    suite, task, trial = triple
+    event = TrialEvent(suite, task, trial, "pass")
+    refused = bad in REFUSED or place == 0
+    assert (validate(event) is not None) == refused
+    assert all_valid([TrialEvent("fine", "t", "r", "pass"), event]) == (not refused)
+
+
+def each_refused(test: Callable[..., None]) -> Any:
+    """``test`` with each bad name in each field, beside a good event, in every run: the
+    batch check's one scan over the names joined by NUL must agree with the event check."""
+    for bad in REFUSED + SUITE_REFUSED:
+        for place in range(3):
+            triple = ["good", "name", "here"]
+            triple[place] = bad
+            test = example([("fine", "t", "r"), tuple(triple)])(test)
+    return test
+
+
+@each_refused
 @given(st.lists(st.tuples(names, names, names), min_size=1, max_size=5))
 def test_the_batch_check_agrees_with_the_event_check(triples: list[tuple[str, str, str]]) -> None:
     events = [TrialEvent(s.replace("/", "_"), t, r, "pass") for s, t, r in triples]

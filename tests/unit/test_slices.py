@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from reliabilityd.config import load
@@ -26,8 +29,21 @@ from reliabilityd.stats.slices import (
 from reliabilityd.store.keys import Keys, Series
 
 texts = st.text(min_size=0, max_size=40).filter(lambda t: not NAME_FORBIDDEN.search(t))
+# What an id escapes, written out here (not imported): the id's own syntax (% , =),
+# what a hash tag, a key or an MQTT topic gives a meaning to ({ } / + # :), a Redis
+# glob's (* ? [ ] \) and the space a Prometheus label or a log line splits on.
+ESCAPED = "%,=/+#{}:*?[]\\ "
 
 
+def each_escaped(test: Callable[..., None], example_of: Callable[[str], Any]) -> Any:
+    """``test`` with one explicit example per escaped character: every run tries each,
+    whatever the search draws."""
+    for ch in ESCAPED:
+        test = example(example_of(ch))(test)
+    return test
+
+
+@partial(each_escaped, example_of=lambda ch: [(f"k{ch}", f"v{ch}"), (ch, ch + ch)])
 @given(
     st.lists(st.tuples(texts.filter(bool), texts), min_size=1, max_size=4, unique_by=lambda x: x[0])
 )
@@ -39,16 +55,19 @@ def test_an_id_parses_back_to_its_labels_and_is_safe_in_keys_and_topics(
     sid = slice_id(keys, labels)
     assert parse_id(sid) == labels
     assert list(parse_id(sid)) == keys  # slice_by order
-    for bad in "{}/+#: ":
+    for bad in "{}/+#:*?[]\\ ":
         assert bad not in sid
     key = Keys("rel").series(Series("s", sid), "tasks")
     assert key.startswith("rel:{s}:slice:")
     assert key.index("}") == len("rel:{s")  # the hash tag is the suite's
 
 
+@partial(each_escaped, example_of=lambda ch: f"a{ch}b{ch}%41")
 @given(texts)
 def test_escape_round_trips(text: str) -> None:
     assert unescape(escape(text)) == text
+    # Escaped, nothing is left that an id, a key, a topic or a glob reads.
+    assert not set(escape(text)) & set(ESCAPED.replace("%", ""))
 
 
 def test_label_values_become_text_or_a_reason() -> None:
