@@ -69,8 +69,9 @@ async def test_fuzzed_otlp_requests_get_a_well_formed_answer_and_the_daemon_keep
                 return resp.status, dict(resp.headers), await resp.read()
 
         @settings(
-            settings.get_profile("ci"),
-            max_examples=1000,  # a few ms each
+            # The suite's profile (derandomised, or make fuzz's random one), with three
+            # times its examples: a few ms each.
+            max_examples=3 * settings().max_examples,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         )
         @given(sent=bodies, zipped=st.booleans())

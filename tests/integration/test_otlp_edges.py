@@ -4,23 +4,20 @@ and a large body decoded off the event loop."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import logging
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import msgspec
 import pytest
 
-from reliabilityd.config import Config, HttpConfig, IngestConfig, OtlpConfig, StoreConfig
+from reliabilityd.config import Config, HttpConfig, OtlpConfig, StoreConfig
 from reliabilityd.events import MAX_LETTERS
 from tests.support.daemon import make_config, store_for
 from tests.support.http import post, serving
-from tests.support.otlp import JSON, PROTOBUF, empty_records, records_request
+from tests.support.otlp import JSON, PROTOBUF, records_request
 from tests.support.servers import RedisServer, free_port
 
 
@@ -136,57 +133,3 @@ async def test_malformed_otlp_is_answered_400_with_the_path_and_logs_no_tracebac
         assert (await _post_logs(base, good, PROTOBUF))[0] == 200
     assert [r for r in caplog.records if r.exc_info is not None] == []
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
-
-
-async def _probe_while(base: str, work: Callable[[], Awaitable[Any]]) -> tuple[Any, float, int]:
-    """``work()``'s result, the longest wait for a /healthz answer while it ran (from the
-    previous answer, or from the start: a probe that cannot even send while the loop is
-    held shows the stall as well), and how many answers came."""
-    longest, answered = 0.0, 0
-    done = asyncio.Event()
-
-    async def probe() -> None:
-        nonlocal longest, answered
-        async with aiohttp.ClientSession() as http:
-            last = time.perf_counter()
-            while not done.is_set():
-                async with http.get(f"{base}/healthz") as resp:
-                    assert resp.status == 200
-                    await resp.read()
-                now = time.perf_counter()
-                longest, last = max(longest, now - last), now
-                answered += 1
-                await asyncio.sleep(0.01)
-
-    prober = asyncio.create_task(probe())
-    try:
-        result = await work()
-    finally:
-        done.set()
-        await prober
-    return result, longest, answered
-
-
-async def test_a_body_of_two_million_empty_records_is_decoded_off_the_event_loop(
-    redis_server: RedisServer, prefix: str
-) -> None:
-    """4 MB of empty records is seconds of Python to decode and map: /healthz keeps answering
-    all along, the loop held at most while upb parses the body (a C call that keeps the GIL)."""
-    body = empty_records(2_000_000)
-    cfg = _config(redis_server, prefix, ingest=IngestConfig(max_payload=len(body) + 1024))
-    async with serving(cfg) as (_, base):
-        started = time.perf_counter()
-        (status, raw, _), longest, answered = await _probe_while(
-            base, lambda: _post_logs(base, body, PROTOBUF)
-        )
-        elapsed = time.perf_counter() - started
-        assert status == 200, raw
-    print(
-        f"{len(body)} B in {elapsed:.2f} s: /healthz answered {answered} times, "
-        f"the longest wait {longest:.3f} s"
-    )
-    # On the event loop the request held it from start to end, and the probe got its first
-    # answer and the next one after it (2 answers, a 3.6 s wait); off the loop the probe
-    # answers all along. Relative to the request's own time, so a busy machine moves both.
-    assert answered >= 20
-    assert longest < elapsed / 2

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -85,3 +86,32 @@ async def scrape(base: str) -> Samples:
     status, raw = await get(base, "/metrics")
     assert status == 200
     return samples(raw.decode())
+
+
+async def probe_while(base: str, work: Callable[[], Awaitable[Any]]) -> tuple[Any, float, int]:
+    """``work()``'s result, the longest wait for a /healthz answer while it ran (from the
+    previous answer, or from the start: a probe that cannot even send while the loop is
+    held shows the stall as well), and how many answers came."""
+    longest, answered = 0.0, 0
+    done = asyncio.Event()
+
+    async def probe() -> None:
+        nonlocal longest, answered
+        async with aiohttp.ClientSession() as http:
+            last = time.perf_counter()
+            while not done.is_set():
+                async with http.get(f"{base}/healthz") as resp:
+                    assert resp.status == 200
+                    await resp.read()
+                now = time.perf_counter()
+                longest, last = max(longest, now - last), now
+                answered += 1
+                await asyncio.sleep(0.01)
+
+    prober = asyncio.create_task(probe())
+    try:
+        result = await work()
+    finally:
+        done.set()
+        await prober
+    return result, longest, answered
