@@ -164,6 +164,7 @@ class Handlers:
         self.decodes = Slots(OTLP_DECODES)
         self.compares = Slots(MAX_COMPARES, COMPARE_WAIT)
         self.authority = backend.authority
+        self._forbidden_log = RateLimited()  # this port's own: one daemon's lines fold together
 
     def _answer(self, response: web.Response) -> web.Response:
         self.backend.metrics.http_ingest.labels(str(response.status)).inc()
@@ -188,7 +189,7 @@ class Handlers:
         """Count and log (at a limited rate; the token by its name only) forbidden writes."""
         # Both paths arrive over the HTTP port: the metric's source is "http".
         self.backend.metrics.rejected.labels(SOURCE, "forbidden").inc(len(suites))
-        _forbidden_log.emit(
+        self._forbidden_log.emit(
             logging.WARNING,
             "http_forbidden",
             source=source,
@@ -437,9 +438,6 @@ def _denied_writes(
                 reason = reasons[e.suite] = _may_not_write(e.suite)
             denied[i] = (e.suite, reason)
     return denied
-
-
-_forbidden_log = RateLimited()
 
 
 def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Application:
