@@ -1,26 +1,27 @@
 """Alert rules as a pure state machine: inactive -> pending -> firing -> resolved.
 
-A rule fires on the CI lower bound, never on the point estimate: a suite
-breaches when ``ci_low < below`` (equal is not a breach, as in the seed's
-gate), and a firing alert resolves only when ``ci_low >= resolve_above``
-(hysteresis: a bound hovering between the two thresholds neither fires nor
-resolves). An UNKNOWN value is a visible state, never a pass: with
+A rule never fires on the point estimate alone; its trigger says what breaches.
+
+* ``trigger = "detector"``, the default, breaches on ``Observation.evidence``
+  (nats, from ``detector.evidence`` over the suite's committed windows: a
+  recent change) reaching ``evidence``, on ``Observation.level``
+  (``detector.level``: the whole windows against ``below``, which catches
+  drifts and small suites) reaching ``level_evidence``, or on the CI upper
+  bound under ``below``; a firing alert resolves when the point estimate is
+  back at ``resolve_above``. Without a window there is no evidence (None),
+  and only the upper bound can breach. The default follows the page-rate
+  study (docs/studies.md): on a steady windowed suite the lower bound pages
+  several times a day or stays firing, the detector pages a tenth as often.
+* ``trigger = "ci-low"``, a gate's criterion, breaches when
+  ``ci_low < below`` (equal is not a breach) and resolves only when
+  ``ci_low >= resolve_above`` (hysteresis: a bound hovering between the two
+  thresholds neither fires nor resolves).
+
+An UNKNOWN value is a visible state, never a pass: with
 ``on_unknown = "alert"`` it counts as a breach, and either way it never
 resolves a firing alert. Too few tasks with n >= k (``min_tasks``) gives no
 verdict. A suite without a counted trial for ``stale_after`` seconds
 breaches too, so a dead judge or a stopped fleet is noticed.
-
-That is ``trigger = "ci-low"``, a gate's criterion. The default,
-``trigger = "detector"``, instead breaches on ``Observation.evidence``
-(nats, from ``detector.evidence`` over the suite's committed windows: a
-recent change) reaching ``evidence``, on ``Observation.level``
-(``detector.level``: the whole windows against ``below``, which catches
-drifts and small suites) reaching ``level_evidence``, or on the CI upper
-bound under ``below``; a firing alert resolves when the point estimate is
-back at ``resolve_above``. Without a window there is no evidence (None),
-and only the upper bound can breach. The default follows the page-rate
-study (docs/studies.md): on a steady windowed suite the lower bound pages
-several times a day or stays firing, the detector pages a tenth as often.
 
 No I/O here: the daemon persists ``AlertState`` in Redis and applies each
 transition by compare-and-set, so replicas and restarts never notify twice.
@@ -79,7 +80,7 @@ class Rule(
     # What breaches: "detector" (the default: ``detector.evidence`` reaching
     # `evidence` nats that pass^k has moved to `below` or under it,
     # ``detector.level`` reaching `level_evidence`, or the CI upper bound under
-    # `below`; needs the suite's window) or "ci-low" (the seed's gate: the CI
+    # `below`; needs the suite's window) or "ci-low" (a gate's criterion: the CI
     # lower bound under `below`); see reliabilityd/stats/detector.py.
     trigger: Trigger = "detector"
     # The CI this rule judges (reliabilityd.INTERVALS); None = its suite's interval.

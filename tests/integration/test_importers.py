@@ -277,7 +277,7 @@ async def test_multivon_report_matches_multivon_and_leaves_out_errors(
 
 
 async def test_seed_report_gives_the_seed_numbers(store: Store) -> None:
-    """The checked-in report of the seed's 20 x 5 example: pass^5 = 0.10 as multivon-eval says."""
+    """The checked-in multivon-eval report of the README's 20 x 5 example: pass^5 = 0.10."""
     report = await import_file(store, DATA / "multivon_deploy_bot.json", suite="seed")
     state = await store.reads.read_state("seed")
     est = estimate(state.hist, 5, "pass^k", interval="percentile")
