@@ -7,46 +7,24 @@ Seconds of CPU each: a stress tier's tests, not the developer's loop.
 from __future__ import annotations
 
 import asyncio
-import io
 import time
-from typing import Any
 
 import aiohttp
 import msgspec
 
-from reliabilityd.config import Config, HttpConfig, IngestConfig, OtlpConfig
+from reliabilityd.config import IngestConfig
 from reliabilityd.daemon._compare import MAX_COMPARES
 from reliabilityd.events import TrialEvent
-from tests.support.daemon import make_config, store_for
+from tests.support.daemon import store_for
 from tests.support.http import http_config, probe_while, serving
-from tests.support.otlp import PROTOBUF, empty_records
-from tests.support.servers import RedisServer, free_port
+from tests.support.otlp import PROTOBUF, empty_records, otlp_config, post_logs
+from tests.support.servers import RedisServer
 
 TASKS = 100_000
 
 
 async def _get(http: aiohttp.ClientSession, url: str) -> tuple[int, bytes, dict[str, str]]:
     async with http.get(url) as resp:
-        return resp.status, await resp.read(), dict(resp.headers)
-
-
-def _otlp_config(redis: RedisServer, prefix: str, **sections: Any) -> Config:
-    cfg = make_config(
-        redis_url=redis.url,
-        mqtt_url="mqtt://127.0.0.1:1",
-        prefix=prefix,
-        http=HttpConfig(port=free_port(), otlp=OtlpConfig(enabled=True)),
-        **sections,
-    )
-    return msgspec.structs.replace(cfg, mqtt=msgspec.structs.replace(cfg.mqtt, enabled=False))
-
-
-async def _post_logs(base: str, body: bytes, kind: str) -> tuple[int, bytes, dict[str, str]]:
-    # A stream, so the client sends a large body in pieces (aiohttp warns of raw bytes).
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"{base}/v1/logs", data=io.BytesIO(body), headers={"Content-Type": kind}) as resp,
-    ):
         return resp.status, await resp.read(), dict(resp.headers)
 
 
@@ -100,11 +78,11 @@ async def test_a_body_of_two_million_empty_records_is_decoded_off_the_event_loop
     """4 MB of empty records is seconds of Python to decode and map: /healthz keeps answering
     all along, the loop held at most while upb parses the body (a C call that keeps the GIL)."""
     body = empty_records(2_000_000)
-    cfg = _otlp_config(redis_server, prefix, ingest=IngestConfig(max_payload=len(body) + 1024))
+    cfg = otlp_config(redis_server, prefix, ingest=IngestConfig(max_payload=len(body) + 1024))
     async with serving(cfg) as (_, base):
         started = time.perf_counter()
         (status, raw, _), longest, answered = await probe_while(
-            base, lambda: _post_logs(base, body, PROTOBUF)
+            base, lambda: post_logs(base, body, PROTOBUF)
         )
         elapsed = time.perf_counter() - started
         assert status == 200, raw

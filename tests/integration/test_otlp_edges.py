@@ -4,41 +4,19 @@ and a large body decoded off the event loop."""
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 from typing import Any
 
-import aiohttp
 import msgspec
 import pytest
 
-from reliabilityd.config import Config, HttpConfig, OtlpConfig, StoreConfig
+from reliabilityd.config import StoreConfig
 from reliabilityd.events import MAX_LETTERS
-from tests.support.daemon import make_config, store_for
+from tests.support.daemon import store_for
 from tests.support.http import post, serving
-from tests.support.otlp import JSON, PROTOBUF, records_request
-from tests.support.servers import RedisServer, free_port
-
-
-def _config(redis: RedisServer, prefix: str, **sections: Any) -> Config:
-    cfg = make_config(
-        redis_url=redis.url,
-        mqtt_url="mqtt://127.0.0.1:1",
-        prefix=prefix,
-        http=HttpConfig(port=free_port(), otlp=OtlpConfig(enabled=True)),
-        **sections,
-    )
-    return msgspec.structs.replace(cfg, mqtt=msgspec.structs.replace(cfg.mqtt, enabled=False))
-
-
-async def _post_logs(base: str, body: bytes, kind: str) -> tuple[int, bytes, dict[str, str]]:
-    # A stream, so the client sends a large body in pieces (aiohttp warns of raw bytes).
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"{base}/v1/logs", data=io.BytesIO(body), headers={"Content-Type": kind}) as resp,
-    ):
-        return resp.status, await resp.read(), dict(resp.headers)
+from tests.support.otlp import JSON, PROTOBUF, otlp_config, post_logs, records_request
+from tests.support.servers import RedisServer
 
 
 def _unmappable(count: int, start: int = 0) -> list[dict[str, Any]]:
@@ -65,13 +43,13 @@ async def test_a_request_of_unmappable_records_writes_eleven_letters_and_evicts_
     from google.protobuf import json_format
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 
-    cfg = _config(redis_server, prefix, store=StoreConfig(deadletter_maxlen=200))
+    cfg = otlp_config(redis_server, prefix, store=StoreConfig(deadletter_maxlen=200))
     async with serving(cfg) as (_, base), store_for(cfg) as store:
         # Another producer's dead letter, written first.
         bad = {"suite": "other", "task": "t", "trial": "x", "outcome": "PASS"}
         assert (await post(base, [bad]))[0] == 422
         for i in range(5):
-            status, raw, _ = await _post_logs(base, _body(_unmappable(200, 200 * i), kind), kind)
+            status, raw, _ = await post_logs(base, _body(_unmappable(200, 200 * i), kind), kind)
             assert status == 200
             response = ExportLogsServiceResponse()
             if kind == PROTOBUF:
@@ -119,17 +97,17 @@ async def test_malformed_otlp_is_answered_400_with_the_path_and_logs_no_tracebac
     redis_server: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    cfg = _config(redis_server, prefix)
+    cfg = otlp_config(redis_server, prefix)
     async with serving(cfg) as (_, base):
         for _ in range(3):  # repeated: each time the same answer, never a log line of its own
             for kind, body, path in MALFORMED:
-                status, raw, headers = await _post_logs(base, body, kind)
+                status, raw, headers = await post_logs(base, body, kind)
                 assert (status, headers["Content-Type"]) == (400, "application/json"), raw
                 answer = msgspec.json.decode(raw)
                 assert answer["path"] == path
                 assert f"{path}: " in answer["error"]
         # The port still counts a good request.
         good = _body([{**_unmappable(1)[0], "gen_ai.evaluation.score.label": "pass"}], PROTOBUF)
-        assert (await _post_logs(base, good, PROTOBUF))[0] == 200
+        assert (await post_logs(base, good, PROTOBUF))[0] == 200
     assert [r for r in caplog.records if r.exc_info is not None] == []
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -1,16 +1,45 @@
-"""OTLP logs requests for tests: builders, and Hypothesis strategies of OTLP/JSON documents
-and protobuf bodies, well-formed and not, at every level of the message."""
+"""OTLP logs requests for tests: builders, a daemon config that takes them and a poster,
+and Hypothesis strategies of OTLP/JSON documents and protobuf bodies, well-formed and not,
+at every level of the message."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
+import aiohttp
 import msgspec
 from hypothesis import strategies as st
+
+from reliabilityd.config import Config, HttpConfig, OtlpConfig
+from tests.support.daemon import make_config
+from tests.support.servers import RedisServer, free_port
 
 EVENT = "gen_ai.evaluation.result"
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
+
+
+def otlp_config(redis: RedisServer, prefix: str, **sections: Any) -> Config:
+    """A daemon on ``redis`` with its HTTP port's OTLP route on and MQTT off."""
+    cfg = make_config(
+        redis_url=redis.url,
+        mqtt_url="mqtt://127.0.0.1:1",
+        prefix=prefix,
+        http=HttpConfig(port=free_port(), otlp=OtlpConfig(enabled=True)),
+        **sections,
+    )
+    return msgspec.structs.replace(cfg, mqtt=msgspec.structs.replace(cfg.mqtt, enabled=False))
+
+
+async def post_logs(base: str, body: bytes, kind: str) -> tuple[int, bytes, dict[str, str]]:
+    """POST /v1/logs: the status, the body and the headers of the answer."""
+    # A stream, so the client sends a large body in pieces (aiohttp warns of raw bytes).
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{base}/v1/logs", data=io.BytesIO(body), headers={"Content-Type": kind}) as resp,
+    ):
+        return resp.status, await resp.read(), dict(resp.headers)
 
 
 def records_request(records: list[dict[str, Any]], service: str = "svc") -> Any:
