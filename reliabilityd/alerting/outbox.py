@@ -115,15 +115,17 @@ class Outbox:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._closing.wait(), delay)
                 else:
-                    await self.store.alerts.outbox_pop(suite, rule, sink, head)
                     if sink == "alertmanager" and note.state == "firing":
                         # Just sent: the periodic re-send starts one interval from now.
+                        # Marked before the pop: a replica's re-send check that finds
+                        # the outbox empty must find the mark too, or it sends again.
                         am = self.config.sinks.alertmanager
                         await self.store.alerts.set_with_ttl(
                             self.store.keys.am_resend(suite, rule),
                             self.instance,
                             am.resend_interval,
                         )
+                    await self.store.alerts.outbox_pop(suite, rule, sink, head)
                     pace.reset()
                 if not await self.store.alerts.lease_keep(lease, self.instance, LEASE_TTL):
                     return  # lease lost (we stalled past it): the new holder goes on

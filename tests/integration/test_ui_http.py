@@ -15,7 +15,7 @@ from reliabilityd.stats.slices import shown, slice_id
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Series
 from tests.support.daemon import store_for
-from tests.support.helpers import wait_until
+from tests.support.helpers import current_snapshot, wait_until
 from tests.support.http import event, http_config, post, serving
 from tests.support.servers import RedisServer, free_port
 
@@ -40,11 +40,7 @@ async def _with_snapshot(cfg: Config, base: str) -> bytes:
     bad = {"suite": "web", "task": "t0", "trial": "x", "outcome": "PASS"}
     assert (await post(base, [bad]))[0] == 422
     async with store_for(cfg) as store:
-
-        async def snapshot_ready() -> bool:
-            return await store.snapshots.snapshot_json("web") is not None
-
-        await wait_until(snapshot_ready)
+        await current_snapshot(store, "web")  # of every trial just posted
         raw = await store.snapshots.snapshot_json("web")
         assert raw is not None
         return raw
@@ -229,8 +225,4 @@ async def _with_snapshot_token(cfg: Config, base: str) -> None:
     ):
         assert r.status == 200
     async with store_for(cfg) as store:
-
-        async def snapshot_ready() -> bool:
-            return await store.snapshots.snapshot_json("web") is not None
-
-        await wait_until(snapshot_ready)
+        await current_snapshot(store, "web")
