@@ -242,6 +242,22 @@ batch_payloads = st.lists(
 
 
 @given(batch_payloads, st.sampled_from([1 << 20, 40]))
+# Found by make fuzz: a label holding NaN (equal events, but NaN != NaN).
+@example(
+    [
+        _encode(
+            {
+                "suite": "s",
+                "task": "t",
+                "trial": "1",
+                "outcome": "pass",
+                "labels": {"": [math.nan]},
+            },
+            "mp",
+        )
+    ],
+    1 << 20,
+)
 def test_a_batch_decodes_exactly_as_its_messages_alone(payloads: list[bytes], limit: int) -> None:
     """The batch decoder's fast path accepts and rejects exactly what `decode` does."""
     sources = [f"mqtt:t{i}" for i in range(len(payloads))]
@@ -252,5 +268,6 @@ def test_a_batch_decodes_exactly_as_its_messages_alone(payloads: list[bytes], li
         g, b = decode(payload, limit)
         want_good += g
         want_bad += [(item, source) for item in b]
-    assert good == want_good
+    # Compared as MessagePack: a label may hold NaN, which equals nothing, itself included.
+    assert msgspec.msgpack.encode(good) == msgspec.msgpack.encode(want_good)
     assert bad == want_bad
