@@ -268,6 +268,7 @@ def test_a_batch_decodes_exactly_as_its_messages_alone(payloads: list[bytes], li
         g, b = decode(payload, limit)
         want_good += g
         want_bad += [(item, source) for item in b]
-    # Compared as MessagePack: a label may hold NaN, which equals nothing, itself included.
-    assert msgspec.msgpack.encode(good) == msgspec.msgpack.encode(want_good)
+    # Compared by their reprs: a label may hold NaN, which equals nothing, itself included,
+    # or an integer past 64 bits, which MessagePack cannot carry.
+    assert repr(good) == repr(want_good)
     assert bad == want_bad
