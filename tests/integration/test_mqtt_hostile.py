@@ -192,7 +192,7 @@ async def test_the_emitter_survives_a_malformed_reply_to_its_reconnect() -> None
             await asyncio.to_thread(emitter.close, 5)
 
 
-# --- finding 5: bounded by bytes, never by what the broker announces ----------------
+# --- bounded by bytes, never by what the broker announces --------------------------
 
 
 async def test_connect_sends_a_maximum_packet_size_well_above_max_payload() -> None:
@@ -253,7 +253,7 @@ async def test_the_inbox_is_bounded_in_bytes() -> None:
     assert not transport.paused
 
 
-# --- finding 6: keep-alive and takeover ----------------------------------------------
+# --- keep-alive and takeover ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("protocol", BOTH)
@@ -389,7 +389,7 @@ async def test_reconnects_in_real_time_wait_at_least_the_backoff() -> None:
     assert seen.watch.takeovers >= 2
 
 
-# --- finding 7: what the CONNACK says the broker can do --------------------------------
+# --- what the CONNACK says the broker can do -------------------------------------------
 
 
 async def capable(peer: Peer, capabilities: bytes) -> None:
