@@ -86,7 +86,7 @@ async def consuming(
         await asyncio.wait_for(seen.task, 10)
 
 
-# --- findings 1-3: malformed input is a protocol error, and only an MqttError ------
+# --- malformed input is a protocol error, and only an MqttError ------------------
 
 
 @pytest.mark.parametrize("protocol", BOTH)
