@@ -57,7 +57,7 @@ def test_study_intervals_are_the_library_intervals(name: str, rng: np.random.Gen
 
 
 def test_a_small_grid_shows_the_failure_and_the_fix() -> None:
-    """Beta(5, 1), 20 tasks x 20 trials, pass@5: the issue's miss, and gaffke covering."""
+    """Beta(5, 1), 20 tasks x 20 trials, pass@5: percentile misses 95%, gaffke covers."""
     rows = study_cell(
         population("Beta(5, 1)"),
         20,
