@@ -25,12 +25,11 @@ if TYPE_CHECKING:
 
 __all__ = ["heartbeat_loop"]
 
-_failed_log = RateLimited()
-
 
 async def heartbeat_loop(daemon: Daemon, stop: asyncio.Event) -> None:
     """Write the heartbeat until ``stop``; a Redis error is retried within a second."""
     ttl = daemon.config.daemon.heartbeat_ttl
+    failed_log = RateLimited()
     while not stop.is_set():
         since = daemon.health.since
         try:
@@ -49,7 +48,7 @@ async def heartbeat_loop(daemon: Daemon, stop: asyncio.Event) -> None:
             )
         except redis.exceptions.RedisError as exc:
             daemon.health.failed("heartbeat", exc)
-            _failed_log.emit(logging.WARNING, "heartbeat_failed", error=describe(exc))
+            failed_log.emit(logging.WARNING, "heartbeat_failed", error=describe(exc))
             wait = min(1.0, ttl / 3)  # notice the recovery soon
         else:
             daemon.health.ok("heartbeat")

@@ -29,7 +29,7 @@ from reliabilityd import config as config_mod
 from reliabilityd import logs
 from reliabilityd.config import Config
 from reliabilityd.daemon._daemon import Daemon
-from reliabilityd.daemon.supervisor import loop_error
+from reliabilityd.daemon.supervisor import LoopErrors
 from reliabilityd.errors import ConfigError
 from reliabilityd.logs import emit, kv, log
 
@@ -165,7 +165,7 @@ async def main(config: Config, path: str | None = None) -> int:
     """Run a daemon until SIGTERM or SIGINT; SIGHUP reloads ``path`` (``run -c``)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    loop.set_exception_handler(loop_error)
+    loop.set_exception_handler(LoopErrors())
     daemon = Daemon(config)
     install_signals(loop, stop, Reloader(daemon, path, logging.getLogger().level))
     try:

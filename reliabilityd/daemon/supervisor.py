@@ -53,19 +53,22 @@ async def supervise(
         await sleep_or_stop(stop, delay)
 
 
-_loop_errors = RateLimited()
+class LoopErrors:
+    """An event loop's exception handler: errors with an OSError (a full file table,
+    say) are one line at a limited rate, no traceback; anything else goes to
+    asyncio's default handler. One per loop, so two loops' lines fold apart."""
 
+    def __init__(self) -> None:
+        self._log = RateLimited()
 
-def loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """The event loop's errors with an OSError (a full file table, say): one line at a
-    limited rate, no traceback; anything else goes to asyncio's default handler."""
-    exc = context.get("exception")
-    if isinstance(exc, OSError):
-        _loop_errors.emit(
-            logging.ERROR,
-            "event_loop_os_error",
-            message=str(context.get("message", "")),
-            error=f"{type(exc).__name__}: {exc}",
-        )
-        return
-    loop.default_exception_handler(context)
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError):
+            self._log.emit(
+                logging.ERROR,
+                "event_loop_os_error",
+                message=str(context.get("message", "")),
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return
+        loop.default_exception_handler(context)

@@ -40,8 +40,6 @@ from reliabilityd.store import Store
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 STATIC = {"ui.css": "text/css", "ui.js": "text/javascript"}
 HTML = "text/html"
-_failures = RateLimited()
-_throttled = RateLimited()
 
 
 class Source(Protocol):
@@ -149,6 +147,8 @@ class Routes:
         self.peers = peers
         # Wrong tokens on the form, per client address (daemon._peers).
         self.throttle = Throttle()
+        self._failures = RateLimited()
+        self._throttled = RateLimited()
 
     async def _guard(
         self,
@@ -162,7 +162,7 @@ class Routes:
         except BadQuery as exc:
             return _problem(request, 400, str(exc), html=html)
         except Exception as exc:  # a Redis outage: the page says so, the daemon goes on
-            _failures.emit(
+            self._failures.emit(
                 logging.WARNING,
                 "ui_read_failed",
                 path=request.path,
@@ -242,7 +242,7 @@ class Routes:
         client = self.peers.client_address(request)
         wait = self.throttle.retry_after(client)
         if wait:  # before the token is even read: a guess gets no answer
-            _throttled.emit(logging.WARNING, "ui_login_throttled", client=client)
+            self._throttled.emit(logging.WARNING, "ui_login_throttled", client=client)
             return _login_form(request, throttled=wait)
         form = await request.post()
         token = str(form.get("token", ""))
