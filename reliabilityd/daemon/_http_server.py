@@ -44,9 +44,14 @@ _BUSY = (
 # top of one per request in flight (the HTTP port's Redis pool).
 FD_RESERVE = 64
 MIN_CONNECTIONS = 8
-# The listening socket's queue: asyncio accepts up to this many connections
-# in one go before the handler sees any, so the file limit must hold them too.
+# The listening socket's queue. asyncio accepts up to this many connections
+# per loop iteration, and a connection reaches the handler two iterations
+# after its accept (a task makes its transport, which then schedules
+# connection_made); the connection it evicts closes one iteration later
+# still. Under a flood, three batches are open beyond the cap at the peak:
+# the file limit holds ``ACCEPT_PIPELINE * BACKLOG`` descriptors for them.
 BACKLOG = 64
+ACCEPT_PIPELINE = 3
 # Seconds after which an unfinished request counts as slow: only slow ones are
 # closed for the per-address cap and the body budget. A burst of producers
 # connecting at once is not slow; a client still sending after a second is.
@@ -63,7 +68,7 @@ def connection_limit(config: HttpConfig) -> int:
     ``http_connections_clamped``). ConfigError when fewer than
     ``MIN_CONNECTIONS`` would remain.
     """
-    reserve = FD_RESERVE + config.max_inflight + BACKLOG
+    reserve = FD_RESERVE + config.max_inflight + ACCEPT_PIPELINE * BACKLOG
     wanted = config.max_connections + reserve
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < wanted:
@@ -91,10 +96,6 @@ def connection_limit(config: HttpConfig) -> int:
         reserve=reserve,
     )
     return allowed
-
-
-_malformed = RateLimited()
-_closed_for_room = RateLimited()
 
 
 # aiohttp (3.x) offers no setting for a deadline on a request's headers, a cap
@@ -169,7 +170,9 @@ class _Handler(RequestHandler):
         """Close this connection to make room (``why`` names the limit), and log it."""
         if isinstance(self._manager, _Server):
             self._manager.finished(self)
-        _closed_for_room.emit(logging.WARNING, "http_connection_closed", peer=self._peer, limit=why)
+            self._manager.closed_log.emit(
+                logging.WARNING, "http_connection_closed", peer=self._peer, limit=why
+            )
         if self.transport is not None:
             self.transport.close()
 
@@ -232,7 +235,9 @@ class _Handler(RequestHandler):
     ) -> web.StreamResponse:
         if status >= 500:
             return super().handle_error(request, status, exc, message)
-        _malformed.emit(
+        server = self._manager
+        assert isinstance(server, _Server)
+        server.malformed_log.emit(
             logging.WARNING,
             "http_malformed_request",
             status=status,
@@ -262,6 +267,9 @@ class _Server(web.Server):
     """
 
     limits: HttpConfig
+    # This server's own log lines: two daemons in one process fold apart.
+    malformed_log: RateLimited
+    closed_log: RateLimited
     _unfinished: dict[_Handler, None]
     _by_address: dict[str, dict[_Handler, float]]
 
@@ -321,6 +329,8 @@ class Runner(web.AppRunner):
         server.__class__ = _Server  # the same server, making _Handler connections
         assert isinstance(server, _Server)
         server.limits = self.limits
+        server.malformed_log = RateLimited()
+        server.closed_log = RateLimited()
         server._unfinished = {}
         server._by_address = {}
         return server

@@ -24,7 +24,7 @@ import yaml
 from reliabilityd import config as config_mod
 from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import Config, HttpConfig, IngestConfig
-from reliabilityd.daemon._http_server import BACKLOG, FD_RESERVE
+from reliabilityd.daemon._http_server import ACCEPT_PIPELINE, BACKLOG, FD_RESERVE
 from reliabilityd.embedded.processes import _binary
 from reliabilityd.errors import ConfigError
 from tests.support.daemon import store_for
@@ -165,7 +165,7 @@ def test_the_unit_file_limit_leaves_room_for_the_http_connections() -> None:
     unit.optionxform = str  # type: ignore[assignment,method-assign]
     unit.read(DEPLOY / "reliabilityd.service")
     http = HttpConfig()
-    needed = http.max_connections + http.max_inflight + FD_RESERVE + BACKLOG
+    needed = http.max_connections + http.max_inflight + FD_RESERVE + ACCEPT_PIPELINE * BACKLOG
     assert int(unit["Service"]["LimitNOFILE"]) >= 10 * needed
 
 
