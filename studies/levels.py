@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from reliabilityd.alerting.cadence import RATES, Judging, false_pages_per_day, regressions
-from reliabilityd.alerting.pagesim import MAKE_UPS
+from reliabilityd.rules.pagerate import MAKE_UPS
+from reliabilityd.rules.simulator import RATES, Judging, false_pages_per_day, regressions
 from studies.pages import (
     BELOW,
     DRIFT_HORIZON,

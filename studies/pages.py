@@ -1,6 +1,6 @@
 """``make study-pages``: false pages per day and detection delay at the daemon's cadence.
 
-Each cell is a simulated live suite (``reliabilityd.alerting.cadence``): T
+Each cell is a simulated live suite (``reliabilityd.rules.simulator``): T
 tasks, a window of W trials, trials arriving as Poisson streams (a mean of
 one per task per minute, spread by a rate pattern), every rule judged every
 ``ci_interval`` (5 s) by ``rules.step`` on the rule's own interval and
@@ -31,16 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from reliabilityd.alerting.cadence import (
+from reliabilityd.rules import Rule
+from reliabilityd.rules.forecast import expected_false_pages
+from reliabilityd.rules.pagerate import MAKE_UPS, SHAPES, Shape
+from reliabilityd.rules.simulator import (
     RATES,
     Path,
     Regressions,
     false_pages_per_day,
     regressions,
 )
-from reliabilityd.alerting.forecast import expected_false_pages
-from reliabilityd.alerting.pagesim import MAKE_UPS, SHAPES, Shape
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.stats.histogram import Histogram
 
 K = 5

@@ -1,9 +1,8 @@
-"""Alerting: rules, their evaluation against snapshots, and delivery to sinks.
+"""Alerting: judging the rules against snapshots, and delivering what they decide.
 
-``rules`` is the pure state machine (inactive -> pending -> firing ->
-resolved) and ``pagesim`` the pure page-rate simulation; ``evaluator`` judges
-rules on the newest snapshot in Redis and decides transitions by
-compare-and-set; ``outbox`` delivers decided transitions at least once to each
-``sinks`` entry; ``watchdog`` pages when this daemon cannot judge;
-``forecast`` answers, on demand, what a rule would cost on-call.
+The rules themselves are pure (``reliabilityd.rules``). ``evaluator`` judges
+them on the newest snapshot in Redis and decides transitions by
+compare-and-set; ``outbox`` delivers decided transitions at least once to
+each ``sinks`` entry; ``notify`` builds the messages; ``publisher`` keeps the
+retained alert topics; ``watchdog`` pages when this daemon cannot judge.
 """

@@ -21,9 +21,9 @@ import msgspec
 
 from reliabilityd.alerting.notify import build, parse_time
 from reliabilityd.alerting.outbox import Outbox
-from reliabilityd.alerting.rules import AlertState, Observation, Rule, for_slice, step
 from reliabilityd.config import Config
 from reliabilityd.logs import RateLimited, emit
+from reliabilityd.rules import AlertState, Observation, Rule, for_slice, step
 from reliabilityd.stats.history import Transition
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Series, Store

@@ -14,9 +14,9 @@ from urllib.parse import quote
 
 import msgspec
 
-from reliabilityd.alerting.canary import CanaryDetail, CanaryRule, detail
-from reliabilityd.alerting.rules import AlertState, Rule, Trigger
 from reliabilityd.config import Config
+from reliabilityd.rules import AlertState, Rule, Trigger
+from reliabilityd.rules.canary import CanaryDetail, CanaryRule, detail
 from reliabilityd.stats.compare import Comparison
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.lottery import LotteryCase

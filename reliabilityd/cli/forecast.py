@@ -1,6 +1,6 @@
 """``reliabilityd forecast``: what each alert rule would cost on-call at a suite's current data.
 
-Computed on demand, never on the daemon's tick: a simulation (``alerting.forecast``)
+Computed on demand, never on the daemon's tick: a simulation (``rules.forecast``)
 of the suite with its current per-task estimates taken as the truth, at the
 pace its trials arrive. The output says what it assumes.
 """
@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import msgspec
 
-from reliabilityd.alerting.forecast import expected_false_pages
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import Config
+from reliabilityd.rules import Rule
+from reliabilityd.rules.forecast import expected_false_pages
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store

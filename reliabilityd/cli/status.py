@@ -15,9 +15,9 @@ from datetime import datetime
 
 import msgspec
 
-from reliabilityd.alerting.rules import AlertState, Rule, for_slice
 from reliabilityd.cli._oncall import rejected_summary
 from reliabilityd.client._client import AsyncClient, SuiteSummary
+from reliabilityd.rules import AlertState, Rule, for_slice
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.estimators import METRICS
 from reliabilityd.stats.slices import label_keys, shown

@@ -35,9 +35,9 @@ import msgspec
 import redis.exceptions
 
 from reliabilityd import locate
-from reliabilityd.alerting.rules import AlertState
 from reliabilityd.client._bridge import LoopThread
 from reliabilityd.locate import Located, unreachable
+from reliabilityd.rules import AlertState
 from reliabilityd.stats.compare import CompareOptions, Comparison, Side, compare
 from reliabilityd.stats.estimate import Estimate, EstimateOptions, estimate
 from reliabilityd.stats.estimators import Metric

@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from reliabilityd.alerting.canary import CanaryRule, side_parts
 from reliabilityd.config._model import (
     Config,
     HttpConfig,
@@ -24,6 +23,7 @@ from reliabilityd.config._mqtt import TlsProblem, parse_mqtt_url, tls_context
 from reliabilityd.config._tls import HttpTlsProblem, http_tls_context
 from reliabilityd.errors import ConfigError
 from reliabilityd.events import suite_name_problem
+from reliabilityd.rules.canary import CanaryRule, side_parts
 from reliabilityd.store import url_problem
 from reliabilityd.topics import Binding
 

@@ -10,8 +10,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from reliabilityd.alerting.canary import CanaryRule
-from reliabilityd.alerting.rules import Rule
+from reliabilityd.rules import Rule
+from reliabilityd.rules.canary import CanaryRule
 from reliabilityd.stats.intervals import IntervalName
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -335,7 +335,7 @@ class Config(Base):
         return [a for a in self.alerts if isinstance(a, Rule)]
 
     def canaries(self) -> list[CanaryRule]:
-        """The canary rules (two sides compared, alerting.canary)."""
+        """The canary rules (two sides compared, rules.canary)."""
         return [a for a in self.alerts if isinstance(a, CanaryRule)]
 
     @property

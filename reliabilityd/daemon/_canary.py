@@ -27,13 +27,12 @@ from functools import partial
 import msgspec
 import redis.exceptions
 
-from reliabilityd.alerting import canary
-from reliabilityd.alerting.canary import CanaryRule, Pair
 from reliabilityd.alerting.notify import build_canary
 from reliabilityd.alerting.outbox import Outbox
-from reliabilityd.alerting.rules import AlertState
 from reliabilityd.config import Config
 from reliabilityd.logs import RateLimited, emit, kv, log
+from reliabilityd.rules import AlertState, canary
+from reliabilityd.rules.canary import CanaryRule, Pair
 from reliabilityd.stats.compare import Comparison, compare
 from reliabilityd.store import Store, TaskHashes, task_counts_of
 from reliabilityd.store._alerts import Undecodable

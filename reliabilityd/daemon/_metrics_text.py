@@ -13,7 +13,7 @@ from typing import NamedTuple
 import msgspec
 
 from reliabilityd.alerting.notify import parse_time
-from reliabilityd.alerting.rules import AlertState
+from reliabilityd.rules import AlertState
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Series
 

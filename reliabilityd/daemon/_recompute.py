@@ -17,7 +17,7 @@ recompute such a suite once per reconcile until they agree.
 A series is a suite as a whole or one slice of it (``store.Series``): each
 slice is one more series to recompute when its mark says it changed, with
 the suite's settings, its own lottery cases and snapshot, and the rule views
-of the rules with ``slices = true`` (``alerting.rules.for_slice``). Live
+of the rules with ``slices = true`` (``rules.for_slice``). Live
 values between ticks are the wholes' only.
 """
 
@@ -35,17 +35,16 @@ from collections.abc import Sequence
 import msgspec
 import redis.exceptions
 
-from reliabilityd.alerting import rulestate
 from reliabilityd.alerting.evaluator import Evaluator
 from reliabilityd.alerting.notify import parse_time
 from reliabilityd.alerting.publisher import Publisher
-from reliabilityd.alerting.rules import Rule, for_slice
 from reliabilityd.alerting.watchdog import describe
 from reliabilityd.config import Config
 from reliabilityd.daemon._canary import Canaries
 from reliabilityd.daemon._live import LiveValues
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.logs import RateLimited, emit, kv, log
+from reliabilityd.rules import Rule, for_slice, views
 from reliabilityd.stats import history, snapshot
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.histogram import Histogram
@@ -345,7 +344,7 @@ class Recompute:
         """
         try:
             c = state.counters
-            suite_pace = rulestate.pace(
+            suite_pace = views.pace(
                 c.trials,
                 state.hist.tasks,
                 now,
@@ -355,7 +354,7 @@ class Recompute:
             )
             rule_views = (
                 await asyncio.to_thread(
-                    rulestate.rule_views,
+                    views.rule_views,
                     rules,
                     state.hist,
                     state.windows,

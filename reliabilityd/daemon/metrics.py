@@ -35,11 +35,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from reliabilityd.alerting.rules import Rule, for_slice
 from reliabilityd.alerting.sinks import Note, Sink
 from reliabilityd.daemon._metrics_text import SuiteText, SuiteView
 from reliabilityd.events import Rejected
 from reliabilityd.rejections import REASON_CLASSES, reason_class
+from reliabilityd.rules import Rule, for_slice
 from reliabilityd.sources.mqtt import Watch
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Applied, Series, Store

@@ -30,12 +30,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reliabilityd import logs
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import Config, MqttConfig, StatsConfig, parse_mqtt_url
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.embedded import fleet, liveview
 from reliabilityd.embedded._servers import EmbeddedServers, Mode
 from reliabilityd.errors import ReliabilitydError
+from reliabilityd.rules import Rule
 from reliabilityd.store import Store
 
 DEFAULT_DURATION = 90.0

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from reliabilityd.alerting.rules import AlertState, Rule, Trigger
+from reliabilityd.rules import AlertState, Rule, Trigger
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store

@@ -83,7 +83,7 @@ class Transition(msgspec.Struct, frozen=True):
 
     t: float
     rule: str
-    # "inactive", "pending", "firing" or "resolved" (alerting.rules.State).
+    # "inactive", "pending", "firing" or "resolved" (rules.State).
     state: str
     severity: str | None = None
     # Why it breaches ("below", "unknown", "stale"), None when not breaching.

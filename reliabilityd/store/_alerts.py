@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from reliabilityd.alerting.rules import AlertState
+from reliabilityd.rules import AlertState
 from reliabilityd.stats import history
 from reliabilityd.stats.history import Transition
 from reliabilityd.store._base import Redis

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.importers._import import import_file
+from reliabilityd.rules import Rule
 from tests.support.daemon import make_config, running
 from tests.support.faults import mqtt_flush
 from tests.support.helpers import wait_until

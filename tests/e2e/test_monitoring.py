@@ -21,8 +21,8 @@ import msgspec
 import yaml
 
 from reliabilityd.alerting.notify import Notification, alertmanager_alert, generator_url
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import AlertmanagerSinkConfig, Config, SinksConfig
+from reliabilityd.rules import Rule
 from tests.support.daemon import store_for
 from tests.support.helpers import current_snapshot, publish, wait_until
 from tests.support.http import event, get, http_config, post, scrape, serving

@@ -26,9 +26,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import Config, HttpConfig, StatsConfig
 from reliabilityd.events import Outcome, TrialEvent
+from reliabilityd.rules import Rule
 from reliabilityd.stats import history
 from reliabilityd.stats.snapshot import StatsSettings, build, full_estimates, redis_fields
 from reliabilityd.store import Store

@@ -20,8 +20,8 @@ import aiohttp
 import msgspec
 import numpy as np
 
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import Config, DaemonConfig, HttpConfig, HttpToken, SuiteOverride
+from reliabilityd.rules import Rule
 from tests.support.daemon import store_for
 from tests.support.faults import SUITES, assert_exact
 from tests.support.helpers import (

@@ -10,12 +10,12 @@ from typing import Any
 
 import msgspec
 
-from reliabilityd.alerting.canary import CanaryRule, Compare
 from reliabilityd.alerting.outbox import Outbox
 from reliabilityd.config import Config
 from reliabilityd.daemon._canary import Canaries
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import TrialEvent
+from reliabilityd.rules.canary import CanaryRule, Compare
 from reliabilityd.stats.compare import Side, compare
 from reliabilityd.store import Slicing, Store
 from tests.support.alerting import (

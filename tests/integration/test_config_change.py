@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import msgspec
 
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.cli.status import status
 from reliabilityd.client._client import AsyncClient
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.events import TrialEvent
+from reliabilityd.rules import Rule
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
 from tests.support.daemon import running, store_for

@@ -22,11 +22,11 @@ import pytest
 import yaml
 
 from reliabilityd import config as config_mod
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import Config, HttpConfig, IngestConfig
 from reliabilityd.daemon._http_server import ACCEPT_PIPELINE, BACKLOG, FD_RESERVE
 from reliabilityd.embedded.processes import _binary
 from reliabilityd.errors import ConfigError
+from reliabilityd.rules import Rule
 from tests.support.daemon import store_for
 from tests.support.helpers import wait_until
 from tests.support.http import event, http_config, post, scrape, serving

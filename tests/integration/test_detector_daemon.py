@@ -8,13 +8,12 @@ import msgspec
 import pytest
 
 from reliabilityd import estimate
-from reliabilityd.alerting import rulestate
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.cli.forecast import forecast
 from reliabilityd.cli.status import status
 from reliabilityd.client._client import AsyncClient
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.events import TrialEvent
+from reliabilityd.rules import Rule, views
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
 from tests.support.daemon import running
@@ -60,7 +59,7 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
     redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A pace from snapshots a second apart, so the test needs no minutes.
-    monkeypatch.setattr(rulestate, "PACE_MIN_SECONDS", 0.5)
+    monkeypatch.setattr(views, "PACE_MIN_SECONDS", 0.5)
     cfg = config(redis_server, prefix)
     suite = "deploy-bot"
     async with running(cfg) as daemon:

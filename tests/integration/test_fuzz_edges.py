@@ -29,9 +29,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import DaemonConfig, HttpConfig, MqttSinkConfig, SinksConfig
 from reliabilityd.events import TrialEvent, validate
+from reliabilityd.rules import Rule
 from tests.support.daemon import make_config, running, store_for
 from tests.support.helpers import wait_until
 from tests.support.http import event, get, http_config, post, serving

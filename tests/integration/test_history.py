@@ -8,7 +8,7 @@ import time
 import pytest
 from redis.crc import key_slot
 
-from reliabilityd.alerting.rules import AlertState
+from reliabilityd.rules import AlertState
 from reliabilityd.stats import history
 from reliabilityd.stats.history import SCALE, TIERS, Point, Transition, label
 from reliabilityd.store import Store

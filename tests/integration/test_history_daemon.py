@@ -11,10 +11,10 @@ import pytest
 
 from reliabilityd import Client
 from reliabilityd.alerting.notify import parse_time
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import Config, DaemonConfig
 from reliabilityd.embedded.processes import free_port
 from reliabilityd.events import TrialEvent
+from reliabilityd.rules import Rule
 from reliabilityd.stats.compare import Side
 from reliabilityd.stats.history import SCALE, History, Point, label
 from reliabilityd.stats.slices import slice_id

@@ -10,7 +10,6 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import (
     Config,
     DaemonConfig,
@@ -26,6 +25,7 @@ from reliabilityd.config import (
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.daemon._reload import Reloader, merge
 from reliabilityd.events import TrialEvent
+from reliabilityd.rules import Rule
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
 from tests.support.alertmanager import Receiver

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 
 from reliabilityd import Client, Comparison, Side, compare
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.cli import status
 from reliabilityd.cli._main import main
 from reliabilityd.client import AsyncClient
 from reliabilityd.config import HttpConfig, StatsConfig, SuiteOverride
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import TrialEvent
+from reliabilityd.rules import Rule
 from reliabilityd.stats.estimators import METRICS, metric_cells
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.slices import slice_id

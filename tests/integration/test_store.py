@@ -8,8 +8,8 @@ import msgspec
 import numpy as np
 import pytest
 
-from reliabilityd.alerting.rules import AlertState
 from reliabilityd.events import Rejected, TrialEvent
+from reliabilityd.rules import AlertState
 from reliabilityd.stats.lottery import lottery_cases, ranked_cell_groups
 from reliabilityd.store import Baseline, SnapshotWrite, Store
 from reliabilityd.store._alerts import Cas

@@ -21,8 +21,8 @@ import aiohttp
 import msgspec
 import pytest
 
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import Config
+from reliabilityd.rules import Rule
 from reliabilityd.stats.slices import shown, slice_id
 from reliabilityd.store import Store
 from tests.support.helpers import current_snapshot, publish, wait_until

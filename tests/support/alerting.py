@@ -12,7 +12,6 @@ from typing import Any
 import aiomqtt
 import msgspec
 
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import (
     AlertmanagerSinkConfig,
     Config,
@@ -23,6 +22,7 @@ from reliabilityd.config import (
 )
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import TrialEvent
+from reliabilityd.rules import Rule
 from reliabilityd.store import Store
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import make_config

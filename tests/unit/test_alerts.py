@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reliabilityd.alerting.rules import AlertState, Observation, Rule, step, verdict
 from reliabilityd.config import load
 from reliabilityd.errors import ConfigError
+from reliabilityd.rules.state import AlertState
+from reliabilityd.rules.threshold import Observation, Rule, step, verdict
 
 RULE = Rule(name="r", k=5, below=0.75, resolve_above=0.8, trigger="ci-low")
 

@@ -8,17 +8,16 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from reliabilityd.alerting import canary
-from reliabilityd.alerting.canary import CanaryRule, Compare, Pair, SideRef
 from reliabilityd.alerting.notify import (
     Notification,
     alertmanager_alert,
     build_canary,
     describe,
 )
-from reliabilityd.alerting.rules import AlertState, Rule
 from reliabilityd.config import Config, load
 from reliabilityd.errors import ConfigError
+from reliabilityd.rules import AlertState, Rule, canary
+from reliabilityd.rules.canary import CanaryRule, Compare, Pair, SideRef
 from reliabilityd.stats.compare import Comparison, Difference, Side, compare
 
 RULE = CanaryRule(

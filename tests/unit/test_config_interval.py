@@ -55,7 +55,7 @@ def test_the_demo_and_its_rule_judge_gaffke() -> None:
 
     cfg = demo_config()
     assert cfg.suite_interval("support-bot") == "gaffke"
-    # A rule that names no interval judges its suite's (rulestate computes no own estimate).
+    # A rule that names no interval judges its suite's (rules.views computes no own estimate).
     assert all(rule.interval is None for rule in cfg.rules())
 
 

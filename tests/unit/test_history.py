@@ -176,7 +176,7 @@ def test_point_of_uses_the_snapshot_estimates() -> None:
 
 def test_only_a_change_of_state_is_a_transition() -> None:
     from reliabilityd.alerting.evaluator import _transition
-    from reliabilityd.alerting.rules import AlertState, Rule
+    from reliabilityd.rules import AlertState, Rule
 
     rule = Rule(name="r", k=5, below=0.8, severity="ticket")
     firing = AlertState(state="firing", started_at=1.0, reason="below", last_notified_at=1.0)

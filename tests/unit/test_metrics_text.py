@@ -8,9 +8,9 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from reliabilityd.alerting.notify import parse_time
-from reliabilityd.alerting.rules import AlertState
 from reliabilityd.daemon._metrics_text import SuiteText, SuiteView
 from reliabilityd.daemon.metrics import ALERT_STATES
+from reliabilityd.rules import AlertState
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.snapshot import Snapshot

@@ -8,7 +8,6 @@ from html.parser import HTMLParser
 import pytest
 
 from reliabilityd.alerting.notify import base_url, generator_url
-from reliabilityd.alerting.rules import AlertState, Rule
 from reliabilityd.config import Config, HttpConfig
 from reliabilityd.daemon.ui import _model, wants_html
 from reliabilityd.daemon.ui._pages import (
@@ -23,6 +22,7 @@ from reliabilityd.daemon.ui._pages import (
 )
 from reliabilityd.daemon.ui._routes import BadQuery, parse_time
 from reliabilityd.daemon.ui._svg import Mark, Sample, Threshold, chart, runs, sparkline
+from reliabilityd.rules import AlertState, Rule
 from reliabilityd.stats.estimate import estimate_metrics
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.snapshot import StatsSettings, build, full_estimates

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from reliabilityd.alerting.rules import Rule
 from reliabilityd.config import Config
 from reliabilityd.daemon.ui import _model
 from reliabilityd.daemon.ui._pages import IndexPage, IndexRow, RuleView, SuitePage, TransitionRow
 from reliabilityd.daemon.ui._svg import Mark
+from reliabilityd.rules import Rule
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Series, Store, TaskHashes, task_counts_of
 

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
-from reliabilityd.alerting.rules import AlertState, Rule
 from reliabilityd.daemon.ui._svg import Sample
+from reliabilityd.rules import AlertState, Rule
 from reliabilityd.stats.snapshot import Snapshot
 
 DAY = 86400.0

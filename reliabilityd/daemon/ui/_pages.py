@@ -15,9 +15,9 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 
-from reliabilityd.alerting.rules import AlertState, Rule
 from reliabilityd.daemon.ui._model import Mover
 from reliabilityd.daemon.ui._svg import Mark, Sample, Threshold, chart, sparkline, utc
+from reliabilityd.rules import AlertState, Rule
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.slices import shown
 from reliabilityd.stats.snapshot import Snapshot

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reliabilityd.alerting.rules import Rule
+from reliabilityd.rules.threshold import Rule
 from reliabilityd.stats.detector import evidence, level, recent_counts
 from reliabilityd.stats.estimate import Estimate, estimate
 from reliabilityd.stats.histogram import Histogram

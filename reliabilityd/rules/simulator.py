@@ -7,7 +7,7 @@ linear drift of the true pass^k); the suite keeps each task's last W
 outcomes. Every ``tick`` seconds (the daemon's ``ci_interval``) the rules
 are judged by the real state machine (``rules.step``) on what the daemon
 would see: the window's value and CI in the rule's own interval
-(``pagesim.window_estimates``, percentile or gaffke), the detector's CUSUM
+(``pagerate.window_estimates``, percentile or gaffke), the detector's CUSUM
 evidence and its level statistic (``detector.evidence``, ``detector.level``).
 A tick in which no trial arrived sees the same numbers as the one before
 (they are computed once) and is still judged, so ``for`` runs on the clock.
@@ -22,8 +22,9 @@ from typing import Required, TypedDict, Unpack
 import numpy as np
 import numpy.typing as npt
 
-from reliabilityd.alerting.pagesim import Shape, Window, window_estimates
-from reliabilityd.alerting.rules import AlertState, Observation, Rule, step
+from reliabilityd.rules.pagerate import Shape, Window, window_estimates
+from reliabilityd.rules.state import AlertState
+from reliabilityd.rules.threshold import Observation, Rule, step
 from reliabilityd.stats.detector import RecentCounts, evidence, level
 
 FloatArray = npt.NDArray[np.float64]

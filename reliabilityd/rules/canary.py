@@ -39,7 +39,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from reliabilityd.alerting.rules import (
+from reliabilityd.rules.state import (
     AlertState,
     Reason,
     RuleName,

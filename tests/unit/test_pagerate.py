@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reliabilityd.alerting.cadence import RATES, Path, false_pages_per_day, regressions
-from reliabilityd.alerting.forecast import expected_false_pages
-from reliabilityd.alerting.pagesim import MAKE_UPS, SHAPES, Shape, pass_hat, window_estimates
-from reliabilityd.alerting.rules import Rule
+from reliabilityd.rules import Rule
+from reliabilityd.rules.forecast import expected_false_pages
+from reliabilityd.rules.pagerate import MAKE_UPS, SHAPES, Shape, pass_hat, window_estimates
+from reliabilityd.rules.simulator import RATES, Path, false_pages_per_day, regressions
 from reliabilityd.stats.estimate import estimate_metrics
 from reliabilityd.stats.histogram import Histogram
 

@@ -2,7 +2,7 @@
 
 What a rule would cost on-call if the suite stayed as it is now, so on-call
 sees what a threshold costs before being woken by it (``reliabilityd
-forecast``). Pure: a simulation (``cadence``) of the suite with its current
+forecast``). Pure: a simulation (``simulator``) of the suite with its current
 per-task estimates taken as the truth, judged at the daemon's cadence with
 the rule's own interval and trigger.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from reliabilityd.alerting.cadence import steady
-from reliabilityd.alerting.pagesim import Pages
-from reliabilityd.alerting.rules import Rule
+from reliabilityd.rules.pagerate import Pages
+from reliabilityd.rules.simulator import steady
+from reliabilityd.rules.threshold import Rule
 from reliabilityd.stats.histogram import Histogram
 
 

@@ -1,7 +1,7 @@
 """Page-rate simulation parts: suites' make-ups, regressions, and the daemon's CI at scale.
 
 Pure numpy, no I/O. A make-up gives a suite's per-task pass rates at any true
-pass^k, a ``Shape`` how a regression spreads over its tasks; ``cadence``
+pass^k, a ``Shape`` how a regression spreads over its tasks; ``simulator``
 streams trials from them and judges the rules at the daemon's cadence.
 
 The CI is the daemon's: the percentile cluster bootstrap or gaffke.
