@@ -1,6 +1,6 @@
 """Private servers for the demo, the benchmarks and the tests.
 
-redis-server and mosquitto, and (for the monitoring tests) Prometheus and Alertmanager.
+redis-server and mosquitto.
 
 Each server runs with the settings shipped in the package's ``deploy/``
 (append-only file with fsync always, broker persistence, deep queues; the
@@ -15,14 +15,11 @@ from __future__ import annotations
 import abc
 import contextlib
 import getpass
-import json
-import random
 import shutil
 import signal
 import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from typing import BinaryIO
 
@@ -42,26 +39,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_cluster_port() -> int:
-    """A free port p <= 55535 whose cluster bus port p + 10000 is free too."""
-    rng = random.Random()
-    for _ in range(1000):
-        port = rng.randrange(20_000, 55_535)
-        if _bindable(port) and _bindable(port + 10_000):
-            return port
-    raise RuntimeError("no free port pair for a Redis Cluster node")
-
-
-def _binary(name: str) -> str:
+def binary(name: str) -> str:
+    """The path of a server program, from PATH or the sbin directories."""
     path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/local/sbin")
     if path is None:
         raise FileNotFoundError(f"{name} not found: run ./scripts/ensure-servers (make does)")
@@ -143,7 +122,7 @@ class RedisServer(Server):
 
     def argv(self) -> list[str]:
         return [
-            self.binary or _binary("redis-server"),
+            self.binary or binary("redis-server"),
             str(SERVER_CONFIGS / "redis.conf"),
             "--port",
             str(self.port),
@@ -160,17 +139,6 @@ class RedisServer(Server):
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
-
-
-class ClusterNode(RedisServer):
-    def argv(self) -> list[str]:
-        return [
-            *super().argv(),
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            f"nodes-{self.port}.conf",
-        ]
 
 
 class Mosquitto(Server):
@@ -199,134 +167,8 @@ class Mosquitto(Server):
             *(self.extra or ("allow_anonymous true",)),
         ]
         conf.write_text("\n".join(lines) + "\n")
-        return [_binary("mosquitto"), "-c", str(conf)]
+        return [binary("mosquitto"), "-c", str(conf)]
 
     @property
     def url(self) -> str:
         return f"mqtt://127.0.0.1:{self.port}"
-
-
-def cluster_create(nodes: list[ClusterNode], timeout: float = 30.0) -> None:
-    """Join redis-server processes into a cluster with `redis-cli --cluster create`."""
-    subprocess.run(
-        [
-            _binary("redis-cli"),
-            "--cluster",
-            "create",
-            *(f"127.0.0.1:{n.port}" for n in nodes),
-            "--cluster-replicas",
-            "0",
-            "--cluster-yes",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=timeout,
-    )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = subprocess.run(
-            [_binary("redis-cli"), "-p", str(nodes[0].port), "cluster", "info"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        if "cluster_state:ok" in info:
-            return
-        time.sleep(0.1)
-    raise TimeoutError("cluster did not reach cluster_state:ok")
-
-
-def wait_http_ready(url: str, timeout: float = 30.0) -> None:
-    """Until `url` answers 200 (Prometheus and Alertmanager: /-/ready)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1.0) as response:
-            if response.status == 200:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"{url} not ready after {timeout} s")
-
-
-class Prometheus(Server):
-    """A private Prometheus scraping `targets` every second and evaluating `rule_files`.
-
-    The config is written as JSON, which YAML parsers read as it is.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        workdir: Path,
-        port: int,
-        *,
-        targets: list[str],
-        rule_files: tuple[Path, ...] = (),
-        job: str = "reliabilityd",
-        interval: str = "1s",
-    ) -> None:
-        super().__init__(name, workdir, port)
-        self.targets = targets
-        self.rule_files = rule_files
-        self.job = job
-        self.interval = interval
-
-    def argv(self) -> list[str]:
-        conf = self.workdir / "prometheus.yml"
-        conf.write_text(
-            json.dumps(
-                {
-                    "global": {
-                        "scrape_interval": self.interval,
-                        "evaluation_interval": self.interval,
-                    },
-                    "rule_files": [str(p) for p in self.rule_files],
-                    "scrape_configs": [
-                        {"job_name": self.job, "static_configs": [{"targets": self.targets}]}
-                    ],
-                }
-            )
-        )
-        return [
-            _binary("prometheus"),
-            f"--config.file={conf}",
-            f"--storage.tsdb.path={self.workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-        ]
-
-    def start(self, timeout: float = 10.0) -> None:
-        super().start(timeout)
-        wait_http_ready(f"{self.url}/-/ready")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-class Alertmanager(Server):
-    """A private Alertmanager that keeps what it receives and sends nothing anywhere."""
-
-    def argv(self) -> list[str]:
-        conf = self.workdir / "alertmanager.yml"
-        # One receiver without integrations: alerts are kept and visible in the
-        # API, and no notification leaves the machine.
-        conf.write_text(
-            json.dumps({"route": {"receiver": "keep"}, "receivers": [{"name": "keep"}]})
-        )
-        return [
-            _binary("prometheus-alertmanager")
-            if shutil.which("prometheus-alertmanager")
-            else _binary("alertmanager"),
-            f"--config.file={conf}",
-            f"--storage.path={self.workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-            # No gossip: a lone instance must not listen on the cluster port 9094.
-            "--cluster.listen-address=",
-        ]
-
-    def start(self, timeout: float = 10.0) -> None:
-        super().start(timeout)
-        wait_http_ready(f"{self.url}/-/ready")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"

@@ -24,7 +24,7 @@ import yaml
 from reliabilityd import config as config_mod
 from reliabilityd.config import Config, HttpConfig, IngestConfig
 from reliabilityd.daemon._http_server import ACCEPT_PIPELINE, BACKLOG, FD_RESERVE
-from reliabilityd.embedded.processes import _binary
+from reliabilityd.embedded.processes import binary
 from reliabilityd.errors import ConfigError
 from reliabilityd.rules import Rule
 from tests.support.daemon import store_for
@@ -182,14 +182,14 @@ def test_mosquitto_message_size_limit_is_a_memory_guard_above_the_daemon_limit()
 
 def test_promtool_and_amtool_accept_the_files(tmp_path: Path) -> None:
     rules = DEPLOY / "prometheus" / "rules.yml"
-    subprocess.run([_binary("promtool"), "check", "rules", str(rules)], check=True)
+    subprocess.run([binary("promtool"), "check", "rules", str(rules)], check=True)
     prom = load_yaml("prometheus/prometheus.yml")
     prom["rule_files"] = [str(rules)]
     local = tmp_path / "prometheus.yml"
     local.write_text(yaml.safe_dump(prom))
-    subprocess.run([_binary("promtool"), "check", "config", str(local)], check=True)
+    subprocess.run([binary("promtool"), "check", "config", str(local)], check=True)
     am = DEPLOY / "alertmanager" / "alertmanager.yml"
-    subprocess.run([_binary("amtool"), "check-config", str(am)], check=True)
+    subprocess.run([binary("amtool"), "check-config", str(am)], check=True)
 
 
 def queried_metrics() -> dict[str, set[str]]:

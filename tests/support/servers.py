@@ -11,18 +11,15 @@ from typing import TypeVar
 
 import pytest
 
-from reliabilityd.embedded.processes import (
+from reliabilityd.embedded.processes import Mosquitto, RedisServer, Server, free_port
+from reliabilityd.store import Store, connect
+from tests.support.processes import (
     Alertmanager,
     ClusterNode,
-    Mosquitto,
     Prometheus,
-    RedisServer,
-    Server,
     cluster_create,
     free_cluster_port,
-    free_port,
 )
-from reliabilityd.store import Store, connect
 
 __all__ = ["Alertmanager", "ClusterNode", "Mosquitto", "Prometheus", "RedisServer", "free_port"]
 
