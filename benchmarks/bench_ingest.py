@@ -42,7 +42,7 @@ from pathlib import Path
 
 import msgspec
 
-from reliabilityd.broker import connect
+from reliabilityd.mqtt_connector import connect
 from reliabilityd.config import Config, IngestConfig, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon import Daemon, Decoded
 from reliabilityd.embedded.processes import Mosquitto, RedisServer, free_port

@@ -112,7 +112,7 @@ class CellResult:
     interval: str
     truth: float
     coverage: float
-    # Share of intervals lying wholly above the truth (the failure the issue saw).
+    # Share of intervals lying wholly above the truth: the miss that overstates reliability.
     above: float
     median_width: float
     reps: int

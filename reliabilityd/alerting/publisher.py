@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 
 from reliabilityd.backoff import Backoff
-from reliabilityd.broker import Connection, MqttError, Refused, connect
 from reliabilityd.config import MqttConfig
 from reliabilityd.events import MQTT_FORBIDDEN
 from reliabilityd.logs import emit
+from reliabilityd.mqtt_connector import Connection, MqttError, Refused, connect
 
 __all__ = ["Publisher", "TopicRefused", "topic_problem"]
 

@@ -20,10 +20,10 @@ import redis.exceptions
 
 from reliabilityd.alerting.notify import BlindNotice, Notification, alertmanager_alert, blind_alert
 from reliabilityd.alerting.publisher import Publisher, TopicRefused
-from reliabilityd.broker import MqttError
 from reliabilityd.config import Config
 from reliabilityd.errors import ReliabilitydError
 from reliabilityd.logs import redact
+from reliabilityd.mqtt_connector import MqttError
 from reliabilityd.store import Store
 
 Note = Notification | BlindNotice

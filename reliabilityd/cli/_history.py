@@ -24,7 +24,7 @@ from reliabilityd.cli._common import (
     run_on_redis,
     say,
 )
-from reliabilityd.cli._oncall import duration
+from reliabilityd.cli._rejected import duration
 from reliabilityd.stats.history import TIERS, Estimate3, History, Point, Transition, label
 
 __all__ = ["add_parsers", "instant", "show"]

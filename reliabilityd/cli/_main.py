@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from reliabilityd.cli import _daemon, _gate, _history, _ingest, _oncall, _query, _ui
+from reliabilityd.cli import _daemon, _gate, _history, _ingest, _query, _rejected, _ui
 from reliabilityd.cli._common import EXIT_PIPE, Exit
 
 __all__ = ["build_parser", "main"]
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     _query.add_parsers(sub)
     _ingest.add_parsers(sub)
     _gate.add_parsers(sub)
-    _oncall.add_parsers(sub)
+    _rejected.add_parsers(sub)
     _history.add_parsers(sub)
     _ui.add_parsers(sub)
     return parser

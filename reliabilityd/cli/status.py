@@ -15,7 +15,7 @@ from datetime import datetime
 
 import msgspec
 
-from reliabilityd.cli._oncall import rejected_summary
+from reliabilityd.cli._rejected import rejected_summary
 from reliabilityd.client._client import AsyncClient, SuiteSummary
 from reliabilityd.rules import AlertState, Rule, for_slice
 from reliabilityd.stats.estimate import Estimate

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from reliabilityd.broker import Connection, MqttError, connect
 from reliabilityd.config import MqttConfig, TlsConfig
+from reliabilityd.mqtt_connector import Connection, MqttError, connect
 
 Version = Literal["5", "3.1.1"]
 

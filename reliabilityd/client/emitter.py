@@ -50,7 +50,6 @@ from typing import Literal, TypeVar, Unpack
 
 from reliabilityd import locate
 from reliabilityd.backoff import Backoff
-from reliabilityd.broker import Connection, MqttError, Refused
 from reliabilityd.client._bridge import LoopThread
 from reliabilityd.client._connect import connect_either
 from reliabilityd.client._encode import EventExtras, encode_event
@@ -58,6 +57,7 @@ from reliabilityd.client._errors import EmitterError, EmitterFull
 from reliabilityd.config import MqttConfig, TlsConfig, parse_mqtt_url, tls_context
 from reliabilityd.events import Outcome
 from reliabilityd.locate import Located
+from reliabilityd.mqtt_connector import Connection, MqttError, Refused
 from reliabilityd.topics import SUITE
 
 T = TypeVar("T")

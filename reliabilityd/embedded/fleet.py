@@ -24,9 +24,9 @@ from typing import Literal
 
 import msgspec
 
-from reliabilityd.broker import Connection, connect
 from reliabilityd.config import MqttConfig
 from reliabilityd.events import TrialEvent
+from reliabilityd.mqtt_connector import Connection, connect
 
 SEED_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
 REGRESSED = 0.5

@@ -19,10 +19,10 @@ import msgspec
 
 from reliabilityd.events import TrialEvent, decode, validate
 from reliabilityd.importers._detect import FORMATS, ImportFileError, detect
-from reliabilityd.importers.results import (
+from reliabilityd.importers._read import read
+from reliabilityd.importers.trials import (
     Parsed,
     check_run,
-    read,
     suite_name,
     task_name,
     trial_events,

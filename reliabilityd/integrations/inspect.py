@@ -44,13 +44,8 @@ from inspect_ai.hooks import Hooks, RunEnd, SampleEnd, TaskStart, hooks
 from reliabilityd.client._errors import EmitterError
 from reliabilityd.client.emitter import DEFAULT_TOPIC, Emitter
 from reliabilityd.importers import ImportFileError
-from reliabilityd.importers.results import (
-    inspect_outcome,
-    inspect_run,
-    inspect_suite,
-    suite_name,
-    task_name,
-)
+from reliabilityd.importers.inspect_log import inspect_outcome, inspect_run, inspect_suite
+from reliabilityd.importers.trials import suite_name, task_name
 from reliabilityd.logs import redact
 
 URL_ENV = "RELIABILITYD_INSPECT_URL"

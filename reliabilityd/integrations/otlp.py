@@ -44,7 +44,7 @@ from reliabilityd.events import (
     suite_name_problem,
     validate,
 )
-from reliabilityd.importers.results import suite_name, task_name
+from reliabilityd.importers.trials import suite_name, task_name
 from reliabilityd.integrations._otlp_shape import ShapeProblem, json_problem, wire_problem
 
 PROTOBUF = "application/x-protobuf"

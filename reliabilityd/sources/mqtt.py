@@ -40,9 +40,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from reliabilityd.backoff import Backoff, sleep_or_stop
-from reliabilityd.broker import Closed, Connection, Message, MqttError, Skipped, TakenOver, connect
 from reliabilityd.config import MqttConfig
 from reliabilityd.logs import emit, log
+from reliabilityd.mqtt_connector import (
+    Closed,
+    Connection,
+    Message,
+    MqttError,
+    Skipped,
+    TakenOver,
+    connect,
+)
 
 __all__ = ["MqttError", "Watch", "consume", "subscription"]
 

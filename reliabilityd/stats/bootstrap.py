@@ -4,9 +4,9 @@ Resampling T tasks with replacement and averaging their per-task values only
 depends on how many draws land in each (n, c) cell, and those counts are one
 Multinomial(T, count / T) draw over the D cells. B replicates therefore cost
 O(B x D) whatever T is; the task-by-task resampler costs O(B x T). Cells
-with equal per-task values merge further (``reliabilityd.intervals``
-draws over those), and past ``reliabilityd.intervals.EXACT_DRAW_LIMIT``
-the same distribution's quantiles come from ``reliabilityd.saddlepoint``.
+with equal per-task values merge further (``stats.intervals`` draws over
+those), and past ``stats.intervals.EXACT_DRAW_LIMIT`` the same
+distribution's quantiles come from ``stats.saddlepoint``.
 
 Trials inside a task are correlated (same prompt, same failure modes), so the
 task, not the trial, is the unit that gets resampled.

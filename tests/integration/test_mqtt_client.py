@@ -13,8 +13,8 @@ from typing import Literal
 import msgspec
 import pytest
 
-from reliabilityd.broker import Connection, Message, MqttError, connect
 from reliabilityd.config import MqttConfig, TlsConfig
+from reliabilityd.mqtt_connector import Connection, Message, MqttError, connect
 from reliabilityd.sources.mqtt import consume
 from tests.support.certs import make_certificates
 from tests.support.helpers import wait_until

@@ -17,9 +17,9 @@ import pytest
 
 from reliabilityd._mqtt import Connection, MalformedPacket, MqttError, Refused, guard_size
 from reliabilityd.backoff import sleep_or_stop
-from reliabilityd.broker import connect
 from reliabilityd.client.emitter import Emitter
 from reliabilityd.config import MqttConfig
+from reliabilityd.mqtt_connector import connect
 from reliabilityd.sources.mqtt import BACKOFF_MAX, BACKOFF_START, STABLE, Watch, consume
 from tests.support.hostile import (
     Freezer,

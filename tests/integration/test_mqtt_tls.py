@@ -10,10 +10,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from reliabilityd.broker import MqttError, connect
 from reliabilityd.client.emitter import Emitter
 from reliabilityd.config import MqttConfig, TlsConfig, load
 from reliabilityd.errors import ConfigError
+from reliabilityd.mqtt_connector import MqttError, connect
 from tests.support.certs import Certificates, make_certificates
 from tests.support.servers import Mosquitto, free_port
 

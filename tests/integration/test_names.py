@@ -14,9 +14,9 @@ from redis.crc import key_slot
 
 from reliabilityd.alerting import publisher as publisher_mod
 from reliabilityd.alerting.publisher import STRIKES, Publisher
-from reliabilityd.broker import connect
 from reliabilityd.config import MqttConfig
 from reliabilityd.events import TrialEvent, validate
+from reliabilityd.mqtt_connector import connect
 from reliabilityd.store.keys import Keys
 from tests.support.alerting import SUITE, Phase, alert_config, collect, phase_message
 from tests.support.alertmanager import Receiver

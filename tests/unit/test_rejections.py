@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from reliabilityd.cli._oncall import duration, excerpt, rejected_summary
+from reliabilityd.cli._rejected import duration, excerpt, rejected_summary
 from reliabilityd.events import TrialEvent, decode
 from reliabilityd.rejections import REASON_CLASSES, named_suite, reason_class
 
