@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 from redis.crc import key_slot
@@ -190,7 +189,6 @@ async def test_400_days_stay_within_the_budget_and_the_tiers_hold_their_spans(
     store: Store,
 ) -> None:
     """The clock driven through 400 simulated days by calling the store's write directly."""
-    started = time.monotonic()
     checkpoints = [1, 8, 60, 200, 400]
     rule = "pass5-below-0.80"
     seq = 0
@@ -233,7 +231,6 @@ async def test_400_days_stay_within_the_budget_and_the_tiers_hold_their_spans(
     assert len(strings) == 2
     assert all(v == strings[0] for v in strings)
     assert memory_seen == sorted(memory_seen)
-    assert time.monotonic() - started < 60
 
 
 def _assert_tiers(points: list[Point], *, newest: float, age: float) -> None:
