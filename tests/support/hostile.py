@@ -183,16 +183,19 @@ class HostileBroker:
         return f"mqtt://127.0.0.1:{self.port}"
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = Peer(reader, writer)
-        index = len(self.peers)
-        self.peers.append(peer)
-        async with self.arrived:
-            self.arrived.notify_all()
-        script = self.scripts[index] if index < len(self.scripts) else self.then
+        # Known to __aexit__ before the first await: a client that connects
+        # while the broker shuts down is closed with the rest, never left to
+        # the garbage collector (a ResourceWarning in whichever test runs next).
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        peer = Peer(reader, writer)
+        index = len(self.peers)
+        self.peers.append(peer)
         try:
+            async with self.arrived:
+                self.arrived.notify_all()
+            script = self.scripts[index] if index < len(self.scripts) else self.then
             await script(peer)
             # A script that returns leaves the connection open until the client ends it.
             while await peer.packet() is not None:
@@ -219,6 +222,7 @@ class HostileBroker:
     ) -> None:
         assert self._server is not None
         self._server.close()
+        await asyncio.sleep(0)  # a connection accepted just before the close registers first
         for peer in self.peers:
             peer.writer.transport.abort()
         for task in list(self._tasks):
@@ -257,8 +261,9 @@ class Freezer:
         await asyncio.Event().wait()  # hold the socket open, silent, until cancelled
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.append(writer)  # before the first await, so __aexit__ closes it
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
-        self._writers += [writer, up_writer]
+        self._writers.append(up_writer)
         for task in (
             asyncio.create_task(self._pipe(reader, up_writer)),
             asyncio.create_task(self._pipe(up_reader, writer)),
@@ -277,6 +282,7 @@ class Freezer:
     ) -> None:
         assert self._server is not None
         self._server.close()
+        await asyncio.sleep(0)  # a connection accepted just before the close registers first
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
