@@ -42,11 +42,11 @@ from pathlib import Path
 
 import msgspec
 
-from reliabilityd.mqtt_connector import connect
 from reliabilityd.config import Config, IngestConfig, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon import Daemon, Decoded
 from reliabilityd.embedded.processes import Mosquitto, RedisServer, free_port
 from reliabilityd.events import TrialEvent
+from reliabilityd.mqtt_connector import connect
 from reliabilityd.store import Slicing, Store, StreamCursor
 from reliabilityd.store import connect as redis_connect
 
