@@ -147,8 +147,8 @@ def replicas(url: str, count: int) -> list[tuple[float, float, int]]:
 async def metrics_figures(store: Store, series: int) -> None:
     """Copies of the written snapshots up to ``series`` suites, then three scrapes' costs."""
     have = await store.reads.suites()
-    docs = await store.snapshots.snapshot_docs(have)
-    snaps = [msgspec.json.decode(d, type=snapshot.Snapshot) for d in docs if d is not None]
+    docs = await store.snapshots.documents(have)
+    snaps = [d for d in docs if isinstance(d, snapshot.Snapshot)]
 
     async def write(stamp: float, count: int) -> None:
         writes = []

@@ -49,7 +49,14 @@ from reliabilityd.stats import history, snapshot
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
-from reliabilityd.store import Series, SnapshotWrite, Store, SuiteState
+from reliabilityd.store import (
+    Series,
+    SnapshotWrite,
+    Store,
+    SuiteState,
+    Undecodable,
+    UndecodableLog,
+)
 
 __all__ = ["Recompute"]
 
@@ -96,6 +103,7 @@ class Recompute:
         self.live = LiveValues(store, self.settings)
         self._redis_logs: dict[str, RateLimited] = defaultdict(RateLimited)
         self._no_window_log = RateLimited(3600.0)
+        self._undecodable_log = UndecodableLog()
         self._next_reconcile = 0.0
         self._next_idle_sweep = 0.0
         self._unfinished: set[str] = set()
@@ -225,7 +233,7 @@ class Recompute:
         rules = [self.series_rules(s) for s in series]
         settings = [self.settings(s.suite) for s in series]
         ruled = [s for s, rs in zip(series, rules, strict=True) if rs]
-        previous = await self.evaluator.newest_snapshots(ruled) if ruled else {}
+        previous = await self._previous(ruled)
         wholes = sorted({s.suite for s in series if s.slice is None})
         slice_ids = await self.store.reads.slices_of(wholes)
         now = time.time()
@@ -312,6 +320,20 @@ class Recompute:
                     topic += f"/{one.slice}"
                 self.publisher.publish(topic, msgspec.json.encode(snap))
             out[one] = snap
+        return out
+
+    async def _previous(self, series: Sequence[Series]) -> dict[Series, snapshot.Snapshot]:
+        """The stored snapshot of each series (its pace is measured from it), where readable.
+
+        One that does not decode is logged and counts as absent: this tick's
+        write replaces it.
+        """
+        out: dict[Series, snapshot.Snapshot] = {}
+        for one, doc in zip(series, await self.store.snapshots.documents(series), strict=True):
+            if isinstance(doc, Undecodable):
+                self._undecodable_log.note(doc)
+            elif doc is not None:
+                out[one] = doc
         return out
 
     async def _alone(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import msgspec
 import numpy as np
 
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
@@ -52,13 +51,12 @@ async def test_a_tick_recomputes_many_suites_each_as_alone_and_sets_a_broken_one
         assert sorted(done) == names
         assert await store.snapshots.changed() == [broken]
         assert await client.zcard(store.keys.claims) == 0
-        docs = await store.snapshots.snapshot_docs(names)
-        for name, doc in zip(names, docs, strict=True):
+        docs = await store.snapshots.documents(names)
+        for name, snap in zip(names, docs, strict=True):
             if name == broken:
-                assert doc is None
+                assert snap is None
                 continue
-            assert doc is not None
-            snap = msgspec.json.decode(doc, type=Snapshot)
+            assert isinstance(snap, Snapshot)
             state = await store.reads.read_state(name)
             want = snapshot.full_estimates(state.hist, daemon.recompute.settings(name))
             assert [*snap.pass_at_k, *snap.pass_hat_k] == [
