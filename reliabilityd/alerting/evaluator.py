@@ -3,11 +3,14 @@
 A verdict is taken only on the snapshot Redis holds now, never on one this
 replica remembers computing, and the compare-and-set refuses a transition
 decided on an older snapshot version than the one behind the stored state,
-so replicas that tick at different times never flap. Snapshots and states
-come decoded from the store; one this version cannot decode
-(``store.Undecodable``: a rolling upgrade, damage) is logged and never stops
-judging: the snapshot is marked for a recompute and its rules wait for it,
-the state is judged afresh and overwritten by the next transition.
+so replicas that tick at different times never flap. The snapshots the
+tick just wrote are handed over as records; each is judged as is only while
+Redis still holds that very document (its version and ``updated_at``), and
+every other series' snapshot is read, decoded, from the store. A snapshot
+or a state this version cannot decode (``store.Undecodable``: a rolling
+upgrade, damage) is logged and never stops judging: the snapshot is marked
+for a recompute and its rules wait for it, the state is judged afresh and
+overwritten by the next transition.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 
 import msgspec
@@ -45,13 +48,18 @@ class Evaluator:
         self.config = config
         self.rules: list[Rule] = config.rules()
 
-    async def newest_snapshots(self, suites: Sequence[Series]) -> dict[Series, Snapshot]:
+    async def newest_snapshots(
+        self, suites: Sequence[Series], fresh: Mapping[Series, Snapshot] | None = None
+    ) -> dict[Series, Snapshot]:
         """The snapshot Redis holds now for each series that has a readable one.
 
+        ``fresh``: snapshots this replica just wrote, by series; each stands
+        for its series while Redis still holds that document (the same
+        version and ``updated_at``), so only the others are read and decoded.
         One that does not decode was written by another version: it is logged
         and its series marked for a recompute by this version.
         """
-        docs = await self.store.snapshots.documents(suites)
+        docs = await self.store.snapshots.documents(suites, known=fresh)
         out: dict[Series, Snapshot] = {}
         unreadable: list[Series] = []
         for suite, doc in zip(suites, docs, strict=True):
@@ -79,15 +87,21 @@ class Evaluator:
                         pairs += [(Series(suite, sid), for_slice(rule, sid)) for sid in ids]
         return pairs
 
-    async def evaluate(self, suites: Sequence[str]) -> None:
-        """Step every (series, rule) pair against the series' newest snapshot."""
+    async def evaluate(
+        self, suites: Sequence[str], fresh: Mapping[Series, Snapshot] | None = None
+    ) -> None:
+        """Step every (series, rule) pair against the series' newest snapshot.
+
+        ``fresh``: the snapshots this replica's tick wrote (each write won),
+        by series (``newest_snapshots``).
+        """
         if not self.rules:
             return
         now = time.time()
         pairs = await self.pairs(suites)
         if not pairs:
             return
-        snaps = await self.newest_snapshots(list(dict.fromkeys(s for s, _ in pairs)))
+        snaps = await self.newest_snapshots(list(dict.fromkeys(s for s, _ in pairs)), fresh)
         states = await self.store.alerts.alert_states([(s.suite, r.name) for s, r in pairs])
         sinks = list(self.outbox.sinks)
         for (series, rule), stored in zip(pairs, states, strict=True):

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from reliabilityd.config import StoreConfig
 from reliabilityd.daemon._daemon import Daemon
-from reliabilityd.daemon._recompute import Recompute
+from reliabilityd.daemon._recompute import Recompute, Tick
 from reliabilityd.events import TrialEvent
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.lottery import lottery_cases
@@ -394,7 +394,7 @@ async def test_a_loop_that_keeps_failing_is_restarted_and_ingest_goes_on(
     """A bug in the CI loop is logged with its traceback and restarted; nothing else stops."""
     calls: list[int] = []
 
-    async def broken(self: Recompute) -> list[str]:
+    async def broken(self: Recompute) -> Tick:
         calls.append(1)
         raise RuntimeError("a bug in the CI tick")
 
