@@ -12,6 +12,9 @@ The figures, all from the same run:
   process;
 * one daemon's CI ticks claiming, reading, recomputing and writing every
   snapshot, wall time until no mark is left, beside one 5 s ``ci_interval``;
+* the evaluator's read of the snapshots those ticks wrote: each document
+  read back and decoded, beside the ticks' records handed over (only each
+  series' version and ``updated_at`` read);
 * two replicas, each in its own process, draining the same marks side by
   side: each one's wall time and share (the shares add up to every suite
   exactly once);
@@ -48,7 +51,7 @@ from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.embedded.processes import RedisServer, free_port
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.histogram import Histogram
-from reliabilityd.store import SnapshotWrite, Store, connect
+from reliabilityd.store import Series, SnapshotWrite, Store, connect
 
 CI_INTERVAL = 5.0
 KS = [1, 5]
@@ -94,14 +97,35 @@ async def seed(store: Store, hists: list[Histogram], version: int) -> None:
     await pipe.execute()
 
 
-async def drain(daemon: Daemon) -> int:
-    """Run the daemon's CI ticks until no mark is left; the suites it did."""
+async def drain(daemon: Daemon, wrote: dict[Series, snapshot.Snapshot] | None = None) -> int:
+    """Run the daemon's CI ticks until no mark is left; the suites it did. With ``wrote``,
+    every snapshot whose write won goes in it, as the ticks hand them to the evaluator."""
     did = 0
     while True:
-        done = await daemon.recompute.ci_tick()
-        did += len(done)
-        if not done and not await daemon.store.snapshots.changed():
+        tick = await daemon.recompute.ci_tick()
+        if wrote is not None:
+            wrote.update(tick.snapshots)
+        did += len(tick.marks)
+        if not tick.marks and not await daemon.store.snapshots.changed():
             return did
+
+
+async def evaluator_figures(daemon: Daemon, wrote: dict[Series, snapshot.Snapshot]) -> None:
+    """The evaluator's read of the snapshots the ticks just wrote: read back and decoded,
+    and handed over by the ticks (only their version and ``updated_at`` read)."""
+    series = list(wrote)
+    took: list[float] = []
+    for fresh in (None, wrote, None, wrote):
+        started = time.perf_counter()
+        got = await daemon.evaluator.newest_snapshots(series, fresh)
+        took.append(time.perf_counter() - started)
+        assert got == wrote
+    back, handed = min(took[0::2]), min(took[1::2])
+    print(
+        f"  the evaluator's read of those {len(series):,} snapshots: read back and decoded"
+        f" {back * 1e3:6.1f} ms, handed over by the ticks {handed * 1e3:6.1f} ms"
+        " (best of two each)"
+    )
 
 
 def replica(url: str, ready: Any, start: Event, out: Any) -> None:
@@ -147,8 +171,8 @@ def replicas(url: str, count: int) -> list[tuple[float, float, int]]:
 async def metrics_figures(store: Store, series: int) -> None:
     """Copies of the written snapshots up to ``series`` suites, then three scrapes' costs."""
     have = await store.reads.suites()
-    docs = await store.snapshots.snapshot_docs(have)
-    snaps = [msgspec.json.decode(d, type=snapshot.Snapshot) for d in docs if d is not None]
+    docs = await store.snapshots.documents(have)
+    snaps = [d for d in docs if isinstance(d, snapshot.Snapshot)]
 
     async def write(stamp: float, count: int) -> None:
         writes = []
@@ -222,7 +246,8 @@ async def run(workdir: Path, args: argparse.Namespace) -> None:
         wall, cpu = time.perf_counter(), time.process_time()
         if profile is not None:
             profile.enable()
-        did = await drain(one)
+        wrote: dict[Series, snapshot.Snapshot] = {}
+        did = await drain(one, wrote)
         if profile is not None:
             profile.disable()
         took, took_cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -245,6 +270,7 @@ async def run(workdir: Path, args: argparse.Namespace) -> None:
             f"   {took / batched:4.2f}x the batched math, {took / CI_INTERVAL:.0%} of a"
             f" {CI_INTERVAL:.0f} s ci_interval"
         )
+        await evaluator_figures(one, wrote)
         await seed(store, hists, 2)
         results = replicas(server.url, 2)
         shares = " + ".join(str(r[2]) for r in results)

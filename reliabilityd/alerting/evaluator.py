@@ -3,10 +3,14 @@
 A verdict is taken only on the snapshot Redis holds now, never on one this
 replica remembers computing, and the compare-and-set refuses a transition
 decided on an older snapshot version than the one behind the stored state,
-so replicas that tick at different times never flap. A snapshot or a state
-this version cannot decode (a rolling upgrade) is logged and never stops
-judging: the snapshot is marked for a recompute, the state is overwritten by
-the next transition.
+so replicas that tick at different times never flap. The snapshots the
+tick just wrote are handed over as records; each is judged as is only while
+Redis still holds that very document (its version and ``updated_at``), and
+every other series' snapshot is read, decoded, from the store. A snapshot
+or a state this version cannot decode (``store.Undecodable``: a rolling
+upgrade, damage) is logged and never stops judging: the snapshot is marked
+for a recompute and its rules wait for it, the state is judged afresh and
+overwritten by the next transition.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 
 import msgspec
@@ -22,14 +26,11 @@ import msgspec
 from reliabilityd.alerting.notify import build, parse_time
 from reliabilityd.alerting.outbox import Outbox
 from reliabilityd.config import Config
-from reliabilityd.logs import RateLimited, emit
+from reliabilityd.logs import emit
 from reliabilityd.rules import AlertState, Observation, Rule, for_slice, step
 from reliabilityd.stats.history import Transition
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Series, Store
-from reliabilityd.store._alerts import Undecodable
-
-_snapshot_decoder = msgspec.json.Decoder(Snapshot)
+from reliabilityd.store import Series, Store, Undecodable, UndecodableLog
 
 
 class Evaluator:
@@ -39,41 +40,37 @@ class Evaluator:
         self.store = store
         self.outbox = outbox
         self.configure(config)
-        self._bad_snapshot_log = RateLimited(30.0)
-        self._bad_state_log = RateLimited(30.0)
+        self._bad_snapshot_log = UndecodableLog()
+        self._bad_state_log = UndecodableLog()
 
     def configure(self, config: Config) -> None:
         """The rules and notification settings of ``config`` (at start, and on a reload)."""
         self.config = config
         self.rules: list[Rule] = config.rules()
 
-    async def newest_snapshots(self, suites: Sequence[Series]) -> dict[Series, Snapshot]:
+    async def newest_snapshots(
+        self, suites: Sequence[Series], fresh: Mapping[Series, Snapshot] | None = None
+    ) -> dict[Series, Snapshot]:
         """The snapshot Redis holds now for each series that has a readable one.
 
+        ``fresh``: snapshots this replica just wrote, by series; each stands
+        for its series while Redis still holds that document (the same
+        version and ``updated_at``), so only the others are read and decoded.
         One that does not decode was written by another version: it is logged
         and its series marked for a recompute by this version.
         """
-        docs = await self.store.snapshots.snapshot_docs(suites)
+        docs = await self.store.snapshots.documents(suites, known=fresh)
         out: dict[Series, Snapshot] = {}
         unreadable: list[Series] = []
         for suite, doc in zip(suites, docs, strict=True):
-            if doc is None:
-                continue
-            try:
-                out[suite] = _snapshot_decoder.decode(doc)
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            if isinstance(doc, Undecodable):
                 unreadable.append(suite)
-                self._bad_snapshot_log.emit(
-                    logging.WARNING, "snapshot_undecodable", suite=suite.label, error=exc
-                )
+                self._bad_snapshot_log.note(doc)
+            elif doc is not None:
+                out[suite] = doc
         if unreadable:
             await self.store.snapshots.mark_changed(unreadable)
         return out
-
-    async def newest_snapshot(self, suite: str, slice: str | None = None) -> Snapshot | None:
-        """The series' snapshot in Redis now, None when there is none or it does not decode."""
-        series = Series(suite, slice)
-        return (await self.newest_snapshots([series])).get(series)
 
     async def pairs(self, suites: Sequence[str]) -> list[tuple[Series, Rule]]:
         """Every (series, rule) to judge: each rule on the suites it matches and, for a
@@ -90,22 +87,28 @@ class Evaluator:
                         pairs += [(Series(suite, sid), for_slice(rule, sid)) for sid in ids]
         return pairs
 
-    async def evaluate(self, suites: Sequence[str]) -> None:
-        """Step every (series, rule) pair against the series' newest snapshot."""
+    async def evaluate(
+        self, suites: Sequence[str], fresh: Mapping[Series, Snapshot] | None = None
+    ) -> None:
+        """Step every (series, rule) pair against the series' newest snapshot.
+
+        ``fresh``: the snapshots this replica's tick wrote (each write won),
+        by series (``newest_snapshots``).
+        """
         if not self.rules:
             return
         now = time.time()
         pairs = await self.pairs(suites)
         if not pairs:
             return
-        snaps = await self.newest_snapshots(list(dict.fromkeys(s for s, _ in pairs)))
-        states = await self.store.alerts.alert_states_checked([(s.suite, r.name) for s, r in pairs])
+        snaps = await self.newest_snapshots(list(dict.fromkeys(s for s, _ in pairs)), fresh)
+        states = await self.store.alerts.alert_states([(s.suite, r.name) for s, r in pairs])
         sinks = list(self.outbox.sinks)
         for (series, rule), stored in zip(pairs, states, strict=True):
             snap = snaps.get(series)
             if snap is not None:
                 suite = series.suite
-                await self._step(suite, rule, snap, self._readable(suite, rule, stored), now)
+                await self._step(suite, rule, snap, self._readable(stored), now)
         # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
         triples = [(s.suite, r.name, sink) for s, r in pairs for sink in sinks]
         for triple, length in zip(
@@ -114,17 +117,11 @@ class Evaluator:
             if length:
                 self.outbox.kick(*triple)
 
-    def _readable(self, suite: str, rule: Rule, stored: AlertState | Undecodable) -> AlertState:
+    def _readable(self, stored: AlertState | Undecodable) -> AlertState:
         if isinstance(stored, AlertState):
             return stored
         # Written by another version: judge afresh; the next transition overwrites it.
-        self._bad_state_log.emit(
-            logging.WARNING,
-            "alert_state_undecodable",
-            suite=suite,
-            rule=rule.name,
-            error=stored.reason,
-        )
+        self._bad_state_log.note(stored)
         return AlertState(seq=stored.seq, snapshot_version=stored.snapshot_version)
 
     async def _step(

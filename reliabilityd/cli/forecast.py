@@ -11,14 +11,12 @@ import argparse
 import fnmatch
 from collections.abc import Callable
 
-import msgspec
-
 from reliabilityd.config import Config
 from reliabilityd.rules import Rule
 from reliabilityd.rules.forecast import expected_false_pages
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Store
+from reliabilityd.store import Store, Undecodable
 
 __all__ = ["add_parser", "forecast"]
 
@@ -65,9 +63,11 @@ async def forecast(
             if suite is not None:
                 out(f"{name}: no alert rule watches this suite")
             continue
-        raw = await store.snapshots.snapshot_json(name)
-        snap = None if raw is None else msgspec.json.decode(raw, type=Snapshot)
-        rate = pace if pace is not None else (snap.pace if snap is not None else None)
+        snap = await store.snapshots.document(name)
+        if isinstance(snap, Undecodable) and pace is None:
+            # The measured pace is in the snapshot: without it, only --pace simulates.
+            out(f"{name}: stored snapshot undecodable ({snap.error}): no measured pace")
+        rate = pace if pace is not None else (snap.pace if isinstance(snap, Snapshot) else None)
         window, _ = config.suite_settings(name)
         state = await store.reads.read_state(name)
         for rule in watching:

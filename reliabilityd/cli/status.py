@@ -21,6 +21,8 @@ from reliabilityd.rules import AlertState, Rule, for_slice
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.estimators import METRICS
 from reliabilityd.stats.slices import label_keys, shown
+from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store import Undecodable
 
 
 def _pct(x: float | None) -> str:
@@ -67,14 +69,15 @@ def status_rows(
     per_k: dict[int, dict[str, Estimate]] = {}
     if computed is not None:
         per_k = computed
-    elif snap is not None:
+    elif isinstance(snap, Snapshot):
         for est in [*snap.pass_at_k, *snap.pass_hat_k]:
             per_k.setdefault(est.k, {})[est.metric] = est
     age = _age(summary.counters.last_trial_at, now)
     name = summary.suite if summary.slice is None else f"  [{shown(summary.slice)}]"
     base = [name, str(summary.tasks), str(summary.counters.trials)]
     if not per_k:
-        return [[*base, "-", "-", "no snapshot yet (--k K computes now)", "", age]]
+        what = "snapshot undecodable" if isinstance(snap, Undecodable) else "no snapshot yet"
+        return [[*base, "-", "-", f"{what} (--k K computes now)", "", age]]
     rows = []
     for k in sorted(per_k):
         ests = per_k[k]
@@ -108,7 +111,9 @@ def slice_notes(summary: SuiteSummary) -> list[str]:
     return notes
 
 
-def format_alert(suite: str, rule: str, state: AlertState) -> list[str]:
+def format_alert(suite: str, rule: str, state: AlertState | Undecodable) -> list[str]:
+    if isinstance(state, Undecodable):
+        return [suite, rule, "undecodable", "", f"({state.error})"]
     since = ""
     if state.state in ("pending", "firing") and state.started_at is not None:
         since = "since " + datetime.fromtimestamp(state.started_at).astimezone().isoformat(
@@ -156,6 +161,8 @@ async def status(
                         "pass_hat_k": [computed[s.suite][k]["pass^k"] for k in ks],
                     }
                 )
+            elif isinstance(s.snapshot, Undecodable):
+                docs.append({"suite": s.suite, "undecodable": s.snapshot.error})
             else:
                 docs.append(s.snapshot if s.snapshot is not None else {"suite": s.suite})
         out(msgspec.json.encode(docs[0] if suite is not None else docs).decode())

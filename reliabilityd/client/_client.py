@@ -16,6 +16,7 @@ its message.
     with Client() as rel:                  # the Redis the CLI would ask (reliabilityd.locate)
         rel.suites()                       # ['deploy-bot', ...]
         rel.snapshot("deploy-bot")         # the daemon's last Snapshot, or None
+                                           # (UndecodableError: another version wrote it)
         rel.history("deploy-bot", since=t) # estimates over time and alert transitions
         rel.estimate("deploy-bot", 8)      # pass^8 with its CI, computed now
         rel.compare("bot-v1", "bot-v2", 5) # paired candidate - baseline over shared tasks
@@ -36,6 +37,7 @@ import redis.exceptions
 
 from reliabilityd import locate
 from reliabilityd.client._bridge import LoopThread
+from reliabilityd.client._errors import UndecodableError
 from reliabilityd.locate import Located, unreachable
 from reliabilityd.rules import AlertState
 from reliabilityd.stats.compare import CompareOptions, Comparison, Side, compare
@@ -45,20 +47,23 @@ from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.history import History
 from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Counters, Store, connect
+from reliabilityd.store import Counters, Series, Store, Undecodable, connect
 
 
 class SuiteSummary(msgspec.Struct, frozen=True):
     """What ``status`` shows for one suite or slice: its counters and the last snapshot.
 
-    A suite's summary also lists its slice ids and the label keys its events
-    carry; a slice's names the slice (``slice``).
+    ``snapshot`` is None before the first one and ``Undecodable`` (its key and
+    the decode error) when the stored one was written by another version or
+    damaged: the counters are still there. A suite's summary also lists its
+    slice ids and the label keys its events carry; a slice's names the slice
+    (``slice``).
     """
 
     suite: str
     tasks: int
     counters: Counters
-    snapshot: Snapshot | None
+    snapshot: Snapshot | Undecodable | None
     slice: str | None = None
     slices: list[str] = msgspec.field(default_factory=list)
     labels_seen: list[str] = msgspec.field(default_factory=list)
@@ -129,17 +134,15 @@ class AsyncClient:
     async def snapshot(self, suite: str, *, slice: str | None = None) -> Snapshot | None:
         """The daemon's last full snapshot of the suite or of one slice, None before any.
 
-        ``slice`` is a slice id (``slices``). A snapshot written by a daemon of
-        another schema version is None too: ``estimate`` computes from the
-        histogram whatever wrote it.
+        ``slice`` is a slice id (``slices``). ``UndecodableError`` when the
+        stored snapshot does not decode (a daemon of another schema version
+        wrote it, or it is damaged): ``estimate`` computes from the histogram
+        whatever wrote it, and ``summary`` still gives the counters.
         """
-        raw = await self.store.snapshots.snapshot_json(suite, slice=slice)
-        if raw is None:
-            return None
-        try:
-            return msgspec.json.decode(raw, type=Snapshot)
-        except msgspec.ValidationError:
-            return None
+        snap = await self.store.snapshots.document(suite, slice=slice)
+        if isinstance(snap, Undecodable):
+            raise UndecodableError(f"snapshot of {Series(suite, slice).label!r}", snap)
+        return snap
 
     @_naming_redis
     async def history(
@@ -157,7 +160,7 @@ class AsyncClient:
     @_naming_redis
     async def summary(self, suite: str, *, slice: str | None = None) -> SuiteSummary:
         state = await self.store.reads.read_state(suite, slice=slice)
-        snap = await self.snapshot(suite, slice=slice)
+        snap = await self.store.snapshots.document(suite, slice=slice)
         if slice is not None:
             return SuiteSummary(suite, state.hist.tasks, state.counters, snap, slice=slice)
         return SuiteSummary(
@@ -232,8 +235,11 @@ class AsyncClient:
         return await self.store.reads.lottery_rows(suite, groups, top)
 
     @_naming_redis
-    async def alert_states(self, suite: str, rules: Sequence[str]) -> dict[str, AlertState]:
-        """The stored state of each named rule on the suite (inactive when never judged)."""
+    async def alert_states(
+        self, suite: str, rules: Sequence[str]
+    ) -> dict[str, AlertState | Undecodable]:
+        """The stored state of each named rule on the suite: inactive when never judged,
+        ``Undecodable`` (its key and the decode error) when another version wrote it."""
         states = await self.store.alerts.alert_states([(suite, rule) for rule in rules])
         return dict(zip(rules, states, strict=True))
 
@@ -326,7 +332,7 @@ class Client:
     def cases(self, suite: str, k: int, top: int = 10) -> list[LotteryCase]:
         return self._bridge.call(self._async.cases(suite, k, top))
 
-    def alert_states(self, suite: str, rules: Sequence[str]) -> dict[str, AlertState]:
+    def alert_states(self, suite: str, rules: Sequence[str]) -> dict[str, AlertState | Undecodable]:
         return self._bridge.call(self._async.alert_states(suite, rules))
 
     def reset(self, suite: str) -> int:

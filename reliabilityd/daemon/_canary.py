@@ -30,12 +30,11 @@ import redis.exceptions
 from reliabilityd.alerting.notify import build_canary
 from reliabilityd.alerting.outbox import Outbox
 from reliabilityd.config import Config
-from reliabilityd.logs import RateLimited, emit, kv, log
+from reliabilityd.logs import emit, kv, log
 from reliabilityd.rules import AlertState, canary
 from reliabilityd.rules.canary import CanaryRule, Pair
 from reliabilityd.stats.compare import Comparison, compare
-from reliabilityd.store import Store, TaskHashes, task_counts_of
-from reliabilityd.store._alerts import Undecodable
+from reliabilityd.store import Store, TaskHashes, Undecodable, UndecodableLog, task_counts_of
 
 __all__ = ["Canaries"]
 
@@ -52,7 +51,7 @@ class Canaries:
         self.store = store
         self.outbox = outbox
         self.configure(config)
-        self._bad_state_log = RateLimited(30.0)
+        self._bad_state_log = UndecodableLog()
 
     def configure(self, config: Config) -> None:
         """The canary rules of ``config`` (at start, and on a reload): the next judge
@@ -73,7 +72,7 @@ class Canaries:
         todo = [(rule, pair) for rule in self.rules for pair in canary.pairs(rule, suites)]
         if not todo:
             return
-        states = await self.store.alerts.alert_states_checked(
+        states = await self.store.alerts.alert_states(
             [(pair.home, rule.name) for rule, pair in todo]
         )
         fresh = set(changed)
@@ -83,7 +82,7 @@ class Canaries:
             > JUDGE_ALL_AFTER * self.config.stats.ci_interval
         )
         for (rule, pair), stored in zip(todo, states, strict=True):
-            current = self._readable(rule, pair, stored)
+            current = self._readable(stored)
             if every or current.state in ("pending", "firing") or pair.suites & fresh:
                 try:
                     await self._step(rule, pair, current, now)
@@ -102,19 +101,11 @@ class Canaries:
             if length:
                 self.outbox.kick(*triple)
 
-    def _readable(
-        self, rule: CanaryRule, pair: Pair, stored: AlertState | Undecodable
-    ) -> AlertState:
+    def _readable(self, stored: AlertState | Undecodable) -> AlertState:
         if isinstance(stored, AlertState):
             return stored
         # Written by another version: judge afresh; the next transition overwrites it.
-        self._bad_state_log.emit(
-            logging.WARNING,
-            "alert_state_undecodable",
-            suite=pair.home,
-            rule=rule.name,
-            error=stored.reason,
-        )
+        self._bad_state_log.note(stored)
         return AlertState(seq=stored.seq, snapshot_version=stored.snapshot_version)
 
     async def compare(self, rule: CanaryRule, pair: Pair) -> tuple[Comparison, int, int]:

@@ -5,7 +5,9 @@ After a commit the suite's point estimates are refreshed within
 ``ci_interval`` a replica claims marked suites, computes their CIs, lottery
 cases and snapshot, and drops its claim (a replica that dies holding a claim
 loses nothing: the claim expires back into the marks). Then the evaluator
-judges every rule on the newest snapshot in Redis.
+judges every rule on the newest snapshot in Redis: the snapshots the tick
+wrote are handed to it as records (``Tick``), and it reads from Redis only
+the rest and those another replica has replaced since.
 
 A snapshot records the fingerprint of the settings it was computed under
 (``fingerprint``); at start-up and every ``RECONCILE_EVERY`` the suites whose
@@ -49,9 +51,16 @@ from reliabilityd.stats import history, snapshot
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
-from reliabilityd.store import Series, SnapshotWrite, Store, SuiteState
+from reliabilityd.store import (
+    Series,
+    SnapshotWrite,
+    Store,
+    SuiteState,
+    Undecodable,
+    UndecodableLog,
+)
 
-__all__ = ["Recompute"]
+__all__ = ["Recompute", "Tick"]
 
 # Every Redis error pauses what needs Redis; none of them ends the daemon.
 REDIS_ERRORS = (redis.exceptions.RedisError,)
@@ -68,6 +77,14 @@ RECOMPUTE_LANES = 2
 RECONCILE_EVERY = 60.0
 # Idle tasks are looked for this often (at most 500 per suite per sweep).
 IDLE_SWEEP_EVERY = 10.0
+
+
+class Tick(msgspec.Struct, frozen=True):
+    """What one CI tick did: the marks it claimed and the snapshots whose write won."""
+
+    marks: list[str]
+    # By series: each one was the newest in Redis when it was written.
+    snapshots: dict[Series, snapshot.Snapshot]
 
 
 class Recompute:
@@ -96,6 +113,7 @@ class Recompute:
         self.live = LiveValues(store, self.settings)
         self._redis_logs: dict[str, RateLimited] = defaultdict(RateLimited)
         self._no_window_log = RateLimited(3600.0)
+        self._undecodable_log = UndecodableLog()
         self._next_reconcile = 0.0
         self._next_idle_sweep = 0.0
         self._unfinished: set[str] = set()
@@ -225,7 +243,7 @@ class Recompute:
         rules = [self.series_rules(s) for s in series]
         settings = [self.settings(s.suite) for s in series]
         ruled = [s for s, rs in zip(series, rules, strict=True) if rs]
-        previous = await self.evaluator.newest_snapshots(ruled) if ruled else {}
+        previous = await self._previous(ruled)
         wholes = sorted({s.suite for s in series if s.slice is None})
         slice_ids = await self.store.reads.slices_of(wholes)
         now = time.time()
@@ -314,6 +332,20 @@ class Recompute:
             out[one] = snap
         return out
 
+    async def _previous(self, series: Sequence[Series]) -> dict[Series, snapshot.Snapshot]:
+        """The stored snapshot of each series (its pace is measured from it), where readable.
+
+        One that does not decode is logged and counts as absent: this tick's
+        write replaces it.
+        """
+        out: dict[Series, snapshot.Snapshot] = {}
+        for one, doc in zip(series, await self.store.snapshots.documents(series), strict=True):
+            if isinstance(doc, Undecodable):
+                self._undecodable_log.note(doc)
+            elif doc is not None:
+                out[one] = doc
+        return out
+
     async def _alone(
         self, series: Series, hist: Histogram, settings: snapshot.StatsSettings
     ) -> list[Estimate] | None:
@@ -389,8 +421,9 @@ class Recompute:
             await self.store.snapshots.mark_changed([series])
             return None
 
-    async def ci_tick(self) -> list[str]:
-        """New snapshots for the series this replica claims; returns their marks.
+    async def ci_tick(self) -> Tick:
+        """New snapshots for the series this replica claims: their marks, and the snapshots
+        whose write won.
 
         Claims batch after batch while marks remain, for at most
         ``TICK_SHARE`` of a ``ci_interval``: a burst of changed suites drains
@@ -409,11 +442,15 @@ class Recompute:
             self._unfinished.clear()
         deadline = time.monotonic() + TICK_SHARE * self.config.stats.ci_interval
         done: list[str] = []
+        wrote: dict[Series, snapshot.Snapshot] = {}
         lanes = asyncio.Semaphore(RECOMPUTE_LANES)
 
         async def recompute(batch: list[str]) -> None:
             async with lanes:
-                await self.refresh_snapshots(batch)
+                snaps = await self.refresh_snapshots(batch)
+            for mark, snap in zip(batch, snaps, strict=True):
+                if snap is not None:
+                    wrote[Series.of_member(mark)] = snap
 
         while True:
             claimed = await self.store.snapshots.claim_changed(CLAIM_BATCH, CLAIM_LIFETIME)
@@ -435,7 +472,7 @@ class Recompute:
             await self.store.snapshots.release_claims(claimed)
             done.extend(claimed)
             if len(claimed) < CLAIM_BATCH or time.monotonic() >= deadline:
-                return done
+                return Tick(done, wrote)
 
     async def expire_idle(self, suites: Sequence[str]) -> int:
         """Retire the tasks of suites with an idle expiry that had no event for that long."""
@@ -471,8 +508,9 @@ class Recompute:
         if time.monotonic() >= self._next_idle_sweep:
             self._next_idle_sweep = time.monotonic() + IDLE_SWEEP_EVERY
             await self.expire_idle(await self.store.reads.suites())
-        changed = await self.ci_tick()
-        await self.evaluator.evaluate(await self.store.reads.suites())
+        tick = await self.ci_tick()
+        # The tick's own snapshots go to the evaluator as records, not back through Redis.
+        await self.evaluator.evaluate(await self.store.reads.suites(), tick.snapshots)
         if self.canaries is not None:
-            await self.canaries.judge(sorted({Series.of_member(m).suite for m in changed}))
+            await self.canaries.judge(sorted({Series.of_member(m).suite for m in tick.marks}))
         self.metrics.evaluations.inc()

@@ -29,7 +29,6 @@ import fnmatch
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-import msgspec
 import redis.exceptions
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -42,7 +41,7 @@ from reliabilityd.rejections import REASON_CLASSES, reason_class
 from reliabilityd.rules import Rule, for_slice
 from reliabilityd.sources.mqtt import Watch
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Applied, Series, Store
+from reliabilityd.store import Applied, Series, Store, Undecodable, UndecodableLog
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ALERT_STATES = ("inactive", "pending", "firing", "resolved")
@@ -85,31 +84,22 @@ class MqttCollector(Collector):
             yield family
 
 
+# Undecodable documents are left out of the gauges; one warning line per interval says so.
+_undecodable_log = UndecodableLog()
+
+
 async def _newest(
     store: Store, series: Sequence[Series], known: Mapping[Series, Snapshot] | None
 ) -> list[Snapshot]:
-    """The newest snapshot of each series that has one; with ``known`` (the snapshots
-    an earlier view read), only the documents of series whose stored snapshot is
-    another one are read and decoded."""
-    kept: dict[Series, Snapshot] = {}
-    wanted = list(series)
-    if known:
-        stamps = await store.snapshots.snapshot_stamps(series)
-        wanted = []
-        for one, stamp in zip(series, stamps, strict=True):
-            snap = known.get(one)
-            if snap is not None and stamp == (snap.version, snap.updated_at):
-                kept[one] = snap
-            elif stamp is not None:
-                wanted.append(one)
-    for one, raw in zip(wanted, await store.snapshots.snapshot_docs(wanted), strict=True):
-        if raw is None:
-            continue
-        try:
-            kept[one] = msgspec.json.decode(raw, type=Snapshot)
-        except msgspec.DecodeError:
-            continue  # written by another schema version, or damaged: one series, not the scrape
-    return [kept[s] for s in series if s in kept]
+    """The newest snapshot of each series that has a readable one; with ``known`` (the
+    snapshots an earlier view read), only the documents of series whose stored snapshot
+    is another one are read and decoded. One that does not decode is left out (logged):
+    one series, not the scrape."""
+    docs = await store.snapshots.documents(series, known=known)
+    for doc in docs:
+        if isinstance(doc, Undecodable):
+            _undecodable_log.note(doc)
+    return [doc for doc in docs if isinstance(doc, Snapshot)]
 
 
 async def read_view(
@@ -139,6 +129,12 @@ async def read_view(
         for sid in ids
     ]
     states = await store.alerts.alert_states(pairs)
+    alerts = []
+    for (suite, rule), state in zip(pairs, states, strict=True):
+        if isinstance(state, Undecodable):
+            _undecodable_log.note(state)  # no gauge: a state not known is not "inactive"
+        else:
+            alerts.append((suite, rule, state))
     triples = [(s, r, sink) for s, r in pairs for sink in sinks]
     depths = await store.alerts.outbox_lengths(triples)
     outbox = dict.fromkeys(sinks, 0)
@@ -146,7 +142,7 @@ async def read_view(
         outbox[sink] += depth
     return SuiteView(
         snapshots=snapshots,
-        alerts=[(s, r, st) for (s, r), st in zip(pairs, states, strict=True)],
+        alerts=alerts,
         outbox=outbox,
         redis_up=True,
         read_at=time.time(),

@@ -158,7 +158,12 @@ async def _run(servers: EmbeddedServers, duration: float, live: bool) -> int:
                     await agents.publish(client, agents.round())
                     views = await liveview.read(store, config.rules())
                     state = next(
-                        (s.state for v in views for _, s in v.alerts if v.suite == "support-bot"),
+                        (
+                            liveview.state_name(s)
+                            for v in views
+                            for _, s in v.alerts
+                            if v.suite == "support-bot"
+                        ),
                         "inactive",
                     )
                     for note in await liveview.new_notes(store, config.alerts_key, seen_notes):

@@ -1,9 +1,11 @@
 """What the demo shows: each suite's numbers as read back from Redis, live or as plain lines.
 
 ``read`` takes everything from Redis through the Store (snapshot documents,
-alert states, the alert history), never from the daemon's memory, so what a
-person sees is what any other reader of Redis would see. ``render`` builds
-the rich view for a terminal; ``plain`` the line a log or CI gets instead.
+alert states, the alert history, each decoded by the store), never from the
+daemon's memory, so what a person sees is what any other reader of Redis
+would see; a document the store cannot decode shows as undecodable.
+``render`` builds the rich view for a terminal; ``plain`` the line a log or
+CI gets instead.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import msgspec
 from reliabilityd.rules import AlertState, Rule, Trigger
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Store
+from reliabilityd.store import Store, Undecodable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -27,14 +29,15 @@ ALERT_STYLE = {
     "pending": ("pending", "yellow"),
     "firing": ("FIRING", "bold white on red"),
     "resolved": ("resolved", "green"),
+    "undecodable": ("undecodable", "yellow"),
 }
 
 
 class SuiteView(msgspec.Struct, frozen=True):
     suite: str
-    snap: Snapshot | None
+    snap: Snapshot | Undecodable | None
     # (rule name, its state) for each rule watching this suite.
-    alerts: list[tuple[str, AlertState]]
+    alerts: list[tuple[str, AlertState | Undecodable]]
 
 
 class Note(msgspec.Struct, frozen=True):
@@ -59,13 +62,7 @@ async def read(store: Store, rules: Sequence[Rule]) -> list[SuiteView]:
     """Every suite's snapshot document and the state of each rule watching it."""
     views = []
     for suite in await store.reads.suites():
-        raw = await store.snapshots.snapshot_json(suite)
-        snap = None
-        if raw is not None:
-            try:
-                snap = msgspec.json.decode(raw, type=Snapshot)
-            except msgspec.ValidationError:
-                snap = None
+        snap = await store.snapshots.document(suite)
         watching = [r for r in rules if fnmatch.fnmatchcase(suite, r.suite)]
         states = await store.alerts.alert_states([(suite, r.name) for r in watching])
         views.append(
@@ -78,6 +75,11 @@ async def new_notes(store: Store, key: str, seen: int) -> list[Note]:
     """Alert notifications appended to the history stream after the first ``seen``."""
     raw = await store.alerts.alert_history(key)
     return [msgspec.json.decode(r, type=Note) for r in raw[seen:]]
+
+
+def state_name(state: AlertState | Undecodable) -> str:
+    """A stored state's name, or "undecodable"."""
+    return "undecodable" if isinstance(state, Undecodable) else state.state
 
 
 def pct(x: float | None) -> str:
@@ -134,6 +136,8 @@ def plain(view: SuiteView, ks: Sequence[int], elapsed: float) -> str:
     snap = view.snap
     if snap is None:
         parts.append("(no snapshot yet)")
+    elif isinstance(snap, Undecodable):
+        parts.append("(snapshot undecodable)")
     else:
         parts += [f"tasks={snap.tasks}", f"trials={snap.trials}"]
         for metric, k in columns(ks):
@@ -142,7 +146,7 @@ def plain(view: SuiteView, ks: Sequence[int], elapsed: float) -> str:
             top = snap.lottery.rows[0]
             parts.append(f"lottery={top.task!r}({top.c}/{top.n})")
     for name, state in view.alerts:
-        parts.append(f"alert[{name}]={state.state}")
+        parts.append(f"alert[{name}]={state_name(state)}")
     return "  ".join(parts)
 
 
@@ -195,8 +199,11 @@ def render(
     for view in views:
         snap = view.snap
         cells: list[Text | str] = [Text(view.suite, style="bold")]
-        if snap is None:
-            cells += ["-", "-", *(["-"] * len(columns(ks)))]
+        if not isinstance(snap, Snapshot):
+            blank: list[Text | str] = ["-"] * len(columns(ks))
+            if blank and snap is not None:
+                blank[0] = Text("undecodable", style="yellow")
+            cells += ["-", "-", *blank]
         else:
             cells += [str(snap.tasks), str(snap.trials)]
             for metric, k in columns(ks):
@@ -212,7 +219,7 @@ def render(
                 lottery.append(f"  {view.suite}: {rows}")
         alert = Text("-")
         for _, state in view.alerts:
-            word, style = ALERT_STYLE[state.state]
+            word, style = ALERT_STYLE[state_name(state)]
             alert = Text(word, style=style)
         cells.append(alert)
         table.add_row(*cells)

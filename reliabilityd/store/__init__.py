@@ -1,9 +1,12 @@
 """Redis: the only package that names a key or sends a command.
 
 ``Store`` is the facade every other layer talks to, composed of parts by
-concern (ingest, reads, snapshots, alerts, streams, imports, admin); ``keys``
-is the key schema, ``dedup`` the bucket sets that make counting idempotent,
-and the Lua scripts live in ``lua/`` beside the module that loads them.
+concern (ingest, reads, snapshots, alerts, streams, imports, admin). The
+documents it keeps come back decoded once (``_documents``), as the records
+of the layers below or as ``Undecodable``, never as bytes to parse again.
+``keys`` is the key schema, ``dedup`` the bucket sets that make counting
+idempotent, and the Lua scripts live in ``lua/`` beside the module that
+loads them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from reliabilityd.store._base import (
     connect,
     url_problem,
 )
+from reliabilityd.store._documents import Undecodable, UndecodableLog
 from reliabilityd.store._ingest import Slicing
 from reliabilityd.store._reads import TaskHashes, task_counts_of
 from reliabilityd.store._snapshots import SnapshotWrite
@@ -40,6 +44,8 @@ __all__ = [
     "StreamCursor",
     "SuiteState",
     "TaskHashes",
+    "Undecodable",
+    "UndecodableLog",
     "connect",
     "task_counts_of",
     "url_problem",

@@ -1,8 +1,8 @@
 """Alerting's records: rule states by compare-and-set, outboxes, leases, history.
 
 The evaluator and the outbox drainer call these, and never name a key
-themselves. A stored state that does not decode (another
-version wrote it) comes back as ``Undecodable`` with its sequence number, so
+themselves. A stored state that does not decode (another version wrote it)
+comes back as ``Undecodable`` (``_documents``) with its sequence number, so
 the caller can log it and overwrite it by compare-and-set instead of stopping.
 """
 
@@ -18,16 +18,9 @@ from reliabilityd.rules import AlertState
 from reliabilityd.stats import history
 from reliabilityd.stats.history import Transition
 from reliabilityd.store._base import Redis
+from reliabilityd.store._documents import Undecodable, alert_state_of
 from reliabilityd.store._scripts import ALERT_CAS, LEASE, OUTBOX_POP
 from reliabilityd.store.keys import Keys, Series
-
-
-class Undecodable(msgspec.Struct, frozen=True):
-    """A stored alert state this version cannot read, with the reason."""
-
-    seq: int
-    snapshot_version: int
-    reason: str
 
 
 class Cas(msgspec.Struct, frozen=True):
@@ -44,9 +37,6 @@ class Baseline(msgspec.Struct, frozen=True):
     tasks: dict[str, tuple[int, int]]
 
 
-_state_decoder = msgspec.json.Decoder(AlertState)
-
-
 class Alerts:
     """Alert states, outboxes and leases."""
 
@@ -60,42 +50,21 @@ class Alerts:
     def outbox_key(self, suite: str, rule: str, sink: str) -> str:
         return self.keys.outbox(suite, rule, sink)
 
-    async def alert_states(self, pairs: Sequence[tuple[str, str]]) -> list[AlertState]:
-        """The stored state of each (suite, rule); inactive when none is stored or readable."""
-        return [
-            AlertState(seq=s.seq, snapshot_version=s.snapshot_version)
-            if isinstance(s, Undecodable)
-            else s
-            for s in await self.alert_states_checked(pairs)
-        ]
-
-    async def alert_states_checked(
+    async def alert_states(
         self, pairs: Sequence[tuple[str, str]]
     ) -> list[AlertState | Undecodable]:
-        """The stored state of each (suite, rule), or why it cannot be read."""
+        """The stored state of each (suite, rule), in one round trip: inactive when none is
+        stored, ``Undecodable`` when the stored one does not decode."""
         if not pairs:
             return []
+        keys = [self.alert_key(suite, rule) for suite, rule in pairs]
         pipe = self.client.pipeline(transaction=False)
-        for suite, rule in pairs:
-            pipe.hmget(self.alert_key(suite, rule), ["seq", "snap", "doc"])
-        out: list[AlertState | Undecodable] = []
-        for seq_raw, snap_raw, doc in await pipe.execute():
-            try:
-                seq = int(seq_raw or 0)
-                snap = int(snap_raw) if snap_raw is not None else -1
-            except ValueError as exc:
-                out.append(Undecodable(0, -1, f"bad seq or snap field: {exc}"))
-                continue
-            if doc is None:
-                out.append(AlertState(seq=seq, snapshot_version=snap))
-                continue
-            try:
-                state = _state_decoder.decode(doc)
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                out.append(Undecodable(seq, snap, str(exc)))
-                continue
-            out.append(msgspec.structs.replace(state, seq=seq, snapshot_version=snap))
-        return out
+        for key in keys:
+            pipe.hmget(key, ["seq", "snap", "doc"])
+        return [
+            alert_state_of(key, *fields)
+            for key, fields in zip(keys, await pipe.execute(), strict=True)
+        ]
 
     async def alert_cas(
         self,

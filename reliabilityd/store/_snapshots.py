@@ -15,7 +15,9 @@ from typing import Any
 import msgspec
 
 from reliabilityd.stats import history
+from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store._base import Redis, _text
+from reliabilityd.store._documents import Undecodable, snapshot_of
 from reliabilityd.store._scripts import CLAIM, WRITE_SNAPSHOT
 from reliabilityd.store.keys import Keys, Series
 
@@ -25,6 +27,14 @@ SeriesLike = str | Series
 def _series(x: SeriesLike) -> Series:
     """A series, or its mark (``Series.member``: a suite name is its whole)."""
     return x if isinstance(x, Series) else Series.of_member(x)
+
+
+def _stamp(version: bytes | str, updated: bytes | str) -> tuple[int, str] | None:
+    """(version, updated_at) of a stored document; None when the version does not parse."""
+    try:
+        return int(version), _text(updated)
+    except ValueError:
+        return None
 
 
 # The snapshot hash field holding the fingerprint of the settings its CI part
@@ -56,40 +66,77 @@ class Snapshots:
     def _key(self, series: SeriesLike) -> str:
         return self.keys.series(_series(series), "snapshot")
 
-    async def snapshot(self, suite: str, *, slice: str | None = None) -> dict[str, str]:
+    async def fields(self, suite: str, *, slice: str | None = None) -> dict[str, str]:
+        """The series' snapshot hash as ``redis-cli HGETALL`` shows it: the flat fields.
+
+        For tools and tests that check what is stored; the document itself is
+        read, decoded, by ``document``.
+        """
         raw = await self.client.hgetall(self._key(Series(suite, slice)))
         return {_text(k): _text(v) for k, v in raw.items()}
 
     async def snapshot_json(self, suite: str, *, slice: str | None = None) -> bytes | None:
-        """Only the snapshot document, without the flat fields."""
+        """The snapshot document's bytes exactly as stored, for ``GET /suites/<suite>`` alone.
+
+        The HTTP answer is the stored document byte for byte; every other
+        reader takes the decoded record (``document``).
+        """
         raw: Any = await self.client.hget(self._key(Series(suite, slice)), "json")
         return None if raw is None else bytes(raw)
 
-    async def snapshot_docs(self, suites: Sequence[SeriesLike]) -> list[bytes | None]:
-        """The newest stored snapshot document of each series, in one round trip."""
-        if not suites:
-            return []
-        pipe = self.client.pipeline(transaction=False)
-        for suite in suites:
-            pipe.hget(self._key(suite), "json")
-        return [None if raw is None else bytes(raw) for raw in await pipe.execute()]
+    async def document(
+        self, suite: str, *, slice: str | None = None
+    ) -> Snapshot | Undecodable | None:
+        """The series' newest stored snapshot; None before any, ``Undecodable`` when it does
+        not decode (``documents``)."""
+        return (await self.documents([Series(suite, slice)]))[0]
 
-    async def snapshot_stamps(self, suites: Sequence[SeriesLike]) -> list[tuple[int, str] | None]:
-        """(version, updated_at) of each series' stored snapshot document, None without one.
+    async def documents(
+        self,
+        suites: Sequence[SeriesLike],
+        *,
+        known: Mapping[Series, Snapshot] | None = None,
+    ) -> list[Snapshot | Undecodable | None]:
+        """The newest stored snapshot of each series, decoded, in one round trip.
 
-        Tells a reader which documents changed since it read them, without
-        reading the documents.
+        None for a series without one; ``Undecodable`` (with the decode error)
+        for one written by another version or damaged. With ``known`` (records
+        the caller holds, by series), a series whose stored document is the
+        known one (the same version and ``updated_at``, both written with it)
+        gets that record back without its document being read or decoded; the
+        documents of the others among them take one more round trip.
         """
         if not suites:
             return []
+        series = [_series(s) for s in suites]
+        held = known or {}
         pipe = self.client.pipeline(transaction=False)
-        for suite in suites:
-            # Both are written with the document (the CI part), never without it.
-            pipe.hmget(self._key(suite), ["version", "updated_at"])
-        out: list[tuple[int, str] | None] = []
-        for version, updated in await pipe.execute():
-            missing = version is None or updated is None
-            out.append(None if missing else (int(version), _text(updated)))
+        for one in series:
+            if one in held:
+                pipe.hmget(self._key(one), ["version", "updated_at"])
+            else:
+                pipe.hget(self._key(one), "json")
+        out: list[Snapshot | Undecodable | None] = []
+        moved: list[int] = []
+        for i, (one, reply) in enumerate(zip(series, await pipe.execute(), strict=True)):
+            snap = held.get(one)
+            if snap is None:
+                out.append(snapshot_of(self._key(one), reply))
+                continue
+            version, updated = reply
+            if version is None or updated is None:
+                out.append(None)  # both are written with the document, never without it
+            elif _stamp(version, updated) == (snap.version, snap.updated_at):
+                out.append(snap)
+            else:
+                out.append(None)
+                moved.append(i)
+        if moved:
+            pipe = self.client.pipeline(transaction=False)
+            for i in moved:
+                pipe.hget(self._key(series[i]), "json")
+            for i, raw in zip(moved, await pipe.execute(), strict=True):
+                out[i] = snapshot_of(self._key(series[i]), raw)
         return out
 
     async def write_snapshot(

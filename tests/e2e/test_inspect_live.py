@@ -9,23 +9,22 @@ The hook is loaded the way users get it: Inspect finds it through the
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.importers._import import import_file
 from reliabilityd.rules import Rule
+from reliabilityd.stats.snapshot import Snapshot
 from tests.support.daemon import make_config, running
 from tests.support.faults import mqtt_flush
-from tests.support.helpers import wait_until
+from tests.support.helpers import stored_snapshot, stored_state, wait_until
 from tests.support.servers import Mosquitto, RedisServer
 
 TASKS = Path(__file__).parent / "inspect_tasks.py"
@@ -39,7 +38,7 @@ class Watch:
     def __init__(self, proc: asyncio.subprocess.Process, log_dir: Path) -> None:
         self.proc = proc
         self.log_dir = log_dir
-        self.during: list[dict[str, Any]] = []  # snapshots seen while the eval ran
+        self.during: list[Snapshot] = []  # snapshots seen while the eval ran
         self.fired_at: float | None = None
         self.fired_while_running = False
 
@@ -80,11 +79,11 @@ async def watch(daemon: Daemon, run: Watch, rule: str | None = None) -> str:
     """Poll the daemon until the eval exits; returns the eval's output."""
     output = asyncio.create_task(run.proc.communicate())
     while not output.done():
-        raw = await daemon.store.snapshots.snapshot_json(SUITE)
-        if raw is not None:
-            run.during.append(json.loads(raw))
+        snap = await stored_snapshot(daemon.store, SUITE)
+        if snap is not None:
+            run.during.append(snap)
         if rule is not None and run.fired_at is None:
-            (state,) = await daemon.store.alerts.alert_states([(SUITE, rule)])
+            state = await stored_state(daemon.store, SUITE, rule)
             if state.state == "firing":
                 run.fired_at = time.time()
                 run.fired_while_running = run.proc.returncode is None
@@ -95,9 +94,9 @@ async def watch(daemon: Daemon, run: Watch, rule: str | None = None) -> str:
     return text
 
 
-def by_k(snapshot: dict[str, Any], metric: str) -> dict[int, float | None]:
-    key = "pass_hat_k" if metric == "pass^k" else "pass_at_k"
-    return {e["k"]: e.get("value") for e in snapshot[key]}
+def by_k(snapshot: Snapshot, metric: str) -> dict[int, float | None]:
+    ests = snapshot.pass_hat_k if metric == "pass^k" else snapshot.pass_at_k
+    return {e.k: e.value for e in ests}
 
 
 async def reducers(log_path: Path) -> dict[str, float]:
@@ -113,16 +112,15 @@ async def reducers(log_path: Path) -> dict[str, float]:
     return {s.reducer or "": s.metrics["accuracy"].value for s in log.results.scores}
 
 
-async def final_snapshot(daemon: Daemon, trials: int) -> dict[str, Any]:
-    got: dict[str, Any] = {}
-
+async def final_snapshot(daemon: Daemon, trials: int) -> Snapshot:
     async def complete() -> bool:
-        raw = await daemon.store.snapshots.snapshot_json(SUITE)
-        got.update(json.loads(raw) if raw else {})
-        return got.get("trials") == trials
+        snap = await stored_snapshot(daemon.store, SUITE)
+        return snap is not None and snap.trials == trials
 
     await wait_until(complete, 30)
-    return got
+    snap = await stored_snapshot(daemon.store, SUITE)
+    assert snap is not None
+    return snap
 
 
 @pytest.mark.timeout(180)
@@ -141,10 +139,10 @@ async def test_live_numbers_equal_inspects_reducers_and_the_import_adds_nothing(
         final = await final_snapshot(daemon, 32)
         theirs = await reducers(run.log_path())
         # During the eval: the suite already had numbers, on part of the trials.
-        partial = [s for s in run.during if 0 < s["trials"] < 32]
-        assert partial, [s["trials"] for s in run.during]
+        partial = [s for s in run.during if 0 < s.trials < 32]
+        assert partial, [s.trials for s in run.during]
         mid = partial[len(partial) // 2]
-        print(f"during: {mid['trials']} trials, pass^1 {by_k(mid, 'pass^k')[1]}")
+        print(f"during: {mid.trials} trials, pass^1 {by_k(mid, 'pass^k')[1]}")
         print(f"after: pass^k {by_k(final, 'pass^k')}, pass@2 {by_k(final, 'pass@k')[2]}")
         print(f"Inspect's reducers: {theirs}")
         for k in range(1, 5):

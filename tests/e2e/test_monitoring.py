@@ -24,7 +24,7 @@ from reliabilityd.alerting.notify import Notification, alertmanager_alert, gener
 from reliabilityd.config import AlertmanagerSinkConfig, Config, SinksConfig
 from reliabilityd.rules import Rule
 from tests.support.daemon import store_for
-from tests.support.helpers import current_snapshot, publish, wait_until
+from tests.support.helpers import current_snapshot, publish, stored_state, wait_until
 from tests.support.http import event, get, http_config, post, scrape, serving
 from tests.support.servers import Alertmanager, Mosquitto, RedisServer, StartPrometheus, free_port
 
@@ -155,7 +155,7 @@ async def test_alertmanager_receives_firing_and_resolved_and_the_link_answers(
             return not await api(am_alerts)
 
         await wait_until(resolved, within=30, interval=0.2)
-        (state,) = await store.alerts.alert_states([(SUITE, "deploy-reliability")])
+        state = await stored_state(store, SUITE, "deploy-reliability")
         assert state.state == "resolved"
         assert await store.alerts.outbox_lengths(
             [(SUITE, "deploy-reliability", "alertmanager")]

@@ -34,7 +34,7 @@ from reliabilityd.stats.snapshot import StatsSettings, build, full_estimates, re
 from reliabilityd.store import Store
 from tests.support.browser import CdpError, Page, browser
 from tests.support.daemon import make_config, running, store_for
-from tests.support.helpers import publish, wait_until
+from tests.support.helpers import publish, stored_state, wait_until
 from tests.support.servers import Mosquitto, RedisServer, free_port
 
 SUITE = "checkout-bot"
@@ -141,7 +141,7 @@ async def scene(redis: RedisServer, broker: Mosquitto, prefix: str) -> AsyncIter
             await publish(broker.port, f"{prefix}/trials/x", [*now, bad])
 
             async def fired() -> bool:
-                (state,) = await store.alerts.alert_states([(SUITE, RULE.name)])
+                state = await stored_state(store, SUITE, RULE.name)
                 return state.state == "firing"
 
             await wait_until(fired, within=30, interval=0.2)

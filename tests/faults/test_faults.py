@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -22,6 +23,7 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from reliabilityd.config import IngestConfig, MqttConfig, RedisConfig
+from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
 from tests.support.daemon import make_config, running, store_for
 from tests.support.faults import (
@@ -38,6 +40,7 @@ from tests.support.helpers import (
     make_events,
     payloads,
     publish,
+    stored_snapshot,
     truth_of,
     wait_until,
 )
@@ -210,13 +213,12 @@ async def test_two_daemons_on_a_shared_subscription_equal_one(
             for suite in SUITES:
                 for store in (pair, solo):
                     await wait_until(partial(current, store, suite), 30)
-                docs = [
-                    msgspec.json.decode((await s.snapshots.snapshot(suite))["json"])
-                    for s in (pair, solo)
-                ]
-                for doc in docs:
-                    del doc["updated_at"], doc["version"], doc["duplicates"], doc["last_trial_at"]
-                assert docs[0] == docs[1]
+                snaps = [await stored_snapshot(s, suite) for s in (pair, solo)]
+                assert snaps[0] is not None
+                assert snaps[1] is not None
+                assert _without(
+                    snaps[0], "updated_at", "version", "duplicates", "last_trial_at"
+                ) == _without(snaps[1], "updated_at", "version", "duplicates", "last_trial_at")
         # Both replicas did part of the work: each logs its count when it stops.
         shares = []
         for d in (a, b):
@@ -241,7 +243,15 @@ async def test_two_daemons_on_a_shared_subscription_equal_one(
 
 async def current(store: Store, suite: str) -> bool:
     state = await store.reads.read_state(suite)
-    return (await store.snapshots.snapshot(suite)).get("version") == str(state.counters.version)
+    return (await store.snapshots.fields(suite)).get("version") == str(state.counters.version)
+
+
+def _without(snap: Snapshot, *names: str) -> dict[str, Any]:
+    """The snapshot's fields but ``names``: what two deployments must agree on."""
+    doc = msgspec.structs.asdict(snap)
+    for name in names:
+        del doc[name]
+    return doc
 
 
 async def test_redis_cluster_gives_the_same_snapshot_as_one_node(
@@ -280,13 +290,12 @@ async def test_redis_cluster_gives_the_same_snapshot_as_one_node(
             for store in (one, many):
                 await wait_until(partial(is_complete, store, suite, truth), 60)
                 await wait_until(partial(current, store, suite), 30)
-            docs = [
-                msgspec.json.decode((await s.snapshots.snapshot(suite))["json"])
-                for s in (one, many)
-            ]
-            for doc in docs:
-                del doc["updated_at"], doc["last_trial_at"]
-            assert docs[0] == docs[1]
+            snaps = [await stored_snapshot(s, suite) for s in (one, many)]
+            assert snaps[0] is not None
+            assert snaps[1] is not None
+            assert _without(snaps[0], "updated_at", "last_trial_at") == _without(
+                snaps[1], "updated_at", "last_trial_at"
+            )
             assert await many.reads.task_counts(suite) == truth.counts(suite)
             # The history is written by the same script call on the cluster: its newest
             # point holds that snapshot's numbers on both.

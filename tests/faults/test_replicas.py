@@ -30,7 +30,7 @@ from tests.support.alerting import (
 )
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import running, store_for
-from tests.support.helpers import judged, wait_until
+from tests.support.helpers import judged, stored_snapshot, wait_until
 from tests.support.servers import Mosquitto, RedisServer
 
 
@@ -146,12 +146,12 @@ async def test_a_change_mark_is_claimed_and_a_dead_claim_comes_back(
             # other writes the snapshot, and mark the suite once more; that
             # replica claims the mark in the same tick.
             await wait_until(no_marks, 10)
-            doc = msgspec.json.decode((await store.snapshots.snapshot(SUITE))["json"])
+            snap = await stored_snapshot(store, SUITE)
+            assert snap is not None
             settings = snapshot.StatsSettings(ks=(5,), n_boot=500)
             want = snapshot.full_estimates(Histogram.from_pairs([(10, 10)] * 5), settings)
-            hat = [e for e in want if e.metric == "pass^k"]
-            assert doc["pass_hat_k"] == msgspec.json.decode(msgspec.json.encode(hat))
+            assert snap.pass_hat_k == [e for e in want if e.metric == "pass^k"]
 
 
 async def _snapshot_at(store: Store, version: int) -> bool:
-    return (await store.snapshots.snapshot(SUITE)).get("version") == str(version)
+    return (await store.snapshots.fields(SUITE)).get("version") == str(version)

@@ -29,7 +29,7 @@ from tests.support.alerting import (
 )
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import running, store_for
-from tests.support.helpers import current_snapshot, judged, wait_until
+from tests.support.helpers import current_snapshot, judged, stored_state, wait_until
 from tests.support.servers import Mosquitto, RedisServer
 
 BASELINE, CANDIDATE, RULE = "prod", "canary", "canary-regression"
@@ -91,7 +91,7 @@ async def settled(
 
 
 async def state_of(store: Store, name: str = RULE) -> str:
-    (state,) = await store.alerts.alert_states([(CANDIDATE, name)])
+    state = await stored_state(store, CANDIDATE, name)
     return state.state
 
 

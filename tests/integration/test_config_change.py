@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import msgspec
-
 from reliabilityd.cli.status import status
 from reliabilityd.client._client import AsyncClient
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
@@ -12,7 +10,7 @@ from reliabilityd.rules import Rule
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
 from tests.support.daemon import running, store_for
-from tests.support.helpers import judged, wait_until
+from tests.support.helpers import judged, stored_snapshot, stored_state, stored_states, wait_until
 from tests.support.servers import RedisServer
 
 SUITE = "quiet-bot"
@@ -43,8 +41,7 @@ def events() -> list[TrialEvent]:
 
 
 async def snapshot_of(store: Store) -> Snapshot | None:
-    raw = await store.snapshots.snapshot_json(SUITE)
-    return None if raw is None else msgspec.json.decode(raw, type=Snapshot)
+    return await stored_snapshot(store, SUITE)
 
 
 async def test_a_new_rule_and_a_new_k_are_judged_on_stored_data_after_a_restart(
@@ -78,14 +75,14 @@ async def test_a_new_rule_and_a_new_k_are_judged_on_stored_data_after_a_restart(
         await wait_until(new_k_computed, 20)
 
         async def new_rule_fired() -> bool:
-            (state,) = await store.alerts.alert_states([(SUITE, NEW_RULE.name)])
+            state = await stored_state(store, SUITE, NEW_RULE.name)
             return state.state == "firing"
 
         await wait_until(new_rule_fired, 20)
         # A few more passes of the evaluator on the same snapshot.
         await judged(store, SUITE, daemon, passes=3)
-        calm, old = await store.alerts.alert_states(
-            [(SUITE, NEW_CALM_RULE.name), (SUITE, OLD_RULE.name)]
+        calm, old = await stored_states(
+            store, [(SUITE, NEW_CALM_RULE.name), (SUITE, OLD_RULE.name)]
         )
         assert calm.state == "inactive"
         assert old.state == "inactive"

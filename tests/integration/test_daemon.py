@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from reliabilityd.config import StoreConfig
 from reliabilityd.daemon._daemon import Daemon
-from reliabilityd.daemon._recompute import Recompute
+from reliabilityd.daemon._recompute import Recompute, Tick
 from reliabilityd.events import TrialEvent
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.lottery import lottery_cases
@@ -51,7 +51,7 @@ async def all_counted(store: Store, truth: Truth, suites: tuple[str, ...]) -> bo
 
 async def snapshot_current(store: Store, suite: str) -> bool:
     state = await store.reads.read_state(suite)
-    snap = await store.snapshots.snapshot(suite)
+    snap = await store.snapshots.fields(suite)
     return snap.get("version") == str(state.counters.version)
 
 
@@ -75,7 +75,7 @@ async def test_ten_thousand_events_counted_exactly(
         for suite in ("alpha", "beta"):
             await wait_until(partial(snapshot_current, store, suite), 30)
             assert await store.reads.task_counts(suite) == truth.counts(suite)
-            snap = await store.snapshots.snapshot(suite)
+            snap = await store.snapshots.fields(suite)
             doc = msgspec.json.decode(snap["json"])
             assert doc["schema"] == 1
             assert doc["suite"] == suite
@@ -107,7 +107,7 @@ async def test_retained_snapshot_on_mqtt(
     async with running(cfg), store_for(cfg) as store:
         await publish(mosquitto.port, f"{prefix}/trials/a", payloads(events, 12))
         await wait_until(lambda: snapshot_current(store, "deploy-bot"), 30)
-        stored = msgspec.json.decode((await store.snapshots.snapshot("deploy-bot"))["json"])
+        stored = msgspec.json.decode((await store.snapshots.fields("deploy-bot"))["json"])
     # After the daemon is gone, a new subscriber still gets the retained state.
     async with aiomqtt.Client("127.0.0.1", mosquitto.port) as client:
         await client.subscribe(f"{prefix}/snapshot/deploy-bot", qos=1)
@@ -134,12 +134,12 @@ async def test_live_point_estimate_follows_each_commit_before_the_ci(
         await publish(mosquitto.port, f"{prefix}/trials/a", payloads(events, 8))
 
         async def live() -> bool:
-            snap = await store.snapshots.snapshot("s")
+            snap = await store.snapshots.fields("s")
             return snap.get("pass^1") == repr(6 / 8)
 
         await wait_until(live, 10)
         lag = time.monotonic() - started
-        snap = await store.snapshots.snapshot("s")
+        snap = await store.snapshots.fields("s")
         assert "json" not in snap  # no CI has run: the value came from the live path
         assert snap["trials"] == "8"
         print(f"live value visible {lag * 1000:.0f} ms after publishing")
@@ -394,7 +394,7 @@ async def test_a_loop_that_keeps_failing_is_restarted_and_ingest_goes_on(
     """A bug in the CI loop is logged with its traceback and restarted; nothing else stops."""
     calls: list[int] = []
 
-    async def broken(self: Recompute) -> list[str]:
+    async def broken(self: Recompute) -> Tick:
         calls.append(1)
         raise RuntimeError("a bug in the CI tick")
 

@@ -28,7 +28,7 @@ from reliabilityd.embedded.processes import binary
 from reliabilityd.errors import ConfigError
 from reliabilityd.rules import Rule
 from tests.support.daemon import store_for
-from tests.support.helpers import wait_until
+from tests.support.helpers import stored_state, wait_until
 from tests.support.http import event, http_config, post, scrape, serving
 from tests.support.servers import RedisServer
 
@@ -218,7 +218,7 @@ async def test_every_queried_metric_is_exported_by_a_live_daemon(
         assert (await post(base, [*batch, batch[0]]))[0] == 200
 
         async def alert_judged() -> bool:
-            (state,) = await store.alerts.alert_states([("web", "r")])
+            state = await stored_state(store, "web", "r")
             return state.seq > 0
 
         await wait_until(alert_judged)

@@ -17,7 +17,7 @@ from reliabilityd.rules import Rule, views
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
 from tests.support.daemon import running
-from tests.support.helpers import judged, wait_until
+from tests.support.helpers import judged, stored_snapshot, stored_state, stored_states, wait_until
 from tests.support.servers import RedisServer
 
 RULE = Rule(
@@ -51,8 +51,7 @@ def round_of(suite: str, r: int, failing: int) -> list[TrialEvent]:
 
 
 async def snapshot_of(store: Store, suite: str) -> Snapshot | None:
-    raw = await store.snapshots.snapshot_json(suite)
-    return None if raw is None else msgspec.json.decode(raw, type=Snapshot)
+    return await stored_snapshot(store, suite)
 
 
 async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
@@ -83,8 +82,7 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
         assert view is not None
         assert view.evidence == 0.0  # nothing moved: no evidence of a drop
         assert view.level == 0.0  # and the windows sit above the threshold
-        states = await store.alerts.alert_states([(suite, RULE.name)])
-        assert states[0].state == "inactive"
+        assert (await stored_state(store, suite, RULE.name)).state == "inactive"
 
         # More healthy rounds a moment later (past PACE_MIN_SECONDS: a lower bound
         # a busy machine only lengthens): the suite has a pace, and the forecast
@@ -104,8 +102,7 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
         # Every task passed all it ran: at that truth the rule never pages.
         assert row.startswith(f"{suite}  {RULE.name}: 0 expected false pages/day at "), row
         assert "assumes" in lines[-1]
-        states = await store.alerts.alert_states([(suite, RULE.name)])
-        assert states[0].state == "inactive"
+        assert (await stored_state(store, suite, RULE.name)).state == "inactive"
         # And `reliabilityd status` shows the rule's state.
         status_lines: list[str] = []
         async with AsyncClient(redis_server.url, prefix=prefix) as client:
@@ -124,7 +121,7 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
             await commit(round_of(suite, r, failing=TASKS // 5))
 
         async def firing() -> bool:
-            return (await store.alerts.alert_states([(suite, RULE.name)]))[0].state == "firing"
+            return (await stored_state(store, suite, RULE.name)).state == "firing"
 
         await wait_until(firing, 20)
         snap = await snapshot_of(store, suite)
@@ -139,7 +136,7 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
             await commit(round_of(suite, r, failing=0))
 
         async def resolved() -> bool:
-            return (await store.alerts.alert_states([(suite, RULE.name)]))[0].state == "resolved"
+            return (await stored_state(store, suite, RULE.name)).state == "resolved"
 
         await wait_until(resolved, 30)
 
@@ -177,12 +174,11 @@ async def test_a_rule_judges_with_its_own_interval(redis_server: RedisServer, pr
         await store.ingest.apply({suite: events}, windows={}, dedup_ttl=cfg.dedup_ttl)
 
         async def strict_fired() -> bool:
-            states = await store.alerts.alert_states([(suite, "strict")])
-            return states[0].state == "firing"
+            return (await stored_state(store, suite, "strict")).state == "firing"
 
         await wait_until(strict_fired, 20)
         await judged(store, suite, daemon)  # the lenient rule was judged too
-        states = await store.alerts.alert_states([(suite, "strict"), (suite, "lenient")])
+        states = await stored_states(store, [(suite, "strict"), (suite, "lenient")])
         assert [s.state for s in states] == ["firing", "inactive"]
         snap = await snapshot_of(store, suite)
         assert snap is not None

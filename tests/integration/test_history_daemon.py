@@ -21,7 +21,7 @@ from reliabilityd.stats.slices import slice_id
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Slicing, Store
 from tests.support.daemon import running, store_for
-from tests.support.helpers import judged, wait_until
+from tests.support.helpers import judged, stored_snapshot, wait_until
 from tests.support.query import apply, cli, config_for
 from tests.support.servers import RedisServer
 
@@ -51,9 +51,9 @@ async def apply_async(store: Store, evs: list[TrialEvent]) -> None:
 
 
 async def snapshot_of(store: Store) -> Snapshot:
-    raw = await store.snapshots.snapshot_json(SUITE)
-    assert raw is not None
-    return msgspec.json.decode(raw, type=Snapshot)
+    snap = await stored_snapshot(store, SUITE)
+    assert snap is not None
+    return snap
 
 
 def matches(point: Point, snap: Snapshot) -> bool:
@@ -262,11 +262,11 @@ async def test_a_slice_rule_records_its_transitions_and_baseline_on_the_slice(
             sliced = await store.history.read(SUITE, slice=low)
             fine = await store.history.read(SUITE, slice=high)
             whole = await store.history.read(SUITE)
-            raw = await store.snapshots.snapshot_json(SUITE, slice=low)
+            low_snap = await stored_snapshot(store, SUITE, slice=low)
             counts = await store.reads.task_counts(Side(SUITE, {"model": "a"}))
             baseline = await store.alerts.baseline(SUITE, f"{RULE.name}[{low}]")
-    assert raw is not None
-    assert matches(sliced.points[-1], msgspec.json.decode(raw, type=Snapshot))
+    assert low_snap is not None
+    assert matches(sliced.points[-1], low_snap)
     (mark,) = sliced.transitions
     assert (mark.rule, mark.state) == (f"{RULE.name}[{low}]", "firing")
     # The whole suite's history holds the whole's transitions only; model b never breached.

@@ -61,7 +61,7 @@ async def _snapshot(cfg: Config, base: str) -> None:
     async with store_for(cfg) as store:
 
         async def ready() -> bool:
-            return await store.snapshots.snapshot_json("web") is not None
+            return await store.snapshots.document("web") is not None
 
         await wait_until(ready)
 

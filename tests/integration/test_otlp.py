@@ -26,7 +26,7 @@ from reliabilityd.config import Config, HttpConfig, IngestConfig, OtlpConfig
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.errors import ConfigError
 from tests.support.daemon import make_config, running, store_for
-from tests.support.helpers import wait_until
+from tests.support.helpers import stored_snapshot, wait_until
 from tests.support.servers import RedisServer, free_port
 
 EVENT = "gen_ai.evaluation.result"
@@ -201,18 +201,21 @@ async def test_the_suite_numbers_are_those_of_what_was_sent(
         await asyncio.to_thread(sdk_export, base, records)
 
         async def snapshotted() -> bool:
-            raw = await daemon.store.snapshots.snapshot_json(SERVICE)
-            return raw is not None and json.loads(raw)["trials"] == 60
+            snap = await stored_snapshot(daemon.store, SERVICE)
+            return snap is not None and snap.trials == 60
 
         await wait_until(snapshotted, 20)
-        snap = json.loads(await daemon.store.snapshots.snapshot_json(SERVICE) or b"{}")
+        snap = await stored_snapshot(daemon.store, SERVICE)
+        assert snap is not None
     for k in (1, 2, 3):
         hat = np.mean([math.comb(sum(v), k) / math.comb(len(v), k) for v in sent.values()])
         at = np.mean(
             [1 - math.comb(len(v) - sum(v), k) / math.comb(len(v), k) for v in sent.values()]
         )
-        ours_hat = next(e["value"] for e in snap["pass_hat_k"] if e["k"] == k)
-        ours_at = next(e["value"] for e in snap["pass_at_k"] if e["k"] == k)
+        ours_hat = snap.estimate("pass^k", k).value
+        ours_at = snap.estimate("pass@k", k).value
+        assert ours_hat is not None
+        assert ours_at is not None
         print(f"k={k}: sent pass^k {hat:.6f} pass@k {at:.6f}; daemon {ours_hat:.6f} {ours_at:.6f}")
         assert ours_hat == pytest.approx(hat, rel=1e-12)
         assert ours_at == pytest.approx(at, rel=1e-12)

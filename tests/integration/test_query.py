@@ -13,7 +13,7 @@ from reliabilityd.config import Config
 from reliabilityd.events import TrialEvent
 from reliabilityd.store import connect
 from tests.support.daemon import running
-from tests.support.helpers import wait_until
+from tests.support.helpers import stored_snapshot, wait_until
 from tests.support.query import apply, cli, config_for
 from tests.support.servers import RedisServer
 
@@ -35,7 +35,7 @@ def snapshot_by_daemon(cfg: Config, suite: str) -> None:
         async with running(cfg) as daemon:
 
             async def has_snapshot() -> bool:
-                return await daemon.store.snapshots.snapshot_json(suite) is not None
+                return await daemon.store.snapshots.document(suite) is not None
 
             await wait_until(has_snapshot, 20)
 
@@ -257,7 +257,7 @@ async def test_idle_tasks_leave_a_lifetime_suite(
         assert state.hist.cells() == [(n, n - 1, 1)]
 
         async def snapshot_follows() -> bool:
-            raw = await store.snapshots.snapshot_json("retiring-bot")
-            return raw is not None and msgspec.json.decode(raw)["tasks"] == 1
+            snap = await stored_snapshot(store, "retiring-bot")
+            return snap is not None and snap.tasks == 1
 
         await wait_until(snapshot_follows, 10)

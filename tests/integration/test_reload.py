@@ -29,7 +29,7 @@ from reliabilityd.rules import Rule
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
 from tests.support.alertmanager import Receiver
-from tests.support.helpers import toml_of, wait_until
+from tests.support.helpers import stored_snapshot, stored_state, toml_of, wait_until
 from tests.support.http import event, post, serving
 from tests.support.servers import RedisServer, free_port
 
@@ -62,8 +62,7 @@ def write(path: Path, cfg: Config) -> str:
 
 
 async def snapshot_of(store: Store) -> Snapshot | None:
-    raw = await store.snapshots.snapshot_json(SUITE)
-    return None if raw is None else msgspec.json.decode(raw, type=Snapshot)
+    return await stored_snapshot(store, SUITE)
 
 
 def reloader(daemon: Daemon, path: str) -> Reloader:
@@ -110,7 +109,7 @@ async def test_a_rule_and_a_webhook_added_by_a_reload_page_without_a_restart(
                 return any(n.get("rule") == RULE.name for n in receiver.webhook)
 
             await wait_until(paged, 20)
-            (state,) = await daemon.store.alerts.alert_states([(SUITE, RULE.name)])
+            state = await stored_state(daemon.store, SUITE, RULE.name)
             assert state.state == "firing"
             note = next(n for n in receiver.webhook if n.get("rule") == RULE.name)
             assert note["state"] == "firing"

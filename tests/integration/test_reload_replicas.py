@@ -18,7 +18,7 @@ from reliabilityd.config import Config, DaemonConfig, MqttConfig, RedisConfig, S
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.daemon._reload import Reloader
 from reliabilityd.events import TrialEvent
-from reliabilityd.store import Store
+from reliabilityd.store import Store, Undecodable
 from tests.support.daemon import running
 from tests.support.helpers import wait_until
 from tests.support.servers import RedisServer
@@ -50,11 +50,11 @@ def trials() -> dict[str, list[TrialEvent]]:
 async def stamps(store: Store) -> dict[str, tuple[str | None, str]]:
     """Per suite: the settings its stored snapshot was computed under, and when."""
     versions = await store.snapshots.versions(SUITES)
-    docs = await store.snapshots.snapshot_docs(SUITES)
+    docs = await store.snapshots.documents(SUITES)
     out = {}
     for suite, (_, _, settings), doc in zip(SUITES, versions, docs, strict=True):
-        updated = "" if doc is None else str(msgspec.json.decode(doc).get("updated_at", ""))
-        out[suite] = (settings, updated)
+        assert not isinstance(doc, Undecodable), doc
+        out[suite] = (settings, "" if doc is None else doc.updated_at)
     return out
 
 

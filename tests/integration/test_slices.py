@@ -189,7 +189,7 @@ async def test_every_slice_key_sits_in_the_suites_hash_slot(
         await publish(mosquitto.port, f"{prefix}/trials/x", [msgspec.json.encode(events)])
 
         async def every_slice_has_its_snapshot() -> bool:
-            got = await s.snapshots.snapshot_docs([Series(SUITE, sid) for sid in truth])
+            got = await s.snapshots.documents([Series(SUITE, sid) for sid in truth])
             states = [k async for k in s.client.scan_iter(match=f"{prefix}:*:alert:low[[]*")]
             # A slice whose tasks all have k trials gets a state (strict UNKNOWN gives none).
             return all(doc is not None for doc in got) and len(states) > 0
@@ -227,11 +227,11 @@ async def test_daemon_writes_slice_snapshots_and_status_shows_rows_overflow_and_
         async def slices_current() -> bool:
             for sid in kept:
                 state = await s.reads.read_state(SUITE, slice=sid)
-                snap = await s.snapshots.snapshot(SUITE, slice=sid)
+                snap = await s.snapshots.fields(SUITE, slice=sid)
                 if snap.get("version") != str(state.counters.version) or not state.counters.version:
                     return False
             whole = await s.reads.read_state(SUITE)
-            snap = await s.snapshots.snapshot(SUITE)
+            snap = await s.snapshots.fields(SUITE)
             return snap.get("version") == str(whole.counters.version)
 
         await wait_until(slices_current, 60)

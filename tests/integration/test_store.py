@@ -11,7 +11,7 @@ from reliabilityd.rules import AlertState
 from reliabilityd.stats.lottery import lottery_cases, ranked_cell_groups
 from reliabilityd.store import Baseline, SnapshotWrite, Store
 from reliabilityd.store._alerts import Cas
-from tests.support.helpers import make_events, truth_of, wait_until
+from tests.support.helpers import make_events, stored_state, truth_of, wait_until
 
 
 def by_suite(events: list[TrialEvent]) -> dict[str, list[TrialEvent]]:
@@ -122,7 +122,7 @@ async def test_snapshot_never_overwrites_newer_with_older(store: Store) -> None:
         True,
         False,
     )
-    snap = await store.snapshots.snapshot("s")
+    snap = await store.snapshots.fields("s")
     assert (snap["json"], snap["version"], snap["pass^1"], snap["live_version"]) == (
         "v6",
         "6",
@@ -189,7 +189,7 @@ async def test_alert_cas_refuses_a_verdict_on_an_older_snapshot(store: Store) ->
         "s", "r", expected_seq=0, new=firing, notification=None, sinks=[]
     )
     assert won == Cas(won=True)
-    (stored,) = await store.alerts.alert_states([("s", "r")])
+    stored = await stored_state(store, "s", "r")
     assert (stored.state, stored.seq, stored.snapshot_version) == ("firing", 1, 7)
     resolved = AlertState(state="resolved", started_at=1.0, ended_at=2.0, snapshot_version=3)
     refused = await store.alerts.alert_cas(
@@ -266,7 +266,7 @@ async def test_pipelined_reads_and_writes_are_each_suites_own(
         ]
     )
     assert wrote == [(True, True), (False, False), (False, True)]
-    a = await store.snapshots.snapshot("a")
+    a = await store.snapshots.fields("a")
     assert (a["json"], a["settings"], a["version"]) == ("a2", "f", "2")
-    assert (await store.snapshots.snapshot("b"))["json"] == "b4"
-    assert "json" not in await store.snapshots.snapshot("c")
+    assert (await store.snapshots.fields("b"))["json"] == "b4"
+    assert "json" not in await store.snapshots.fields("c")

@@ -1,16 +1,22 @@
-"""The CI tick over many suites against a real redis-server: batched, pipelined, per suite exact."""
+"""The CI tick against a real redis-server: many suites batched, pipelined, per suite exact;
+its snapshots handed to the evaluator, and a newer stored one still the one judged."""
 
 from __future__ import annotations
 
-import msgspec
+from collections.abc import Mapping, Sequence
+
 import numpy as np
+import pytest
 
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
-from reliabilityd.events import TrialEvent
+from reliabilityd.events import Outcome, TrialEvent
+from reliabilityd.rules import Rule
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Store, connect
+from reliabilityd.store import Series, Store, connect
+from tests.support.daemon import running, store_for
+from tests.support.helpers import evaluations, stored_state, wait_until
 from tests.support.servers import RedisServer
 
 SUITES = 150
@@ -48,17 +54,20 @@ async def test_a_tick_recomputes_many_suites_each_as_alone_and_sets_a_broken_one
         broken = "s077"
         await client.hset(store.key(broken, "hist"), "3:7", 1)
         daemon = Daemon(cfg, store)
-        done = await daemon.recompute.ci_tick()
-        assert sorted(done) == names
+        tick = await daemon.recompute.ci_tick()
+        assert sorted(tick.marks) == names
         assert await store.snapshots.changed() == [broken]
         assert await client.zcard(store.keys.claims) == 0
-        docs = await store.snapshots.snapshot_docs(names)
-        for name, doc in zip(names, docs, strict=True):
+        docs = await store.snapshots.documents(names)
+        # The tick hands on exactly the snapshots it wrote, as they are stored.
+        assert tick.snapshots == {
+            Series(name): doc for name, doc in zip(names, docs, strict=True) if name != broken
+        }
+        for name, snap in zip(names, docs, strict=True):
             if name == broken:
-                assert doc is None
+                assert snap is None
                 continue
-            assert doc is not None
-            snap = msgspec.json.decode(doc, type=Snapshot)
+            assert isinstance(snap, Snapshot)
             state = await store.reads.read_state(name)
             want = snapshot.full_estimates(state.hist, daemon.recompute.settings(name))
             assert [*snap.pass_at_k, *snap.pass_hat_k] == [
@@ -67,6 +76,98 @@ async def test_a_tick_recomputes_many_suites_each_as_alone_and_sets_a_broken_one
             ]
             assert (snap.version, snap.tasks) == (state.counters.version, state.hist.tasks)
         # Nothing changed since: the next tick claims only the broken suite again.
-        assert await daemon.recompute.ci_tick() == [broken]
+        assert (await daemon.recompute.ci_tick()).marks == [broken]
     finally:
         await client.aclose()
+
+
+# A verdict on either kind of data: ten tasks all passing (the CI lower bound stays
+# above 0.3) or all failing (it falls to 0).
+HANDED = Rule(name="handed", suite="h", k=1, below=0.3, trigger="ci-low")
+
+
+def rounds(outcome: Outcome, tasks: range) -> list[TrialEvent]:
+    return [
+        TrialEvent("h", f"task {t}", f"{outcome}-{t}-{j}", outcome) for t in tasks for j in (0, 1)
+    ]
+
+
+def handoff_config(redis_server: RedisServer, prefix: str) -> Config:
+    return Config(
+        redis=RedisConfig(url=redis_server.url, prefix=prefix),
+        mqtt=MqttConfig(enabled=False),
+        # One tick at start, on the empty store; the test runs the others.
+        stats=StatsConfig(k=[1], ci_interval=3600.0, n_boot=500),
+        alerts=[HANDED],
+    )
+
+
+async def test_the_evaluator_judges_the_ticks_own_snapshots_without_reading_them_back(
+    redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tick hands its snapshots to the evaluator, which takes each as it is.
+
+    The stored document is damaged in place after the write, its version and
+    ``updated_at`` untouched: a verdict that read it back would find it
+    undecodable and judge nothing.
+    """
+    cfg = handoff_config(redis_server, prefix)
+    async with running(cfg) as daemon, store_for(cfg) as store:
+        await wait_until(lambda: _evaluated(daemon))
+        handed: list[Mapping[Series, Snapshot] | None] = []
+        evaluate = daemon.evaluator.evaluate
+
+        async def spy(
+            suites: Sequence[str], fresh: Mapping[Series, Snapshot] | None = None
+        ) -> None:
+            handed.append(fresh)
+            await evaluate(suites, fresh)
+
+        monkeypatch.setattr(daemon.evaluator, "evaluate", spy)
+        await store.ingest.apply({"h": rounds("fail", range(10))}, windows={}, dedup_ttl=3600)
+        async with daemon.recompute.tick:
+            tick = await daemon.recompute.ci_tick()
+            (snap,) = tick.snapshots.values()
+            assert await store.snapshots.document("h") == snap
+            await store.client.hset(store.key("h", "snapshot"), "json", b"{damaged in place")
+            await daemon.evaluator.evaluate(await store.reads.suites(), tick.snapshots)
+        state = await stored_state(store, "h", HANDED.name)
+        assert (state.state, state.snapshot_version) == ("firing", snap.version)
+        assert await store.snapshots.changed() == []  # nothing undecodable was met
+        # The loop's own tick hands over what it wrote in the same way.
+        await store.ingest.apply({"h": rounds("fail", range(10, 12))}, windows={}, dedup_ttl=3600)
+        async with daemon.recompute.tick:
+            await daemon.recompute._tick()
+        fresh = handed[-1]
+        assert fresh is not None
+        assert list(fresh) == [Series("h")]
+        assert fresh[Series("h")] == await store.snapshots.document("h")
+        assert fresh[Series("h")].version > snap.version
+
+
+async def test_a_newer_snapshot_another_replica_wrote_wins_over_the_ticks_own(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """Verdict on the newest snapshot in Redis: a snapshot of newer data written after
+    this tick's (by another replica) is the one judged, not the record the tick holds."""
+    cfg = handoff_config(redis_server, prefix)
+    async with running(cfg) as daemon, store_for(cfg) as store:
+        await wait_until(lambda: _evaluated(daemon))
+        await store.ingest.apply({"h": rounds("pass", range(10))}, windows={}, dedup_ttl=3600)
+        async with daemon.recompute.tick:
+            tick = await daemon.recompute.ci_tick()
+            (ours,) = tick.snapshots.values()
+            # New data, all failing, and its snapshot, as another replica's tick writes it.
+            await store.ingest.apply(
+                {"h": rounds("fail", range(10, 40))}, windows={}, dedup_ttl=3600
+            )
+            newer = await daemon.recompute.refresh_snapshot("h")
+            assert newer is not None
+            assert newer.version > ours.version
+            await daemon.evaluator.evaluate(await store.reads.suites(), tick.snapshots)
+        state = await stored_state(store, "h", HANDED.name)
+        assert (state.state, state.snapshot_version) == ("firing", newer.version)
+
+
+async def _evaluated(daemon: Daemon) -> bool:
+    return evaluations(daemon) >= 1

@@ -25,7 +25,7 @@ from reliabilityd.config import Config
 from reliabilityd.rules import Rule
 from reliabilityd.stats.slices import shown, slice_id
 from reliabilityd.store import Store
-from tests.support.helpers import current_snapshot, publish, wait_until
+from tests.support.helpers import current_snapshot, publish, stored_state, wait_until
 from tests.support.http import http_config, post, serving
 from tests.support.servers import Mosquitto, RedisServer
 
@@ -201,7 +201,7 @@ async def scene(store: Store, base: str, broker: Mosquitto, topic: str) -> None:
     assert (await post(base, trials("a", 4)))[0] == 200
 
     async def breach_recorded() -> bool:
-        (state,) = await store.alerts.alert_states([(SUITE, RULE)])
+        state = await stored_state(store, SUITE, RULE)
         return state.state == "firing" and await store.alerts.baseline(SUITE, RULE) is not None
 
     await wait_until(breach_recorded, 30)

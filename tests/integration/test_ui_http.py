@@ -15,7 +15,7 @@ from reliabilityd.stats.slices import shown, slice_id
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Series
 from tests.support.daemon import store_for
-from tests.support.helpers import current_snapshot, wait_until
+from tests.support.helpers import current_snapshot, stored_snapshot, wait_until
 from tests.support.http import event, http_config, post, serving
 from tests.support.servers import RedisServer, free_port
 
@@ -94,9 +94,9 @@ async def test_a_sliced_suites_page_lists_its_slices_as_their_snapshots_say(
         assert (await post(base, batch))[0] == 200
 
         async def slices_ready() -> bool:
-            docs = await store.snapshots.snapshot_docs([Series("web", sid) for sid in ids])
-            whole = await store.snapshots.snapshot_json("web")
-            return whole is not None and all(docs) and b'"slices":2' in whole
+            docs = await store.snapshots.documents([Series("web", sid) for sid in ids])
+            whole = await stored_snapshot(store, "web")
+            return whole is not None and all(docs) and whole.slices == 2
 
         await wait_until(slices_ready)
         status, _, page = await _get(base, "/suites/web?fragment=1", accept=BROWSER)

@@ -26,7 +26,7 @@ from reliabilityd.rules import Rule
 from reliabilityd.store import Store
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import make_config
-from tests.support.helpers import judged, payloads, wait_until
+from tests.support.helpers import judged, payloads, stored_state, wait_until
 from tests.support.servers import Mosquitto, RedisServer
 
 SUITE = "deploy-bot"
@@ -167,7 +167,7 @@ async def settled_alerts(
 
 
 async def alert_state(store: Store) -> str:
-    (state,) = await store.alerts.alert_states([(SUITE, "deploy-reliability")])
+    state = await stored_state(store, SUITE, "deploy-reliability")
     return state.state
 
 
@@ -178,7 +178,7 @@ async def alert_is(store: Store, state: str) -> bool:
 
 async def settled(store: Store) -> bool:
     state = await store.reads.read_state(SUITE)
-    return (await store.snapshots.snapshot(SUITE)).get("version") == str(state.counters.version)
+    return (await store.snapshots.fields(SUITE)).get("version") == str(state.counters.version)
 
 
 def phase_message(events: list[TrialEvent]) -> list[bytes]:

@@ -19,8 +19,10 @@ import numpy as np
 from reliabilityd.config import Config
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import TrialEvent
+from reliabilityd.rules import AlertState
 from reliabilityd.stats.histogram import Histogram
-from reliabilityd.store import Series, Store
+from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store import Series, Store, Undecodable
 
 
 class Truth:
@@ -184,7 +186,8 @@ def _unset(value: Any) -> Any:
 async def current_snapshot(
     store: Store, suite: str, within: float = 30.0, *, slice: str | None = None
 ) -> dict[str, Any]:
-    """The suite's (or one slice's) snapshot document once it is of its current data version.
+    """The suite's (or one slice's) snapshot document once it is of its current data version,
+    as JSON values.
 
     Call it after the commits it must cover have returned: a snapshot of an
     earlier version (a chunk of a batch, a live refresh) is not waited for.
@@ -195,10 +198,32 @@ async def current_snapshot(
         return data > 0 and snap == data
 
     await wait_until(current, within)
-    raw = await store.snapshots.snapshot_json(suite, slice=slice)
-    assert raw is not None
-    doc: dict[str, Any] = msgspec.json.decode(raw)
+    snap = await stored_snapshot(store, suite, slice=slice)
+    assert snap is not None
+    # The document's JSON shape (lists, not tuples), of the record the store decoded.
+    doc: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(snap))
     return doc
+
+
+async def stored_snapshot(store: Store, suite: str, *, slice: str | None = None) -> Snapshot | None:
+    """The series' stored snapshot as the store decodes it; None before any (never undecodable)."""
+    snap = await store.snapshots.document(suite, slice=slice)
+    assert not isinstance(snap, Undecodable), snap
+    return snap
+
+
+async def stored_states(store: Store, pairs: Sequence[tuple[str, str]]) -> list[AlertState]:
+    """The stored state of each (suite, rule) as the store decodes it (never undecodable)."""
+    states = await store.alerts.alert_states(pairs)
+    for state in states:
+        assert isinstance(state, AlertState), state
+    return [s for s in states if isinstance(s, AlertState)]
+
+
+async def stored_state(store: Store, suite: str, rule: str) -> AlertState:
+    """The stored state of one (suite, rule) (``stored_states``)."""
+    (state,) = await stored_states(store, [(suite, rule)])
+    return state
 
 
 def evaluations(daemon: Daemon) -> float:

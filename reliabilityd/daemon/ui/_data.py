@@ -1,6 +1,7 @@
 """What the pages read from Redis, through the Store: snapshots, alert states, history,
 breach baselines, dead letters and rejected counts. Every read is the Store's; the
-numbers shown are what any other reader of Redis sees.
+numbers shown are what any other reader of Redis sees. A document the store cannot
+decode (``store.Undecodable``) is shown as undecodable and logged, never decoded here.
 """
 
 from __future__ import annotations
@@ -8,35 +9,40 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
-
-import msgspec
+from typing import TYPE_CHECKING, TypeVar
 
 from reliabilityd.config import Config
 from reliabilityd.daemon.ui import _model
 from reliabilityd.daemon.ui._pages import IndexPage, IndexRow, RuleView, SuitePage, TransitionRow
 from reliabilityd.daemon.ui._svg import Mark
-from reliabilityd.rules import Rule
+from reliabilityd.rules import AlertState, Rule
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Series, Store, TaskHashes, task_counts_of
+from reliabilityd.store import (
+    Series,
+    Store,
+    TaskHashes,
+    Undecodable,
+    UndecodableLog,
+    task_counts_of,
+)
 
 if TYPE_CHECKING:
     from reliabilityd.stats.history import Estimate3, History
 
+T = TypeVar("T")
 HOUR = 3600.0
 LETTERS = 20  # dead letters listed on a suite page
 LETTERS_SINCE = 7 * 86400.0  # how far back the page looks for them
 MOVERS = 10
-_snapshot = msgspec.json.Decoder(Snapshot)
+_undecodable_log = UndecodableLog()
 
 
-def _decode(raw: bytes | None) -> Snapshot | None:
-    if raw is None:
-        return None
-    try:
-        return _snapshot.decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return None  # written by another version: shown as "no snapshot yet"
+def _noted(docs: Sequence[T]) -> list[T]:
+    """The documents as read, each undecodable one logged (rate-limited)."""
+    for doc in docs:
+        if isinstance(doc, Undecodable):
+            _undecodable_log.note(doc)
+    return list(docs)
 
 
 def watching(config: Config, suite: str) -> list[Rule]:
@@ -55,17 +61,16 @@ async def index(
 ) -> IndexPage:
     """Each readable suite's headline value, interval, day's trend, alerts and rejected count."""
     suites = readable(await store.reads.suites())
-    docs = await store.snapshots.snapshot_docs(suites)
+    docs = _noted(await store.snapshots.documents(suites))
     rules = {s: watching(config, s) for s in suites}
     pairs = [(s, r.name) for s in suites for r in rules[s]]
-    states = dict(zip(pairs, await store.alerts.alert_states(pairs), strict=True))
+    states = dict(zip(pairs, _noted(await store.alerts.alert_states(pairs)), strict=True))
     rejected = await store.reads.rejected_counts(now)
     histories = await asyncio.gather(
         *(store.history.read(s, since=now - _model.DAY, until=now) for s in suites)
     )
     rows = []
-    for suite, raw, history in zip(suites, docs, histories, strict=True):
-        snap = _decode(raw)
+    for suite, snap, history in zip(suites, docs, histories, strict=True):
         k = _model.headline_k(snap, rules[suite])
         trend = (
             [] if k is None else _model.samples(_points(history), _model.series_key("pass^k", k))
@@ -95,19 +100,19 @@ async def suite_page(
     since: float | None = None,
 ) -> SuitePage | None:
     """A suite's page; None when Redis knows no such suite."""
-    raw = await store.snapshots.snapshot_json(suite)
-    if raw is None and suite not in await store.reads.suites():
+    (snap,) = _noted([await store.snapshots.document(suite)])
+    if snap is None and suite not in await store.reads.suites():
         return None
-    snap = _decode(raw)
     rules = watching(config, suite)
-    states = await store.alerts.alert_states([(suite, r.name) for r in rules])
+    states = _noted(await store.alerts.alert_states([(suite, r.name) for r in rules]))
     if focus is not None and anchor is None:
         # An alert link without a time opens at the rule's latest breach.
         state = next((s for r, s in zip(rules, states, strict=True) if r.name == focus), None)
-        anchor = None if state is None else state.started_at
+        anchor = state.started_at if isinstance(state, AlertState) else None
     t0, t1 = _model.time_range(now, anchor, since)
     history = await store.history.read(suite, since=t0, until=t1)
-    shown = k if k is not None and snap is not None and snap.get("pass^k", k) else None
+    readable = snap if isinstance(snap, Snapshot) else None
+    shown = k if k is not None and readable is not None and readable.get("pass^k", k) else None
     shown = shown or _model.headline_k(snap, rules)
     points = _points(history)
     hat = [] if shown is None else _model.samples(points, _model.series_key("pass^k", shown))
@@ -130,9 +135,9 @@ async def suite_page(
         since=now - LETTERS_SINCE, suite=suite, limit=LETTERS
     )
     rejected = (await store.reads.rejected_counts(now)).get(suite, 0)
-    ids = await store.reads.slices(suite) if snap is not None and snap.slices else []
-    docs = await store.snapshots.snapshot_docs([Series(suite, sid) for sid in ids])
-    slices = [s for s in map(_decode, docs) if s is not None]
+    ids = await store.reads.slices(suite) if readable is not None and readable.slices else []
+    docs = _noted(await store.snapshots.documents([Series(suite, sid) for sid in ids]))
+    slices = [(sid, doc) for sid, doc in zip(ids, docs, strict=True) if doc is not None]
     return SuitePage(
         suite=suite,
         snap=snap,
@@ -159,10 +164,14 @@ async def _movers(
     store: Store, config: Config, suite: str, rules: Sequence[Rule], views: Sequence[RuleView]
 ) -> tuple[str | None, float | None, list[_model.Mover]]:
     """The tasks that moved most since the breach of the rule that needs a person most."""
-    breached = [v for v in views if v.state.started_at is not None and v.state.state != "inactive"]
+    breached: list[tuple[RuleView, AlertState]] = []
+    for v in views:
+        s = v.state
+        if isinstance(s, AlertState) and s.started_at is not None and s.state != "inactive":
+            breached.append((v, s))
     if not breached:
         return None, None, []
-    view = max(breached, key=lambda v: (_model.STATE_RANK[v.state.state], v.state.started_at))
+    view, _ = max(breached, key=lambda vs: (_model.STATE_RANK[vs[1].state], vs[1].started_at))
     baseline = await store.alerts.baseline(suite, view.rule.name)
     if baseline is None:
         return None, None, []

@@ -14,17 +14,24 @@ import msgspec
 from reliabilityd.daemon.ui._svg import Sample
 from reliabilityd.rules import AlertState, Rule
 from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store import Undecodable
 
 DAY = 86400.0
 # How far before an alert's time a page opened at the alert starts its charts.
 BEFORE_ANCHOR = 3 * 3600.0
-STATE_RANK = {"firing": 3, "pending": 2, "resolved": 1, "inactive": 0}
+# A state the store could not decode ranks under the breaching ones: it may hide one.
+STATE_RANK = {"firing": 4, "pending": 3, "undecodable": 2, "resolved": 1, "inactive": 0}
 
 
-def headline_k(snap: Snapshot | None, rules: Sequence[Rule]) -> int | None:
+def state_name(state: AlertState | Undecodable) -> str:
+    """What a page calls a stored state: its name, or "undecodable"."""
+    return "undecodable" if isinstance(state, Undecodable) else state.state
+
+
+def headline_k(snap: Snapshot | Undecodable | None, rules: Sequence[Rule]) -> int | None:
     """The k a suite is summarised at: its first pass^k rule's k when the snapshot has it,
-    else the largest k of the snapshot."""
-    if snap is None or not snap.pass_hat_k:
+    else the largest k of the snapshot (None without a readable one)."""
+    if not isinstance(snap, Snapshot) or not snap.pass_hat_k:
         return None
     have = {e.k for e in snap.pass_hat_k}
     for rule in rules:
@@ -33,9 +40,9 @@ def headline_k(snap: Snapshot | None, rules: Sequence[Rule]) -> int | None:
     return max(have)
 
 
-def worst_state(states: Iterable[AlertState]) -> str:
-    """The state that needs a person most: firing, then pending, resolved, inactive."""
-    return max((s.state for s in states), key=STATE_RANK.__getitem__, default="inactive")
+def worst_state(states: Iterable[AlertState | Undecodable]) -> str:
+    """The state that needs a person most: firing, pending, undecodable, resolved, inactive."""
+    return max(map(state_name, states), key=STATE_RANK.__getitem__, default="inactive")
 
 
 def series_key(metric: str, k: int) -> str:

@@ -15,15 +15,16 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 
-from reliabilityd.daemon.ui._model import Mover
+from reliabilityd.daemon.ui._model import Mover, state_name
 from reliabilityd.daemon.ui._svg import Mark, Sample, Threshold, chart, sparkline, utc
 from reliabilityd.rules import AlertState, Rule
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.slices import shown
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import DeadLetter
+from reliabilityd.store import DeadLetter, Undecodable
 
 EXCERPT = 160  # characters of a dead letter's payload shown
+_UNDECODABLE = '<span class="undecodable">undecodable</span>'
 
 
 class TransitionRow(NamedTuple):
@@ -34,13 +35,13 @@ class TransitionRow(NamedTuple):
 
 class RuleView(msgspec.Struct, frozen=True):
     rule: Rule
-    state: AlertState
+    state: AlertState | Undecodable
     transitions: list[TransitionRow]
 
 
 class IndexRow(msgspec.Struct, frozen=True):
     suite: str
-    snap: Snapshot | None
+    snap: Snapshot | Undecodable | None
     k: int | None
     trend: list[Sample]
     alert: str
@@ -55,7 +56,7 @@ class IndexPage(msgspec.Struct, frozen=True):
 
 class SuitePage(msgspec.Struct, frozen=True, kw_only=True):
     suite: str
-    snap: Snapshot | None
+    snap: Snapshot | Undecodable | None
     k: int | None
     hat: list[Sample]
     at: list[Sample]
@@ -71,8 +72,8 @@ class SuitePage(msgspec.Struct, frozen=True, kw_only=True):
     anchor: float | None
     focus: str | None
     now: float
-    # The newest snapshot of each of the suite's slices, by slice id.
-    slices: list[Snapshot] = msgspec.field(default_factory=list)
+    # The newest snapshot of each of the suite's slices that has one, by slice id.
+    slices: list[tuple[str, Snapshot | Undecodable]] = msgspec.field(default_factory=list)
 
 
 def suite_href(suite: str, **query: str) -> str:
@@ -144,13 +145,17 @@ def index_main(page: IndexPage) -> str:
             "<th>last trial</th><th>rejected (1 h)</th></tr></thead><tbody>"
         )
         for row in page.rows:
-            est = None if row.snap is None or row.k is None else row.snap.get("pass^k", row.k)
+            snap = row.snap if isinstance(row.snap, Snapshot) else None
+            est = None if snap is None or row.k is None else snap.get("pass^k", row.k)
             label = "" if row.k is None else f'<span class="k">k={row.k}</span> '
-            last = None if row.snap is None else _parse_time(row.snap.last_trial_at)
+            last = None if snap is None else _parse_time(snap.last_trial_at)
+            value = _num(None if est is None else est.value)
+            if isinstance(row.snap, Undecodable):
+                value = _UNDECODABLE
             parts.append(
                 f'<tr class="suite" data-suite="{escape(row.suite)}">'
                 f'<td><a href="{escape(suite_href(row.suite))}">{escape(row.suite)}</a></td>'
-                f'<td class="value">{label}{_num(None if est is None else est.value)}</td>'
+                f'<td class="value">{label}{value}</td>'
                 f"<td>{_ci(est)}</td><td>{sparkline(row.trend)}</td>"
                 f"<td>{_state(row.alert)}</td><td>{_ago(last, page.now)}</td>"
                 f'<td class="rejected">{row.rejected}</td></tr>'
@@ -190,10 +195,16 @@ def _slices(page: SuitePage) -> str:
     """Each slice's pass^k at the page's k with its interval, and its size."""
     k = page.k
     rows = []
-    for snap in page.slices:
+    for sid, snap in page.slices:
+        if isinstance(snap, Undecodable):
+            rows.append(
+                f"<tr><td>{escape(shown(sid))}</td><td>{_UNDECODABLE}</td><td>&ndash;</td>"
+                "<td>&ndash;</td><td>&ndash;</td></tr>"
+            )
+            continue
         est = None if k is None else snap.get("pass^k", k)
         rows.append(
-            f"<tr><td>{escape(shown(snap.slice or ''))}</td>"
+            f"<tr><td>{escape(shown(sid))}</td>"
             f"<td>{_num(None if est is None else est.value)}</td><td>{_ci(est)}</td>"
             f"<td>{snap.tasks}</td><td>{snap.trials}</td></tr>"
         )
@@ -213,10 +224,16 @@ def _rules(page: SuitePage) -> str:
     for view in sorted(page.rules, key=lambda v: v.rule.name != page.focus):
         r, s = view.rule, view.state
         focus = " focus" if r.name == page.focus else ""
-        since = "" if s.started_at is None else f", breach since {utc(s.started_at)}"
-        ended = (
-            "" if s.ended_at is None or s.state != "resolved" else f", resolved {utc(s.ended_at)}"
-        )
+        if isinstance(s, Undecodable):
+            since = f" (undecodable: {escape(s.error)}; the next transition replaces it)"
+            ended = ""
+        else:
+            since = "" if s.started_at is None else f", breach since {utc(s.started_at)}"
+            ended = (
+                ""
+                if s.ended_at is None or s.state != "resolved"
+                else f", resolved {utc(s.ended_at)}"
+            )
         history = (
             "".join(
                 f'<li data-t="{t.t!r}">{utc(t.t)} {_state(t.state)}</li>' for t in view.transitions
@@ -225,7 +242,7 @@ def _rules(page: SuitePage) -> str:
         )
         parts.append(
             f'<section class="rule{focus}" id="rule-{escape(r.name)}" data-rule="{escape(r.name)}">'
-            f"<h3>{escape(r.name)} {_state(s.state)}</h3>"
+            f"<h3>{escape(r.name)} {_state(state_name(s))}</h3>"
             f"<p>{escape(r.metric)} at k={r.k}: fires when the lower bound is below "
             f"{r.below:.3f}, resolves at {r.resolve_at:.3f}; {escape(r.trigger)} trigger"
             f'{since}{ended}.</p><ul class="transitions">{history}</ul></section>'
@@ -302,7 +319,7 @@ def suite_main(page: SuitePage) -> str:
     parts = [f"<h1>{escape(page.suite)}</h1>"]
     if page.focus is not None:
         view = next((v for v in page.rules if v.rule.name == page.focus), None)
-        state = "unknown rule" if view is None else view.state.state
+        state = "unknown rule" if view is None else state_name(view.state)
         at = "" if page.anchor is None else f" at {utc(page.anchor)}"
         parts.append(
             f'<p class="banner">Opened at alert <a href="#rule-{escape(page.focus)}">'
@@ -310,6 +327,12 @@ def suite_main(page: SuitePage) -> str:
         )
     if snap is None:
         parts.append('<p class="empty">No snapshot yet: the first CI tick writes one.</p>')
+    elif isinstance(snap, Undecodable):
+        parts.append(
+            '<p class="empty undecodable">The stored snapshot is undecodable (written by '
+            f"another version of reliabilityd, or damaged: {escape(snap.error)}); the next "
+            "snapshot of this suite replaces it.</p>"
+        )
     else:
         last = _parse_time(snap.last_trial_at)
         parts.append(
@@ -327,8 +350,10 @@ def suite_main(page: SuitePage) -> str:
     parts.append("</div>")
     parts.append("<h2>Alert rules</h2>" + _rules(page))
     parts.append("<h2>Tasks that moved</h2>" + _movers(page))
-    lottery = [] if snap is None else snap.lottery.rows
-    parts.append(f"<h2>Lottery cases{'' if snap is None else f' at k={snap.lottery.k}'}</h2>")
+    readable = snap if isinstance(snap, Snapshot) else None
+    lottery = [] if readable is None else readable.lottery.rows
+    at_k = "" if readable is None else f" at k={readable.lottery.k}"
+    parts.append(f"<h2>Lottery cases{at_k}</h2>")
     if lottery:
         parts.append(
             '<div class="scroll"><table class="lottery"><thead><tr><th>task</th><th>n</th>'
