@@ -8,9 +8,10 @@ element is rejected alone and the good ones still count.
 
 ``decode`` never raises: a payload or element that fails in any way (malformed
 syntax, wrong types, nesting deeper than the decoder's recursion limit, values
-out of range) comes back as a ``Rejected`` with the reason. A message that
-raised instead would never be acknowledged, and the broker would redeliver it
-to every restarted daemon for ever.
+out of range) comes back as a ``Rejected`` with the reason and its class
+(``rejections``), set here where the failure is seen. A message that raised
+instead would never be acknowledged, and the broker would redeliver it to
+every restarted daemon for ever.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import msgspec
+
+from reliabilityd.rejections import ReasonClass, Rejected
 
 Outcome = Literal["pass", "fail", "error", "skip"]
 MAX_NAME_BYTES = 200
@@ -81,23 +84,12 @@ class TrialEvent(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     ledger: bool = False
 
 
-class Rejected(msgspec.Struct, frozen=True):
-    """An element (or a whole payload) that did not decode or validate.
-
-    ``suite`` is the suite it is filed under when its bytes do not name one
-    themselves (an OTLP record, whose suite its resource names); else the
-    dead letter's suite is the one ``raw`` names, if any.
-    """
-
-    raw: bytes
-    reason: str
-    suite: str | None = None
-
-
 # Dead letters one payload yields at most, besides the one that counts the rest.
 MAX_LETTERS = 10
 # A rejected element past the first MAX_LETTERS of its payload (no copy, no reason of its own).
-UNREPORTED = Rejected(b"", "rejected (past the first elements of its payload given a reason)")
+UNREPORTED = Rejected(
+    b"", "rejected (past the first elements of its payload given a reason)", "other"
+)
 
 
 _json_batch = msgspec.json.Decoder(TrialEvent | list[TrialEvent])
@@ -196,14 +188,35 @@ def _ts_problem(ts: float) -> str | None:
     return None
 
 
-def _failure(exc: Exception) -> str:
-    """A dead-letter reason for an exception msgspec (or anything under it) raised."""
+def invalid_class(message: str) -> ReasonClass:
+    """The class of a msgspec ``ValidationError``, read from its message once, here.
+
+    The message is all such an error carries: a missing field is "Object
+    missing required field `x`", a wrong type or value inside the object ends
+    in " - at `$.x`", and a value that is no object at all is "Expected
+    `object`, got `int`", without a path. ``tests/unit/test_reason_classes.py``
+    pins each against msgspec's own words.
+    """
+    if message.startswith("Object missing required field"):
+        return "missing_field"
+    if " - at `$" in message:
+        return "invalid_field"
+    if message.startswith("Expected `"):
+        return "not_an_event"
+    return "other"
+
+
+def _failure(exc: Exception) -> tuple[str, ReasonClass]:
+    """A dead-letter reason and its class for an exception msgspec (or anything under it)
+    raised."""
+    if isinstance(exc, msgspec.ValidationError):
+        return str(exc), invalid_class(str(exc))
     if isinstance(exc, msgspec.MsgspecError):
-        return str(exc)
+        return str(exc), "undecodable"
     if isinstance(exc, RecursionError):
-        return "nested too deeply (RecursionError)"
+        return "nested too deeply (RecursionError)", "undecodable"
     # Anything else: the type name tells an operator which class of input it was.
-    return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {exc}", "other"
 
 
 def _is_json(payload: bytes) -> bool:
@@ -233,18 +246,22 @@ def _split(
     out: list[TrialEvent | Rejected] = []
     bad = 0
     for index, item in enumerate(items):
+        cls: ReasonClass = "invalid_field"
         try:
             event = one.decode(item)
         except Exception as exc:  # any failure of one element rejects that element alone
-            problem: str | None = _failure(exc)
+            problem: str | None
+            problem, cls = _failure(exc)
         else:
             problem = validate(event)
             if problem is None:
                 out.append(event)
                 continue
         bad += 1
-        reported = bad <= MAX_LETTERS
-        out.append(Rejected(bytes(item), f"element {index}: {problem}") if reported else UNREPORTED)
+        if bad <= MAX_LETTERS:
+            out.append(Rejected(bytes(item), f"element {index}: {problem}", cls))
+        else:
+            out.append(UNREPORTED)
     return out
 
 
@@ -261,6 +278,7 @@ def letters(outcomes: Sequence[TrialEvent | Rejected], *, noun: str = "elements"
                 b"",
                 f"{rest} more rejected {noun} in the same payload (only the first "
                 f"{MAX_LETTERS} get their own dead letter)",
+                "other",
             )
         )
     return bad
@@ -275,7 +293,7 @@ def decode(payload: bytes, max_payload: int = 1 << 20) -> tuple[list[TrialEvent]
     try:
         whole, outcomes = _decode(payload, max_payload)
     except Exception as exc:  # nothing that arrives from outside may stop the daemon
-        return [], [Rejected(bytes(payload), f"undecodable payload: {_failure(exc)}")]
+        return [], [_undecodable(payload, exc)]
     if whole is not None:
         return [], [whole]
     good = [o for o in outcomes if isinstance(o, TrialEvent)]
@@ -294,22 +312,27 @@ def elements(payload: bytes, max_payload: int = 1 << 20) -> Outcomes:
     try:
         return _decode(payload, max_payload)
     except Exception as exc:  # nothing that arrives from outside may stop the daemon
-        return Rejected(bytes(payload), f"undecodable payload: {_failure(exc)}"), []
+        return _undecodable(payload, exc), []
 
 
 Outcomes = tuple[Rejected | None, list[TrialEvent | Rejected]]
 
 
+def _undecodable(payload: bytes, exc: Exception) -> Rejected:
+    return Rejected(bytes(payload), f"undecodable payload: {_failure(exc)[0]}", "undecodable")
+
+
 def _decode(payload: bytes, max_payload: int) -> Outcomes:
     if len(payload) > max_payload:
-        return Rejected(payload, f"payload of {len(payload)} bytes exceeds {max_payload}"), []
+        reason = f"payload of {len(payload)} bytes exceeds {max_payload}"
+        return Rejected(payload, reason, "too_large"), []
     if not payload:
-        return Rejected(payload, "empty payload"), []
+        return Rejected(payload, "empty payload", "empty"), []
     is_json = _is_json(payload)
     if not is_json and payload[0] < 0x80:
         # A MessagePack event or array starts with a map or array byte (0x80
         # and up); below that it is text, or a MessagePack scalar at best.
-        return Rejected(payload, _not_json(payload)), []
+        return Rejected(payload, *_not_json(payload)), []
     batch = _json_batch if is_json else _mp_batch
     fmt = "JSON" if is_json else "MessagePack"
     try:
@@ -317,16 +340,16 @@ def _decode(payload: bytes, max_payload: int) -> Outcomes:
     except msgspec.ValidationError:
         decoded = None  # some element is bad: find which below
     except msgspec.DecodeError as exc:
-        return Rejected(payload, f"not valid {fmt}: {exc}"), []
+        return Rejected(payload, f"not valid {fmt}: {exc}", "undecodable"), []
     except RecursionError:
         decoded = None  # nested too deep somewhere: split, so only the culprit is rejected
     if decoded is not None:
         if isinstance(decoded, list) and not decoded:
             # Acknowledged like any message, so it must leave a trace.
-            return Rejected(payload, "empty array: no trial events"), []
+            return Rejected(payload, "empty array: no trial events", "empty"), []
         if not isinstance(decoded, list):
             problem = validate(decoded)
-            return None, [decoded if problem is None else Rejected(payload, problem)]
+            return None, [decoded if problem is None else _invalid(payload, problem)]
         # A batch message gets the same whole-batch check as a batch of messages.
         if all_valid(decoded) or not any(validate(e) for e in decoded):
             return None, list(decoded)
@@ -336,32 +359,44 @@ def _decode(payload: bytes, max_payload: int) -> Outcomes:
         try:
             parts = (_json_list if is_json else _mp_list).decode(payload)
         except RecursionError:
-            return Rejected(payload, f"{fmt} nested too deeply to decode (RecursionError)"), []
+            return _too_deep(payload, fmt), []
         except Exception as exc:
-            return Rejected(payload, f"not valid {fmt}: {_failure(exc)}"), []
+            return Rejected(payload, f"not valid {fmt}: {_failure(exc)[0]}", "undecodable"), []
         if not parts:
-            return Rejected(payload, "empty array: no trial events"), []
+            return Rejected(payload, "empty array: no trial events", "empty"), []
         return None, _split(parts, _json_one if is_json else _mp_one)
     try:
         event = (_json_one if is_json else _mp_one).decode(payload)
     except msgspec.ValidationError as exc:
-        return None, [Rejected(payload, f"not a trial event ({fmt}): {exc}")]
+        reason = f"not a trial event ({fmt}): {exc}"
+        return None, [Rejected(payload, reason, invalid_class(str(exc)))]
     except msgspec.DecodeError as exc:
-        return Rejected(payload, f"not valid {fmt}: {exc}"), []
+        return Rejected(payload, f"not valid {fmt}: {exc}", "undecodable"), []
     except RecursionError:
-        return Rejected(payload, f"{fmt} nested too deeply to decode (RecursionError)"), []
+        return _too_deep(payload, fmt), []
     except Exception as exc:
-        return None, [Rejected(payload, f"not a trial event ({fmt}): {_failure(exc)}")]
+        text, cls = _failure(exc)
+        return None, [Rejected(payload, f"not a trial event ({fmt}): {text}", cls)]
     problem = validate(event)
-    return None, [event if problem is None else Rejected(payload, problem)]
+    return None, [event if problem is None else _invalid(payload, problem)]
 
 
-def _not_json(payload: bytes) -> str:
+def _invalid(payload: bytes, problem: str) -> Rejected:
+    """A rejection for a ``validate`` problem: a name, or ``ts``, that cannot be used."""
+    return Rejected(payload, problem, "invalid_field")
+
+
+def _too_deep(payload: bytes, fmt: str) -> Rejected:
+    reason = f"{fmt} nested too deeply to decode (RecursionError)"
+    return Rejected(payload, reason, "undecodable")
+
+
+def _not_json(payload: bytes) -> tuple[str, ReasonClass]:
     expected = "a trial event is a JSON object, an array of them, or MessagePack"
     try:
         _json_one.decode(payload)
     except msgspec.ValidationError as exc:  # JSON, but a scalar
-        return f"not a trial event (JSON): {exc}"
+        return f"not a trial event (JSON): {exc}", invalid_class(str(exc))
     except Exception:  # not JSON either: say what it looks like
         pass
     try:
@@ -369,9 +404,10 @@ def _not_json(payload: bytes) -> str:
     except UnicodeDecodeError:
         text = ""
     if not "".join(text.split()).isprintable() or not text.strip():
-        return f"not JSON, and not MessagePack (first byte 0x{payload[0]:02x}): {expected}"
+        reason = f"not JSON, and not MessagePack (first byte 0x{payload[0]:02x}): {expected}"
+        return reason, "undecodable"
     start = text[:40] + ("..." if len(text) > 40 else "")
-    return f"not JSON: plain text {start!r}; {expected}"
+    return f"not JSON: plain text {start!r}; {expected}", "undecodable"
 
 
 def all_valid(events: Sequence[TrialEvent]) -> bool:
@@ -441,3 +477,27 @@ def decode_many(
         good.extend(events)
         bad.extend((item, source) for item in rejected)
     return good, bad
+
+
+class _Named(msgspec.Struct):
+    suite: Any = None
+
+
+_json_named = msgspec.json.Decoder(_Named)
+_mp_named = msgspec.msgpack.Decoder(_Named)
+
+
+def named_suite(raw: bytes) -> str | None:
+    """The suite a rejected payload or element names, when it names a valid one.
+
+    A dead letter is filed under it, so ``reliabilityd rejected SUITE`` finds
+    a sender's letters even when nothing it sent decoded as an event.
+    """
+    try:
+        named = (_json_named if _is_json(raw) else _mp_named).decode(raw)
+    except Exception:  # not an object, or not decodable: it names none
+        return None
+    suite = named.suite
+    if isinstance(suite, str) and _name_problem("suite", suite, suite=True) is None:
+        return suite
+    return None

@@ -1,79 +1,47 @@
-"""What a rejection is: its reason class, a small fixed set fit for metric labels,
-and the suite a rejected payload names (so ``reliabilityd rejected SUITE`` can filter).
+"""What a rejection is: the input refused, the reason in words, and its reason class.
+
+The class is one of a small fixed set (``REASON_CLASSES``), the ``reason``
+label of ``reliabilityd_rejected_total`` and the ``class`` of a dead letter.
+Each rejection is made with its class by the step that refuses the input:
+the decoder (``events``), the topic binding (``topics``), the admission of
+the commit (``sources``), the write scopes of the HTTP port
+(``daemon.auth``), the OTLP mapping (``integrations.otlp``). Nothing reads
+a class back out of the words, so rewording a reason (or a msgspec release
+rewording its own messages) moves no metric label.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from typing import Literal, get_args
 
 import msgspec
 
-from reliabilityd.events import _is_json, _name_problem
-
-# What kind of problem a rejection is: a small fixed set, fit for metric labels.
-REASON_CLASSES = (
-    "too_large",
-    "empty",
-    "undecodable",
-    "not_an_event",
-    "missing_field",
-    "invalid_field",
-    "topic_mismatch",
-    "forbidden",
-    "too_many_suites",
+ReasonClass = Literal[
+    "too_large",  # larger than ingest.max_payload
+    "empty",  # an empty payload or an empty array
+    "undecodable",  # not JSON or MessagePack: plain text, malformed, nested too deep
+    "not_an_event",  # it decodes, but to no object
+    "missing_field",  # an object without a field a trial needs
+    "invalid_field",  # a field of the wrong type or value, a label that names no slice
+    "topic_mismatch",  # mqtt.bind_suite: the topic names another suite, or none
+    "forbidden",  # the HTTP token may not write the suite (counted, not dead-lettered)
+    "too_many_suites",  # a new suite past stats.max_suites
     "other",
-)
-_ELEMENT = re.compile(r"^element \d+: ")
+]
+# The classes in the order the metric lists them.
+REASON_CLASSES: tuple[ReasonClass, ...] = get_args(ReasonClass)
 
 
-def reason_class(reason: str) -> str:
-    """The class (one of ``REASON_CLASSES``) of a reason ``decode`` gave."""
-    text = _ELEMENT.sub("", reason, count=1)
-    if text.startswith("topic "):  # topics.Binding: the topic binds another suite
-        return "topic_mismatch"
-    if text.startswith("forbidden: "):  # daemon.auth: the token may not write the suite
-        return "forbidden"
-    if text.startswith("not a trial event ("):
-        text = text.partition("): ")[2]
-    if text.startswith("payload of ") and " exceeds " in text:
-        return "too_large"
-    if text.startswith(("empty payload", "empty array")):
-        return "empty"
-    if text.startswith(
-        ("not valid ", "not JSON", "undecodable payload", "RecursionError", "JSON nested too")
-    ):
-        return "undecodable"
-    if "malformed" in text or "truncated" in text or "Input data was truncated" in text:
-        return "undecodable"
-    if "stats.max_suites" in text:
-        return "too_many_suites"
-    if text.startswith("labels."):
-        return "invalid_field"  # a label a suite is sliced by cannot name a slice
-    if text.startswith("Object missing required field"):
-        return "missing_field"
-    if text.startswith("Expected `") and " - at `$" not in text:
-        return "not_an_event"  # the payload or element is no object at all
-    if " - at `$" in text or text.startswith(("suite ", "task ", "trial ", "ts ", "outcome ")):
-        return "invalid_field"
-    return "other"
+class Rejected(msgspec.Struct, frozen=True):
+    """An element (or a whole payload) that did not decode, validate or pass admission.
 
+    ``reason_class`` is set where the rejection is made. ``suite`` is the
+    suite it is filed under when its bytes do not name one themselves (an
+    OTLP record, whose suite its resource names); else the dead letter's
+    suite is the one ``raw`` names, if any (``events.named_suite``).
+    """
 
-class _Named(msgspec.Struct):
-    suite: Any = None
-
-
-_json_named = msgspec.json.Decoder(_Named)
-_mp_named = msgspec.msgpack.Decoder(_Named)
-
-
-def named_suite(raw: bytes) -> str | None:
-    """The suite a rejected payload or element names, when it names a valid one."""
-    try:
-        named = (_json_named if _is_json(raw) else _mp_named).decode(raw)
-    except Exception:  # not an object, or not decodable: it names none
-        return None
-    suite = named.suite
-    if isinstance(suite, str) and _name_problem("suite", suite, suite=True) is None:
-        return suite
-    return None
+    raw: bytes
+    reason: str
+    reason_class: ReasonClass
+    suite: str | None = None

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import msgspec
 
-from reliabilityd.events import MAX_LETTERS, Rejected, TrialEvent, decode_many
+from reliabilityd.events import MAX_LETTERS, TrialEvent, decode_many
+from reliabilityd.rejections import Rejected
 
 LAST_LEVEL = "last-level"
 SUITE = "{suite}"
@@ -104,15 +105,17 @@ class Binding:
             return f"has more levels than mqtt.bind_suite {self.spec!r}"
         return None
 
-    def reason(self, topic: str, event: TrialEvent) -> str:
-        """A dead-letter reason (class ``topic_mismatch``) for an event ``topic`` does not bind."""
+    def refuse(self, topic: str, event: TrialEvent) -> Rejected:
+        """The rejection (class ``topic_mismatch``) of an event ``topic`` does not bind."""
         suite = self.suite_of(topic)
         if suite is None:
-            return f"topic {topic!r} names no suite under mqtt.bind_suite {self.spec!r}"
-        return (
-            f"topic {topic!r} binds suite {suite!r}, not {event.suite!r} "
-            f"(mqtt.bind_suite {self.spec!r})"
-        )
+            reason = f"topic {topic!r} names no suite under mqtt.bind_suite {self.spec!r}"
+        else:
+            reason = (
+                f"topic {topic!r} binds suite {suite!r}, not {event.suite!r} "
+                f"(mqtt.bind_suite {self.spec!r})"
+            )
+        return Rejected(msgspec.json.encode(event), reason, "topic_mismatch")
 
 
 def emitter_topic(topic_filter: str, bind_suite: str) -> str | None:
@@ -137,7 +140,8 @@ def emitter_topic(topic_filter: str, bind_suite: str) -> str | None:
 def decode_bound(
     payloads: Sequence[tuple[bytes, str]], binding: Binding, max_payload: int = 1 << 20
 ) -> tuple[list[TrialEvent], list[tuple[Rejected, str]]]:
-    """``events.decode_many``, then every event held to its message's topic.
+    """``events.decode_many``, then every event of an MQTT message (source
+    ``mqtt:<topic>``) held to its topic; other sources name no topic to hold to.
 
     Messages are decoded in groups by topic: with a binding every suite has
     its own topic, so a suite's events keep their arrival order. Per topic
@@ -152,6 +156,9 @@ def decode_bound(
     for source, group in groups.items():
         events, rejected = decode_many(group, max_payload)
         bad.extend(rejected)
+        if not source.startswith(_MQTT):
+            good.extend(events)
+            continue
         topic = source.removeprefix(_MQTT)
         suite = binding.suite_of(topic)
         strays = [e for e in events if e.suite != suite]
@@ -159,8 +166,7 @@ def decode_bound(
             good.extend(events)
             continue
         good.extend(e for e in events if e.suite == suite)
-        for event in strays[:MAX_LETTERS]:
-            bad.append((Rejected(msgspec.json.encode(event), binding.reason(topic, event)), source))
+        bad.extend((binding.refuse(topic, event), source) for event in strays[:MAX_LETTERS])
         if len(strays) > MAX_LETTERS:
             rest = len(strays) - MAX_LETTERS
             reason = (
@@ -168,5 +174,5 @@ def decode_bound(
                 f"(mqtt.bind_suite {binding.spec!r}; only the first {MAX_LETTERS} get their "
                 "own dead letter)"
             )
-            bad.append((Rejected(b"", reason), source))
+            bad.append((Rejected(b"", reason, "topic_mismatch"), source))
     return good, bad

@@ -1,6 +1,6 @@
 """A decoded batch, and what the commit dead-letters besides undecodable input:
-events of a new suite past ``stats.max_suites`` and events whose sliced labels
-cannot name a slice.
+events of a new suite past ``stats.max_suites`` (class ``too_many_suites``) and
+events whose sliced labels cannot name a slice (class ``invalid_field``).
 
 Both record ``id(event) -> reason`` in ``not_counted`` when given, so the
 HTTP answer can say which elements were not counted and why.
@@ -14,7 +14,8 @@ from typing import NamedTuple
 import msgspec
 
 from reliabilityd.config import Config
-from reliabilityd.events import Rejected, TrialEvent
+from reliabilityd.events import TrialEvent
+from reliabilityd.rejections import Rejected
 from reliabilityd.stats.slices import Ids
 
 
@@ -49,7 +50,7 @@ def past_suite_cap(
             f"({most}) suites: not counted (raise stats.max_suites or reset unused suites)"
         )
         source = sources.get(suite, "unknown")
-        out += [(Rejected(raw(e), reason), source) for e in by_suite[suite]]
+        out += [(Rejected(raw(e), reason, "too_many_suites"), source) for e in by_suite[suite]]
         if not_counted is not None:
             not_counted.update(dict.fromkeys(map(id, by_suite[suite]), reason))
     return out
@@ -76,7 +77,8 @@ def screen_labels(
                 ids(event.labels)
             except ValueError as exc:
                 reason = f"{exc} (suite {suite!r} is sliced by it)"
-                out.append((Rejected(raw(event), reason), sources.get(suite, "unknown")))
+                rejection = Rejected(raw(event), reason, "invalid_field")
+                out.append((rejection, sources.get(suite, "unknown")))
                 if not_counted is not None:
                     not_counted[id(event)] = reason
             else:

@@ -41,8 +41,9 @@ from reliabilityd.daemon.auth import Authority
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.daemon.supervisor import supervise
 from reliabilityd.errors import ConfigError, first_config_error
-from reliabilityd.events import Rejected, TrialEvent, decode_many
+from reliabilityd.events import TrialEvent, decode_many
 from reliabilityd.logs import RateLimited, emit
+from reliabilityd.rejections import Rejected
 from reliabilityd.sources import configured as configured_sources
 from reliabilityd.sources import mqtt
 from reliabilityd.stats.compare import Comparison
@@ -200,7 +201,7 @@ class Daemon:
             good, rejected = decode_bound(payloads, self.binding, limit)
         for size, source in skipped:
             reason = f"payload of {size} bytes exceeds ingest.max_payload ({limit}): not read"
-            rejected.append((Rejected(b"", reason), source))
+            rejected.append((Rejected(b"", reason, "too_large"), source))
         by_suite: dict[str, list[TrialEvent]] = defaultdict(list)
         for event in good:
             by_suite[event.suite].append(event)

@@ -8,7 +8,8 @@ import contextlib
 import msgspec
 
 from reliabilityd.config import parse_mqtt_url
-from reliabilityd.events import Rejected, TrialEvent, elements, letters
+from reliabilityd.events import TrialEvent, elements, letters
+from reliabilityd.rejections import Rejected
 from reliabilityd.store import Applied, Redis
 
 # Seconds /readyz waits for Redis and for the broker.

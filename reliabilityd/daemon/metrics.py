@@ -36,8 +36,7 @@ from prometheus_client.registry import Collector
 
 from reliabilityd.alerting.sinks import Note, Sink
 from reliabilityd.daemon._metrics_text import SuiteText, SuiteView
-from reliabilityd.events import Rejected
-from reliabilityd.rejections import REASON_CLASSES, reason_class
+from reliabilityd.rejections import REASON_CLASSES, Rejected
 from reliabilityd.rules import Rule, for_slice
 from reliabilityd.sources.mqtt import Watch
 from reliabilityd.stats.snapshot import Snapshot
@@ -262,7 +261,7 @@ class Metrics:
         for item, source in rejected:
             kind = source.split(":", 1)[0]
             label = kind if kind in SOURCES else "other"
-            self.rejected.labels(label, reason_class(item.reason)).inc()
+            self.rejected.labels(label, item.reason_class).inc()
 
     def count_sink_failures(self, sinks: Mapping[str, Sink]) -> dict[str, Sink]:
         """The same sinks, each counting the deliveries it raised on (timeouts included)."""

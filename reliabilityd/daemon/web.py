@@ -94,8 +94,9 @@ from reliabilityd.daemon._offload import Busy, Slots, Worker
 from reliabilityd.daemon.auth import Authority, Grant
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ConfigError, ReliabilitydError
-from reliabilityd.events import UNREPORTED, Rejected, TrialEvent
+from reliabilityd.events import UNREPORTED, TrialEvent
 from reliabilityd.logs import RateLimited
+from reliabilityd.rejections import Rejected
 from reliabilityd.stats.compare import Comparison
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
@@ -322,7 +323,7 @@ class Handlers:
                 if not allowed and not mapped.rejected:
                     error = f"this token may not write suite {refused[0].suite!r}"
                     return self._answer(_json({"error": error}, 403))
-                forbidden = [Rejected(b"", _may_not_write(e.suite)) for e in refused]
+                forbidden = [Rejected(b"", _may_not_write(e.suite), "forbidden") for e in refused]
                 mapped = otlp.Mapped(allowed, mapped.rejected, mapped.ignored)
                 answer = otlp.Mapped(allowed, [*mapped.rejected, *forbidden], mapped.ignored)
         try:
@@ -334,7 +335,7 @@ class Handlers:
         except (IngestUnavailable, TimeoutError) as exc:
             return self._unavailable(f"not committed: {exc or 'Redis did not answer in time'}")
         if committed.not_counted:  # dead-lettered at commit: rejected in partial_success
-            late = [Rejected(b"", reason) for reason in committed.not_counted.values()]
+            late = [Rejected(b"", r, "other") for r in committed.not_counted.values()]
             answer = otlp.Mapped(
                 [e for j, e in enumerate(answer.events) if j not in committed.not_counted],
                 [*answer.rejected, *late],

@@ -38,7 +38,6 @@ from reliabilityd.events import (
     MAX_LETTERS,
     UNREPORTED,
     Outcome,
-    Rejected,
     TrialEvent,
     letters,
     suite_name_problem,
@@ -46,6 +45,7 @@ from reliabilityd.events import (
 )
 from reliabilityd.importers.trials import suite_name, task_name
 from reliabilityd.integrations._otlp_shape import ShapeProblem, json_problem, wire_problem
+from reliabilityd.rejections import ReasonClass, Rejected
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -159,7 +159,16 @@ class Mapped:
 
 
 class _Refused(Exception):
-    """One record cannot be mapped; the message is the dead letter's reason."""
+    """One record cannot be mapped; the message is the dead letter's reason.
+
+    ``reason_class``: ``missing_field`` when the record lacks what the mapping
+    reads (a name, a verdict), ``invalid_field`` when what it holds cannot be
+    used.
+    """
+
+    def __init__(self, reason: str, reason_class: ReasonClass = "invalid_field") -> None:
+        super().__init__(reason)
+        self.reason_class: ReasonClass = reason_class
 
 
 def _name(
@@ -173,7 +182,7 @@ def _name(
         if isinstance(value, bool) or not isinstance(value, str | int):
             raise _Refused(f"{what} source {source} is a {type(value).__name__}, not a string")
         return str(value)
-    raise _Refused(f"no {what}: the record has none of {', '.join(sources)}")
+    raise _Refused(f"no {what}: the record has none of {', '.join(sources)}", "missing_field")
 
 
 def _verdict(config: OtlpConfig, attrs: Mapping[str, Any], evaluation: str) -> Outcome:
@@ -206,7 +215,11 @@ def _verdict(config: OtlpConfig, attrs: Mapping[str, Any], evaluation: str) -> O
         said.append(f"score {score!r} but no pass_score for evaluation {evaluation!r} (or '*')")
     else:
         said.append(f"{config.score_attribute} is a {type(score).__name__}, not a number")
-    raise _Refused(f"no verdict: {'; '.join(said)}")
+    # Nothing that could be a verdict is missing_field; a label or score that is
+    # there and cannot be read as one is invalid_field.
+    missing = label is None and (score is None or threshold is None)
+    why = f"no verdict: {'; '.join(said)}"
+    raise _Refused(why, "missing_field" if missing else "invalid_field")
 
 
 def _record_json(record: LogRecord) -> bytes:
@@ -251,7 +264,9 @@ def map_request(request: ExportLogsServiceRequest, config: OtlpConfig) -> Mapped
                         continue
                     where = f"resource_logs[{r}].scope_logs[{s}].log_records[{i}]"
                     suite = _suite_of(config, attrs, resource)
-                    rejected.append(Rejected(_record_json(record), f"{where}: {exc}", suite))
+                    reason = f"{where}: {exc}"
+                    record_json = _record_json(record)
+                    rejected.append(Rejected(record_json, reason, exc.reason_class, suite))
                     continue
                 events.append(event)
     return Mapped(events, rejected, ignored)

@@ -15,9 +15,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 import msgspec
 from redis.exceptions import RedisError
 
-from reliabilityd.events import NAME_FORBIDDEN, Rejected, TrialEvent
+from reliabilityd.events import NAME_FORBIDDEN, TrialEvent, named_suite
 from reliabilityd.logs import emit
-from reliabilityd.rejections import named_suite, reason_class
+from reliabilityd.rejections import Rejected
 from reliabilityd.stats.slices import Ids
 from reliabilityd.store import dedup
 from reliabilityd.store._base import Applied, Redis, StreamCursor, _text
@@ -337,7 +337,7 @@ class Ingest:
                         "payload": item.raw[:keep_bytes],
                         "truncated": int(len(item.raw) > keep_bytes),
                         "reason": item.reason[:keep_reason],
-                        "class": reason_class(item.reason),
+                        "class": item.reason_class,
                         "suite": suite,
                         "source": source,
                         "time": now,

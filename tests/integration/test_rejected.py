@@ -116,14 +116,15 @@ def test_dead_letters_name_suite_source_and_class_and_are_listed(
 def test_since_bounds_what_is_listed(
     redis_server: RedisServer, prefix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from reliabilityd.events import Rejected
+    from reliabilityd.rejections import Rejected
 
     cfg = http_config(redis_server, prefix)
 
     async def go() -> None:
         async with store_for(cfg) as store:
             await store.ingest.deadletter(
-                [(Rejected(b'{"suite": "old"}', "not a trial event"), "stream:k")], maxlen=100
+                [(Rejected(b'{"suite": "old"}', "not a trial event", "other"), "stream:k")],
+                maxlen=100,
             )
 
     asyncio.run(go())

@@ -6,7 +6,8 @@ import msgspec
 import numpy as np
 import pytest
 
-from reliabilityd.events import Rejected, TrialEvent
+from reliabilityd.events import TrialEvent
+from reliabilityd.rejections import Rejected
 from reliabilityd.rules import AlertState
 from reliabilityd.stats.lottery import lottery_cases, ranked_cell_groups
 from reliabilityd.store import Baseline, SnapshotWrite, Store
@@ -155,7 +156,8 @@ async def test_dedup_records_expire(store: Store) -> None:
 
 
 async def test_deadletter_stream_is_capped_and_counted(store: Store) -> None:
-    items = [Rejected(b"x" * 5000, "too long")] + [Rejected(b"y", f"r{i}") for i in range(300)]
+    items = [Rejected(b"x" * 5000, "too long", "too_large")]
+    items += [Rejected(b"y", f"r{i}", "other") for i in range(300)]
     await store.ingest.deadletter([(items[0], "test")], maxlen=100)
     (first,) = await store.reads.deadletters()
     assert first.truncated

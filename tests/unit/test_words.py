@@ -42,6 +42,9 @@ GONE = [
     r"reliabilityd\.broker\b",
     r"cli\._oncall\b",
     r"embedded\.processes import .*(Prometheus|Alertmanager|ClusterNode|cluster_create)",
+    # A rejection's class is set where it is made, and Rejected lives in rejections.
+    r"\breason_class\(",
+    r"events import [^\n]*\bRejected\b",
 ]
 
 
