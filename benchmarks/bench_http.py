@@ -2,7 +2,7 @@
 
 A private redis-server and one daemon (HTTP on, MQTT off). The baseline
 hands the same decoded batches straight to the daemon's commit
-(``Daemon.ingest``); the HTTP figure sends each batch as a JSON POST over
+(``Daemon.http_commit``); the HTTP figure sends each batch as a JSON POST over
 one keep-alive connection, one request at a time, and counts it once the
 200 is back (which comes after the Redis commit). The two alternate for a
 few rounds and each keeps its best, so the ratio is the cost of HTTP,
@@ -28,6 +28,7 @@ from reliabilityd.config import Config, HttpConfig, MqttConfig, RedisConfig, Sta
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.embedded.processes import RedisServer, free_port
 from reliabilityd.events import TrialEvent
+from reliabilityd.sources import Batch
 
 BATCH = 500
 BATCHES = 100
@@ -53,7 +54,7 @@ def _batches(tag: str) -> list[list[TrialEvent]]:
 async def _direct(daemon: Daemon, batches: list[list[TrialEvent]]) -> float:
     started = time.perf_counter()
     for batch in batches:
-        await daemon.ingest(batch, [], "bench")
+        await daemon.http_commit(Batch.of(batch, [], "bench"))
     return BATCH * len(batches) / (time.perf_counter() - started)
 
 
@@ -112,7 +113,7 @@ async def _main() -> None:
                     for t in range(5)
                     for j in range(5)
                 ]
-                await daemon.ingest(many, [], "bench")
+                await daemon.http_commit(Batch.of(many, [], "bench"))
                 await asyncio.sleep(3 * config.stats.ci_interval)  # let snapshots land
                 scrape = await _timed_get(http, f"{base}/metrics")
                 health = await _timed_get(http, f"{base}/healthz")

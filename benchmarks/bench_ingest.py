@@ -43,11 +43,12 @@ from pathlib import Path
 import msgspec
 
 from reliabilityd.config import Config, IngestConfig, MqttConfig, RedisConfig, StatsConfig
-from reliabilityd.daemon import Daemon, Decoded
+from reliabilityd.daemon import Daemon
 from reliabilityd.embedded.processes import Mosquitto, RedisServer, free_port
 from reliabilityd.events import TrialEvent
 from reliabilityd.mqtt_connector import connect
-from reliabilityd.store import Slicing, Store, StreamCursor
+from reliabilityd.sources import Batch, Committed, Letter
+from reliabilityd.store import Slicing, Store
 from reliabilityd.store import connect as redis_connect
 
 SINGLE_MESSAGES = 40_000
@@ -272,11 +273,11 @@ async def _paho_rate(
                 del received[:max_batch]
                 if not received:
                     arrived.clear()
-            decoded = daemon.decode([(payload, "mqtt:" + t) for payload, t, _, _ in batch])
-            await daemon.commit_decoded(decoded)
+            decoded = daemon.commit.decode([(payload, "mqtt:" + t) for payload, t, _, _ in batch])
+            await daemon.commit(decoded)
             for _, _, mid, qos in batch:
                 client.ack(mid, qos)
-            committed += sum(len(evs) for evs in decoded.by_suite.values())
+            committed += len(decoded.events)
         took = time.perf_counter() - started
     finally:
         client.disconnect()
@@ -360,16 +361,19 @@ async def _latency(redis_url: str, port: int) -> tuple[float, float, float]:
     daemon = Daemon(cfg)
     count = int(STEADY_RATE * STEADY_SECONDS)
     latencies: list[float] = []
-    inner = daemon.commit_decoded
 
-    async def timed_commit(
-        batch: Decoded, sent: asyncio.Event | None = None, *, cursor: StreamCursor | None = None
-    ) -> None:
-        await inner(batch, sent, cursor=cursor)
-        now = time.time()
-        latencies.extend(now - (e.ts or now) for evs in batch.by_suite.values() for e in evs)
+    class Timed:
+        """The daemon's own observer, and each committed event's latency."""
 
-    daemon.commit_decoded = timed_commit  # type: ignore[method-assign,assignment]
+        def committed(self, batch: Batch, committed: Committed, seconds: float) -> None:
+            daemon.committed(batch, committed, seconds)
+            now = time.time()
+            latencies.extend(now - (e.ts or now) for e in batch.events)
+
+        def deadlettered(self, letters: Sequence[Letter]) -> None:
+            daemon.deadlettered(letters)
+
+    daemon.commit.observer = Timed()
     stop = asyncio.Event()
     task = asyncio.create_task(daemon.run(stop))
     await daemon.subscribed.wait()

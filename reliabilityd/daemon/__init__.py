@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from reliabilityd.daemon._admission import Decoded
 from reliabilityd.daemon._check import check
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.daemon._reload import main
 
-__all__ = ["Daemon", "Decoded", "check", "main"]
+__all__ = ["Daemon", "check", "main"]

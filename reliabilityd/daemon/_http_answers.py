@@ -1,4 +1,4 @@
-"""What the HTTP port answers: a commit's per-element results, the body's elements, /readyz."""
+"""What the HTTP port answers: the body's elements, their per-element results, /readyz."""
 
 from __future__ import annotations
 
@@ -10,22 +10,10 @@ import msgspec
 from reliabilityd.config import parse_mqtt_url
 from reliabilityd.events import TrialEvent, elements, letters
 from reliabilityd.rejections import Rejected
-from reliabilityd.store import Applied, Redis
+from reliabilityd.store import Redis
 
 # Seconds /readyz waits for Redis and for the broker.
 PROBE_TIMEOUT = 2.0
-
-
-class Committed(msgspec.Struct, frozen=True):
-    """What one commit did: each suite's result, and the events it dead-lettered instead.
-
-    ``not_counted`` maps an index into the committed events to the reason it
-    was dead-lettered at commit (a new suite past ``stats.max_suites``, a
-    sliced label that cannot name a slice).
-    """
-
-    applied: list[Applied]
-    not_counted: dict[int, str] = msgspec.field(default_factory=dict)
 
 
 class ElementResult(msgspec.Struct, omit_defaults=True):

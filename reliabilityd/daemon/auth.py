@@ -16,20 +16,24 @@ whose ``read`` globs match the suite, and a read of every suite at once
 ``read = ["*"]``), unless ``http.metrics_open``.
 
 The handlers ask ``authority.grant(request)`` once per request and then the
-grant per suite (``grant.may("write", suite)``); ``allows`` and ``readable``
-do both steps for a caller that needs one answer, such as an HTML page
-listing the suites its reader may see.
+grant per suite (``grant.may("write", suite)``, or ``grant.refused_writes``
+for a request's events, each refused one a rejection of class
+``forbidden``, answered and counted but never dead-lettered); ``allows`` and
+``readable`` do both steps for a caller that needs one answer, such as an
+HTML page listing the suites its reader may see.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hmac
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from reliabilityd.config import HttpConfig, is_loopback
+from reliabilityd.events import TrialEvent
+from reliabilityd.rejections import Rejected
 
 Action = Literal["read", "write"]
 EVERY = ("*",)
@@ -64,6 +68,22 @@ class Grant:
     def may_all(self, action: Action) -> bool:
         """True when this grant covers every suite for ``action`` (a ``*`` glob)."""
         return "*" in (self.write if action == "write" else self.read)
+
+    def refused_writes(self, outcomes: Sequence[TrialEvent | Rejected]) -> dict[int, Rejected]:
+        """Index -> rejection (class ``forbidden``) of each event of ``outcomes`` whose suite
+        this grant may not write; the pieces already rejected are left as they are."""
+        if self.may_all("write"):
+            return {}
+        refused: dict[str, Rejected] = {}  # one rejection per suite, however many events
+        out: dict[int, Rejected] = {}
+        for i, e in enumerate(outcomes):
+            if isinstance(e, TrialEvent) and not self.may("write", e.suite):
+                rejection = refused.get(e.suite)
+                if rejection is None:
+                    reason = f"forbidden: this token may not write suite {e.suite!r}"
+                    rejection = refused[e.suite] = Rejected(b"", reason, "forbidden", e.suite)
+                out[i] = rejection
+        return out
 
     def filter(self, action: Action, suites: Iterable[str]) -> list[str]:
         """The suites of ``suites`` this grant lets its holder ``action``, in order."""

@@ -81,7 +81,6 @@ from reliabilityd.daemon._compare import (
     parse_query,
 )
 from reliabilityd.daemon._http_answers import (
-    Committed,
     ElementResult,
     IngestResponse,
     SuiteResult,
@@ -93,10 +92,11 @@ from reliabilityd.daemon._http_server import BACKLOG, Runner, connection_limit
 from reliabilityd.daemon._offload import Busy, Slots, Worker
 from reliabilityd.daemon.auth import Authority, Grant
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
-from reliabilityd.errors import ConfigError, ReliabilitydError
+from reliabilityd.errors import ConfigError
 from reliabilityd.events import UNREPORTED, TrialEvent
 from reliabilityd.logs import RateLimited
 from reliabilityd.rejections import Rejected
+from reliabilityd.sources import Batch, Commit, Committed, CommitUnavailable
 from reliabilityd.stats.compare import Comparison
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
@@ -106,24 +106,17 @@ OTLP_SOURCE = "otlp"
 OTLP_DECODES = 2
 
 
-class IngestUnavailable(ReliabilitydError):
-    """Redis cannot take the commit now; the client should retry after a pause."""
-
-
 class Backend(ui.Source, Protocol):
     """What the HTTP server needs from the daemon (and the pages: its store and config)."""
 
     metrics: Metrics
     authority: Authority  # its tokens change in place on a reload
+    # The port's commit: the sources' one path, tried once on the port's own pool
+    # (CommitUnavailable on a Redis error, answered 503 for the client to retry).
+    http_commit: Commit
 
     def is_paused(self) -> bool:
         """True while ingest waits for Redis (the MQTT consumer holds its messages)."""
-        ...
-
-    async def ingest(
-        self, events: Sequence[TrialEvent], rejected: Sequence[Rejected], source: str
-    ) -> Committed:
-        """Dead-letter `rejected`, commit `events` once; IngestUnavailable on a Redis error."""
         ...
 
     async def refresh_metrics(self) -> None:
@@ -186,18 +179,23 @@ class Handlers:
         what = "every suite" if suite is None else f"suite {suite!r}"
         return _json({"error": f"this token may not read {what}"}, 403)
 
-    def _forbidden(self, grant: Grant, suites: list[str], source: str) -> None:
+    def _forbidden(self, grant: Grant, refused: Sequence[Rejected], source: str) -> None:
         """Count and log (at a limited rate; the token by its name only) forbidden writes."""
         # Both paths arrive over the HTTP port: the metric's source is "http".
-        self.backend.metrics.rejected.labels(SOURCE, "forbidden").inc(len(suites))
+        for rejection in refused:
+            self.backend.metrics.rejected.labels(SOURCE, rejection.reason_class).inc()
         self._forbidden_log.emit(
             logging.WARNING,
             "http_forbidden",
             source=source,
             token=grant.name,
-            count=len(suites),
-            suite=suites[0],
+            count=len(refused),
+            suite=refused[0].suite,
         )
+
+    async def _commit(self, batch: Batch) -> Committed:
+        """The port's commit, within ``http.commit_timeout``."""
+        return await asyncio.wait_for(self.backend.http_commit(batch), self.config.commit_timeout)
 
     def _unavailable(self, reason: str) -> web.Response:
         return self._answer(_json({"error": reason}, 503, **{"Retry-After": str(RETRY_AFTER)}))
@@ -233,39 +231,39 @@ class Handlers:
             return self._unavailable("ingest is paused: Redis is unavailable")
         outcomes, rejected, decoded = decode_elements(payload, self.max_payload)
         source = f"{SOURCE}:{request.remote or 'unknown'}"  # dead letters name the client
-        events = [e for e in outcomes if isinstance(e, TrialEvent)]
-        denied = {} if grant.may_all("write") else _denied_writes(grant, outcomes)
+        denied = grant.refused_writes(outcomes)
+        events = [
+            e for i, e in enumerate(outcomes) if isinstance(e, TrialEvent) and i not in denied
+        ]
         if denied:
-            events = [e for e in events if grant.may("write", e.suite)]
-            self._forbidden(grant, [suite for suite, _ in denied.values()], SOURCE)
+            self._forbidden(grant, list(denied.values()), SOURCE)
+        batch = Batch.of(events, rejected, source)
         if not decoded:
             # Not JSON or MessagePack at all: the answer does not depend on
             # Redis, and a retry would not help. Dead-lettered when Redis can.
-            with contextlib.suppress(IngestUnavailable, TimeoutError):
-                await asyncio.wait_for(
-                    self.backend.ingest([], rejected, source), self.config.commit_timeout
-                )
+            with contextlib.suppress(CommitUnavailable, TimeoutError):
+                await self._commit(batch)
             reason = rejected[0].reason if rejected else "empty body"
             return self._answer(_json({"error": reason}, 400))
         try:
-            committed = await asyncio.wait_for(
-                self.backend.ingest(events, rejected, source), self.config.commit_timeout
-            )
-        except (IngestUnavailable, TimeoutError) as exc:
+            committed = await self._commit(batch)
+        except (CommitUnavailable, TimeoutError) as exc:
             why = str(exc) or f"Redis did not answer within {self.config.commit_timeout} s"
             return self._unavailable(f"not committed: {why}")
         # Elements the commit dead-lettered (suite cap, unsliceable label), by element index.
-        position = {id(e): j for j, e in enumerate(events)}
-        at_commit = {
-            i: committed.not_counted[position[id(e)]]
-            for i, e in enumerate(outcomes)
-            if id(e) in position and position[id(e)] in committed.not_counted
-        }
+        at_commit: dict[int, str] = {}
+        if committed.not_counted:
+            position = {id(e): j for j, e in enumerate(events)}
+            at_commit = {
+                i: committed.not_counted[position[id(e)]].reason
+                for i, e in enumerate(outcomes)
+                if id(e) in position and position[id(e)] in committed.not_counted
+            }
         body = IngestResponse(
             accepted=len(events) - len(at_commit),
             rejected=len(outcomes) - len(events) + len(at_commit),
             results=[
-                ElementResult(i, "forbidden", denied[i][1])
+                ElementResult(i, "forbidden", denied[i].reason)
                 if i in denied
                 else ElementResult(i, "rejected", at_commit[i])
                 if i in at_commit
@@ -315,27 +313,23 @@ class Handlers:
         if self.backend.is_paused():
             return self._unavailable("ingest is paused: Redis is unavailable")
         answer = mapped
-        if not grant.may_all("write"):
-            allowed = [e for e in mapped.events if grant.may("write", e.suite)]
-            if len(allowed) < len(mapped.events):
-                refused = [e for e in mapped.events if not grant.may("write", e.suite)]
-                self._forbidden(grant, [e.suite for e in refused], OTLP_SOURCE)
-                if not allowed and not mapped.rejected:
-                    error = f"this token may not write suite {refused[0].suite!r}"
-                    return self._answer(_json({"error": error}, 403))
-                forbidden = [Rejected(b"", _may_not_write(e.suite), "forbidden") for e in refused]
-                mapped = otlp.Mapped(allowed, mapped.rejected, mapped.ignored)
-                answer = otlp.Mapped(allowed, [*mapped.rejected, *forbidden], mapped.ignored)
+        denied = grant.refused_writes(mapped.events)
+        if denied:
+            allowed = [e for j, e in enumerate(mapped.events) if j not in denied]
+            refused = list(denied.values())
+            self._forbidden(grant, refused, OTLP_SOURCE)
+            if not allowed and not mapped.rejected:
+                error = f"this token may not write suite {refused[0].suite!r}"
+                return self._answer(_json({"error": error}, 403))
+            mapped = otlp.Mapped(allowed, mapped.rejected, mapped.ignored)
+            answer = otlp.Mapped(allowed, [*mapped.rejected, *refused], mapped.ignored)
         try:
-            committed = await asyncio.wait_for(
-                # At most events.MAX_LETTERS + 1 letters, as for an MQTT payload.
-                self.backend.ingest(mapped.events, mapped.letters, OTLP_SOURCE),
-                self.config.commit_timeout,
-            )
-        except (IngestUnavailable, TimeoutError) as exc:
+            # At most events.MAX_LETTERS + 1 letters, as for an MQTT payload.
+            committed = await self._commit(Batch.of(mapped.events, mapped.letters, OTLP_SOURCE))
+        except (CommitUnavailable, TimeoutError) as exc:
             return self._unavailable(f"not committed: {exc or 'Redis did not answer in time'}")
         if committed.not_counted:  # dead-lettered at commit: rejected in partial_success
-            late = [Rejected(b"", r, "other") for r in committed.not_counted.values()]
+            late = list(committed.not_counted.values())
             answer = otlp.Mapped(
                 [e for j, e in enumerate(answer.events) if j not in committed.not_counted],
                 [*answer.rejected, *late],
@@ -420,25 +414,6 @@ def _unauthorised() -> web.Response:
         401,
         **{"WWW-Authenticate": 'Bearer realm="reliabilityd"'},
     )
-
-
-def _may_not_write(suite: str) -> str:
-    return f"forbidden: this token may not write suite {suite!r}"
-
-
-def _denied_writes(
-    grant: Grant, outcomes: Sequence[TrialEvent | Rejected]
-) -> dict[int, tuple[str, str]]:
-    """Index -> (suite, reason) of each valid element whose suite ``grant`` may not write."""
-    reasons: dict[str, str] = {}  # one reason per suite, however many elements
-    denied: dict[int, tuple[str, str]] = {}
-    for i, e in enumerate(outcomes):
-        if isinstance(e, TrialEvent) and not grant.may("write", e.suite):
-            reason = reasons.get(e.suite)
-            if reason is None:
-                reason = reasons[e.suite] = _may_not_write(e.suite)
-            denied[i] = (e.suite, reason)
-    return denied
 
 
 def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Application:

@@ -1,11 +1,16 @@
-"""Where trial events come from: MQTT (``mqtt``) and Redis Streams (``streams``).
+"""Where trial events come from, and the one commit every source hands them to.
 
-Every source has the same shape: a name and a ``run(stop)`` that takes
-messages until ``stop`` is set, hands each batch to the daemon's commit, and
-acknowledges it only once its events are committed to Redis. ``configured``
-lists the sources a configuration turns on; the daemon runs each under its
-supervisor. (HTTP ingest answers requests instead of pulling messages: it
-lives with the daemon's HTTP port.)
+``Commit`` (``_commit``) decodes a batch, admits it, applies it to Redis and
+then calls the source's acknowledge hook; a ``Batch`` is what it writes, a
+``Committed`` what it did. The sources differ only in how messages arrive
+and how they are acknowledged: MQTT (``mqtt``: PUBACK, the next batch
+decoded while one commits, ``Flight``), Redis Streams (``streams``: XACK),
+and the daemon's HTTP port (``POST /v1/trials`` and ``/v1/logs``, which
+answers requests instead of pulling messages and lives with the port);
+``reliabilityd.testing`` is one more, for tests.
+
+``configured`` lists the pulling sources a configuration turns on, each a
+name and a ``run(stop)`` loop; the daemon runs each under its supervisor.
 """
 
 from __future__ import annotations
@@ -14,15 +19,37 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
 
 from reliabilityd.config import Config
 from reliabilityd.sources import mqtt, streams
+from reliabilityd.sources._commit import (
+    Acknowledge,
+    Batch,
+    Commit,
+    Committed,
+    Committer,
+    CommitUnavailable,
+    Letter,
+    Observer,
+    Payload,
+)
+from reliabilityd.sources._flight import Flight
 from reliabilityd.store import Store
 
-__all__ = ["Source", "configured"]
-
-D = TypeVar("D")
+__all__ = [
+    "Acknowledge",
+    "Batch",
+    "Commit",
+    "CommitUnavailable",
+    "Committed",
+    "Committer",
+    "Flight",
+    "Letter",
+    "Observer",
+    "Payload",
+    "Source",
+    "configured",
+]
 
 
 @dataclass(frozen=True)
@@ -37,18 +64,15 @@ def configured(
     config: Config,
     store: Store,
     instance: str,
+    commit: Committer,
     *,
-    decode: mqtt.Decode[D],
-    commit_decoded: Callable[[D, asyncio.Event], Awaitable[None]],
-    commit: streams.Commit,
-    max_payload: int,
     subscribed: asyncio.Event | None = None,
     watch: mqtt.Watch | None = None,
 ) -> list[Source]:
-    """The sources ``config`` turns on, wired to the daemon's decode and commit.
+    """The sources ``config`` turns on, each handing its batches to ``commit``.
 
-    MQTT decodes the next batch while the last one commits (``decode`` and
-    ``commit_decoded``); a stream batch commits with its cursor (``commit``).
+    ``subscribed`` and ``watch`` are the MQTT source's: set once the broker
+    confirmed the subscription, and what it saw of its session.
     """
     out: list[Source] = []
     batch = config.ingest.max_batch
@@ -56,10 +80,9 @@ def configured(
         run = partial(
             mqtt.consume,
             config.mqtt,
-            decode,
-            commit_decoded,
+            commit,
             max_batch=batch,
-            max_payload=max_payload,
+            max_payload=config.ingest.max_payload,
             subscribed=subscribed,
             watch=watch,
         )

@@ -3,15 +3,16 @@
 The consumer takes QoS 1 messages on a persistent session and acknowledges
 each one only after its events are committed to Redis, in the order received
 (MQTT requires PUBACKs in PUBLISH order): it takes a batch of received
-messages, commits it, then writes the batch's PUBACKs in one go.
-tests/test_faults.py::test_nothing_is_acknowledged_before_its_commit fails if
-anything is ever acknowledged on receipt.
+messages, has the commit decode and apply it, and the commit's acknowledge
+hook writes the batch's PUBACKs in one go.
+tests/faults/test_faults.py::test_nothing_is_acknowledged_before_its_commit
+fails if anything is ever acknowledged on receipt.
 
-Two batches overlap: once batch N's request is written to Redis, the next
-one is taken and decoded while Redis applies N. Commits still run one at a time
-and in order, and batch N is acknowledged before batch N+1's commit starts,
-so PUBACKs keep PUBLISH order and a task's outcomes reach Redis in arrival
-order.
+Two batches overlap (``Flight``): once batch N's request is written to
+Redis, the next one is taken and decoded while Redis applies N. Commits
+still run one at a time and in order, and batch N is acknowledged before
+batch N+1's commit starts, so PUBACKs keep PUBLISH order and a task's
+outcomes reach Redis in arrival order.
 
 Reconnecting is our job: a fresh connection per attempt inside a loop with
 capped exponential backoff, reset only once a connection has lasted
@@ -36,12 +37,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
 
 from reliabilityd.backoff import Backoff, sleep_or_stop
 from reliabilityd.config import MqttConfig
-from reliabilityd.logs import emit, log
+from reliabilityd.logs import emit
 from reliabilityd.mqtt_connector import (
     Closed,
     Connection,
@@ -51,12 +53,10 @@ from reliabilityd.mqtt_connector import (
     TakenOver,
     connect,
 )
+from reliabilityd.sources._commit import Committed, Committer
+from reliabilityd.sources._flight import Flight
 
 __all__ = ["MqttError", "Watch", "consume", "subscription"]
-
-D = TypeVar("D")
-# A batch whose commit is running, and that commit.
-Inflight = tuple[list[Message], "asyncio.Future[None]"]
 
 # Reconnect pacing: 0.2 s doubling to 15 s (the one Backoff).
 BACKOFF_START = 0.2
@@ -110,13 +110,14 @@ def _skipped(batch: list[Message]) -> list[tuple[int, str]]:
     return [(m.size, _name(m.topic)) for m in batch if isinstance(m, Skipped)]
 
 
-Decode = Callable[[Sequence[tuple[bytes, str]], Sequence[tuple[int, str]]], D]
+def _ack(conn: Connection, batch: list[Message], _: Committed) -> None:
+    """The commit's acknowledge hook: the batch's PUBACKs, in one write, in PUBLISH order."""
+    conn.ack(batch)
 
 
 async def consume(
     config: MqttConfig,
-    decode: Decode[D],
-    commit: Callable[[D, asyncio.Event], Awaitable[None]],
+    commit: Committer,
     stop: asyncio.Event,
     *,
     max_batch: int,
@@ -128,10 +129,10 @@ async def consume(
 ) -> None:
     """Take trial messages until stop is set; acknowledge each after its commit.
 
-    ``decode`` turns a batch of (payload, source) pairs, and the (size,
-    source) of the messages over ``max_payload`` bytes (skipped unread),
-    into what ``commit`` writes. ``commit`` sets the event it is given once
-    its request is on its way to Redis; the next batch is decoded only then,
+    ``commit.decode`` turns a batch of (payload, ``mqtt:<topic>``) pairs, and
+    the (size, source) of the messages over ``max_payload`` bytes (skipped
+    unread), into the batch ``commit`` applies; its hook acknowledges. The
+    next batch is decoded once the commit's request is on its way to Redis,
     so Redis applies one batch while Python decodes the next. ``subscribed``
     is set once the broker has confirmed the subscription; ``watch`` counts
     lost sessions and takeovers. ``clock`` (how long a connection lived) and
@@ -144,7 +145,7 @@ async def consume(
     while not stop.is_set():
         conn: Connection | None = None
         waker: asyncio.Task[None] | None = None
-        inflight: Inflight | None = None
+        flight = Flight(commit)
         connected_at: float | None = None
         try:
             conn = await connect(
@@ -173,32 +174,23 @@ async def consume(
                 subscribed.set()
             skipped_seen = 0
             while not stop.is_set():
-                if inflight is not None and not conn.waiting:
+                if flight.busy and not conn.waiting:
                     # Nothing to decode meanwhile: acknowledge as soon as committed.
-                    await _acknowledge(conn, inflight)
-                    inflight = None
+                    await flight.finish()
                     continue  # a stop may have come meanwhile
                 batch = await conn.take(max_batch)
                 if not batch:
                     continue
                 if conn.skipped == skipped_seen:
-                    work = decode(_with_sources(batch), ())
+                    work = commit.decode(_with_sources(batch))
                 else:  # rare: only then look for them
                     big = _skipped(batch)
                     skipped_seen += len(big)
                     watch.skipped += len(big)
                     read = [m for m in batch if not isinstance(m, Skipped)]
-                    work = decode(_with_sources(read), big)
-                if inflight is not None:
-                    await _acknowledge(conn, inflight)
-                # A stop during the commit lets it finish: acknowledging
-                # needs it, and Redis applies it atomically anyway.
-                sent = asyncio.Event()
-                inflight = (batch, asyncio.ensure_future(commit(work, sent)))
-                await _until_sent(sent, inflight[1])
-            if inflight is not None:
-                await _acknowledge(conn, inflight)
-                inflight = None
+                    work = commit.decode(_with_sources(read), big)
+                await flight.start(work, partial(_ack, conn, batch))
+            await flight.finish()
         except MqttError as exc:
             lived = None if connected_at is None else clock() - connected_at
             if lived is not None and lived >= STABLE:
@@ -228,21 +220,9 @@ async def consume(
             await pause(stop, delay)
         finally:
             try:
-                if inflight is not None and not _cancelled():
-                    # Let the running commit end before the next connection's
-                    # batches are applied (its batch comes back unacknowledged:
-                    # dedup absorbs it).
-                    try:
-                        await asyncio.shield(inflight[1])
-                    except Exception:
-                        log.exception("commit failed while the consumer left its connection")
-                elif inflight is not None:
-                    # Cancelled (the shutdown grace ran out): cancel the commit
-                    # too, so it closes its Redis connection instead of being
-                    # left pending. Its batch is unacknowledged and comes
-                    # back; a chunk Redis already applied is a duplicate then.
-                    inflight[1].cancel()
-                    await asyncio.wait({inflight[1]}, timeout=1.0)
+                # The commit in flight ends (or, cancelled, is cancelled) before
+                # the next connection's batches are applied.
+                await flight.leave()
             finally:
                 if waker is not None:
                     waker.cancel()
@@ -271,29 +251,6 @@ def _session_state(conn: Connection, config: MqttConfig, watch: Watch, *, reconn
             checked_every=config.keepalive,
             note="the broker sent Server Keep Alive 0; PINGREQ goes on at mqtt.keepalive",
         )
-
-
-async def _until_sent(sent: asyncio.Event, committing: asyncio.Future[None]) -> None:
-    """Wait until the commit's request is on its way to Redis, or the commit is over."""
-    if committing.done():
-        return
-    waiter = asyncio.ensure_future(sent.wait())
-    try:
-        await asyncio.wait((waiter, committing), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
-
-
-def _cancelled() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
-async def _acknowledge(conn: Connection, inflight: Inflight) -> None:
-    """Wait for the batch's commit, then acknowledge the batch."""
-    batch, committing = inflight
-    await asyncio.shield(committing)
-    conn.ack(batch)
 
 
 async def _wake_on_stop(stop: asyncio.Event, conn: Connection) -> None:

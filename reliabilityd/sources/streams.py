@@ -1,6 +1,8 @@
 """The Redis Stream edge: a consumer group, XACK after the commit.
 
-Agents ``XADD <key> * payload <json or msgpack>``. On start the consumer
+Agents ``XADD <key> * payload <json or msgpack>``. Each batch of entries
+goes through the commit (``Commit``), whose acknowledge hook XACKs them
+once Redis has applied the batch. On start the consumer
 first re-reads what it left pending itself (a crash between commit and XACK),
 then new entries; every ``claim_idle`` seconds it claims entries that another,
 presumably dead, consumer left pending (XAUTOCLAIM). Re-applying an entry is
@@ -18,23 +20,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 import redis.exceptions
 
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import StreamConfig
 from reliabilityd.logs import RateLimited, emit
+from reliabilityd.sources._commit import Committed, Committer
 from reliabilityd.store import Store, StreamCursor
 
 BLOCK_MS = 500
-
-
-class Commit(Protocol):
-    def __call__(
-        self, payloads: Sequence[tuple[bytes, str]], cursor: StreamCursor | None = None
-    ) -> Awaitable[None]: ...
 
 
 def _payloads(entries: Sequence[Any], source: str) -> tuple[list[bytes], list[tuple[bytes, str]]]:
@@ -61,7 +58,7 @@ async def consume(
     store: Store,
     config: StreamConfig,
     consumer: str,
-    commit: Commit,
+    commit: Committer,
     stop: asyncio.Event,
     *,
     max_batch: int,
@@ -105,11 +102,14 @@ async def consume(
                 continue
             ids, payloads = _payloads(entries, source)
             cursor = StreamCursor(config.key, config.group, _last_id(ids))
+
+            async def acknowledge(_: Committed, ids: list[bytes] = ids) -> None:
+                await store.streams.stream_ack(config.key, config.group, ids)
+
             # A stop lets the commit finish (the loop checks it between
             # batches); a cancellation (the shutdown grace ran out) cancels
             # it: the entries stay pending and are claimed again.
-            await commit(payloads, cursor)
-            await store.streams.stream_ack(config.key, config.group, ids)
+            await commit(commit.decode(payloads), cursor=cursor, acknowledge=acknowledge)
             pace.reset()
         except redis.exceptions.ResponseError as exc:
             # NOGROUP: the group is gone; UNBLOCKED: the key was deleted while we waited.

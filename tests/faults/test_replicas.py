@@ -63,10 +63,10 @@ async def test_two_replicas_ticking_differently_page_once_and_resolve_once(
             store_for(base) as store,
         ):
             # The first snapshot either replica sees is the degraded one.
-            await send(Phase.events(range(20), flaky=True), store)
+            await send(Phase.events(range(20), flaky=True), base)
             await wait_until(lambda: _states(mqtt_msgs, ["firing"]), 20)
             await judged(store, SUITE, one, other)  # both have judged it
-            await send(Phase.events(range(20), flaky=False), store)
+            await send(Phase.events(range(20), flaky=False), base)
             await wait_until(lambda: _states(mqtt_msgs, ["firing", "resolved"]), 20)
             # Both replicas judge the recovered snapshot again and again (the slow one
             # five times, the fast one many more), and what they sent has arrived.
@@ -86,11 +86,11 @@ async def test_an_undecodable_outbox_entry_is_set_aside_and_delivery_goes_on(
     with Receiver() as am:
         cfg = alert_config(redis_server, mosquitto, prefix, am)
         async with running(cfg), store_for(cfg) as store:
-            await send(Phase.events(range(20), flaky=False), store)
+            await send(Phase.events(range(20), flaky=False), cfg)
             outbox = store.keys.outbox(SUITE, "deploy-reliability", "webhook")
             # Left by an older version during a rolling upgrade.
             await store.client.rpush(outbox, b"\x93\x01\x02 msgpack of an older format")
-            await send(Phase.events(range(20), flaky=True), store)
+            await send(Phase.events(range(20), flaky=True), cfg)
             await wait_until(lambda: _count(am.webhook, 1), 20)
             assert am.webhook[0]["state"] == "firing"
             (aside,) = await store.alerts.outbox_deadletters()

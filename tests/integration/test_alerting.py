@@ -44,7 +44,7 @@ async def test_degrade_fires_once_and_recovery_resolves_once(
             running(cfg) as daemon,
             store_for(cfg) as store,
         ):
-            await send(Phase.events(range(20), flaky=False), store)
+            await send(Phase.events(range(20), flaky=False), cfg)
             # Judged, and a reliable suite does not fire.
             await settled_alerts(store, daemon)
             assert await alert_state(store) == "inactive"
@@ -58,7 +58,7 @@ async def test_degrade_fires_once_and_recovery_resolves_once(
             latency = time.monotonic() - published
             print(f"breach published {latency * 1000:.0f} ms after the events")
 
-            await send(Phase.events(range(20), flaky=False), store)
+            await send(Phase.events(range(20), flaky=False), cfg)
             await wait_until(lambda: _has(mqtt_msgs, "resolved"), 20)
             await wait_until(lambda: _count(am.alerts, 2), 20)
             await wait_until(lambda: _count(am.webhook, 2), 20)
@@ -142,11 +142,11 @@ async def test_straddling_the_threshold_does_not_flap(
         cfg = alert_config(redis_server, mosquitto, prefix, am, below=0.85, resolve_above=0.95)
         async with running(cfg) as daemon, store_for(cfg) as store:
             for flaky in (False, True, False, True, False):
-                await send(Phase.events(range(40), flaky=flaky), store)
+                await send(Phase.events(range(40), flaky=flaky), cfg)
                 await settled_alerts(store, daemon)  # each phase judged before the next
             assert await alert_state(store) == "firing"
             assert [n["state"] for n in await history(store, cfg)] == ["firing"]
-            await send(Phase.events(range(40, 80), flaky=False), store)
+            await send(Phase.events(range(40, 80), flaky=False), cfg)
             await wait_until(partial(alert_is, store, "resolved"), 20)
             await settled_alerts(store, daemon)
             assert [n["state"] for n in await history(store, cfg)] == ["firing", "resolved"]
@@ -158,10 +158,10 @@ async def test_restart_while_firing_does_not_refire(
     with Receiver() as am:
         cfg = alert_config(redis_server, mosquitto, prefix, am)
         async with running(cfg), store_for(cfg) as store:
-            await send(Phase.events(range(20), flaky=True), store)
+            await send(Phase.events(range(20), flaky=True), cfg)
             await wait_until(partial(alert_is, store, "firing"), 20)
         async with running(cfg) as daemon, store_for(cfg) as store:
-            await send(Phase.events(range(20), flaky=True), store)
+            await send(Phase.events(range(20), flaky=True), cfg)
             # The restarted daemon judged the new (still breached) snapshot.
             await settled_alerts(store, daemon)
             assert await alert_state(store) == "firing"
@@ -186,7 +186,7 @@ async def test_two_daemons_notify_once(
             store_for(a) as store,
         ):
             # Both daemons read every message (no shared group); counting stays exact.
-            await send(Phase.events(range(20), flaky=True), store)
+            await send(Phase.events(range(20), flaky=True), a)
             await wait_until(partial(alert_is, store, "firing"), 20)
             # Both judged the breached snapshot, and what they sent has arrived.
             await settled_alerts(store, first, second)
@@ -205,7 +205,7 @@ async def test_alertmanager_down_is_retried_while_ingest_goes_on(
         am.failing = True
         cfg = alert_config(redis_server, mosquitto, prefix, am)
         async with running(cfg) as daemon, store_for(cfg) as store:
-            await send(Phase.events(range(20), flaky=True), store)
+            await send(Phase.events(range(20), flaky=True), cfg)
             await wait_until(partial(alert_is, store, "firing"), 20)
             # The other sinks do not wait for Alertmanager.
             await wait_until(lambda: _history_len(store, cfg, 1), 10)
@@ -213,7 +213,7 @@ async def test_alertmanager_down_is_retried_while_ingest_goes_on(
             assert am.alerts == []
             # Ingest goes on while Alertmanager is down.
             more = Phase.events(range(20, 30), flaky=False)
-            await send(more, store)
+            await send(more, cfg)
             assert (await store.reads.read_state(SUITE)).counters.trials == 300
             am.failing = False
             await wait_until(lambda: _count(am.alerts, 1), 30)
@@ -242,7 +242,7 @@ async def test_stale_suite_pages_and_recovers_when_trials_return(
         rule = msgspec.structs.replace(cfg.alerts[0], stale_after=stale_after)
         cfg = msgspec.structs.replace(cfg, alerts=[rule])
         async with running(cfg), store_for(cfg) as store:
-            await send(Phase.events(range(20), flaky=False), store)
+            await send(Phase.events(range(20), flaky=False), cfg)
             last_trial = (await current_snapshot(store, SUITE))["last_trial_at"]
             await wait_until(partial(alert_is, store, "firing"), 10)  # nobody sends trials any more
             await wait_until(lambda: _history_len(store, cfg, 1), 10)
@@ -254,7 +254,7 @@ async def test_stale_suite_pages_and_recovers_when_trials_return(
             assert quiet > stale_after - 0.002, quiet
             await wait_until(lambda: _count(am.alerts, 1), 10)
             assert "stale suite" in am.alerts[0]["annotations"]["summary"]
-            await send(Phase.events(range(20), flaky=False), store)
+            await send(Phase.events(range(20), flaky=False), cfg)
             await wait_until(partial(alert_is, store, "resolved"), 10)
             # The state is stored first; the history is the outbox's to write.
             await wait_until(lambda: _history_len(store, cfg, 2), 10)

@@ -17,10 +17,9 @@ from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import TrialEvent
 from reliabilityd.rules.canary import CanaryRule, Compare
 from reliabilityd.stats.compare import Side, compare
-from reliabilityd.store import Slicing, Store
+from reliabilityd.store import Store
+from reliabilityd.testing import TestingSource, commit_to
 from tests.support.alerting import (
-    DEDUP_TTL,
-    WINDOW,
     alert_config,
     collect,
     delivered,
@@ -70,13 +69,13 @@ def phase(suite: str, passes: Sequence[int]) -> list[TrialEvent]:
     ]
 
 
-async def send(store: Store, *phases: list[TrialEvent]) -> None:
-    """Commit through the daemon's apply (one Lua call per suite), marking the suites changed."""
-    batch: dict[str, list[TrialEvent]] = {}
-    for events in phases:
-        for e in events:
-            batch.setdefault(e.suite, []).append(e)
-    await store.ingest.apply(batch, windows=dict.fromkeys(batch, WINDOW), dedup_ttl=DEDUP_TTL)
+async def send(cfg: Config, *phases: list[TrialEvent]) -> None:
+    """Commit the phases as one payload through the sources' commit, with ``cfg``'s settings
+    (one Lua call per suite), marking the suites changed."""
+    events = [e for events in phases for e in events]
+    async with commit_to(cfg) as commit:
+        sink = await TestingSource([events], topic=f"{cfg.redis.prefix}/trials/a").run(commit)
+    assert sink.counted() == len(events)
 
 
 async def settled(
@@ -126,12 +125,12 @@ async def test_a_regressed_candidate_fires_once_across_two_replicas_and_resolves
             store_for(a) as store,
         ):
             # Identical sides: judged by both replicas, no page.
-            await send(store, phase(BASELINE, ALL_PASS), phase(CANDIDATE, ALL_PASS))
+            await send(a, phase(BASELINE, ALL_PASS), phase(CANDIDATE, ALL_PASS))
             await settled(store, one, other)
             assert await state_of(store) == "inactive"
             assert await history(store, a) == []
 
-            await send(store, phase(CANDIDATE, REGRESSED))
+            await send(a, phase(CANDIDATE, REGRESSED))
             await wait_until(partial(_count, am.webhook, 1), 20)
             firing_cmp = await expected(store)
             await settled(store, one, other)  # both replicas judged it: still one page
@@ -139,7 +138,7 @@ async def test_a_regressed_candidate_fires_once_across_two_replicas_and_resolves
             assert len(am.webhook) == 1
 
             # Back between the margins: still firing, nothing sent.
-            await send(store, phase(CANDIDATE, HALFWAY))
+            await send(a, phase(CANDIDATE, HALFWAY))
             halfway = (await expected(store)).difference()
             assert halfway.ci is not None
             assert -0.05 <= halfway.ci[1] < -0.025  # the scenario's premise
@@ -147,7 +146,7 @@ async def test_a_regressed_candidate_fires_once_across_two_replicas_and_resolves
             assert await state_of(store) == "firing"
             assert len(am.webhook) == 1
 
-            await send(store, phase(CANDIDATE, ALL_PASS))
+            await send(a, phase(CANDIDATE, ALL_PASS))
             await wait_until(partial(_count, am.webhook, 2), 20)
             resolved_cmp = await expected(store)
             await wait_until(partial(_count, am.alerts, 2), 20)
@@ -221,7 +220,7 @@ async def test_too_few_shared_tasks_are_unknown(
             # Five shared tasks, under the 10 a comparison needs; the candidate regressed.
             # Stored before the daemon starts: its first tick judges every rule, so a
             # suite without data would already be UNKNOWN (sharing no task).
-            await send(store, phase(BASELINE, [10] * 8), phase(CANDIDATE, [10, 0, 0, 0, 0]))
+            await send(cfg, phase(BASELINE, [10] * 8), phase(CANDIDATE, [10, 0, 0, 0, 0]))
             async with running(cfg) as daemon:
                 await wait_until(partial(_count, am.webhook, 1), 20)
                 await settled(store, daemon)  # the quiet rule was judged too
@@ -270,14 +269,9 @@ async def test_a_sliced_canary_compares_two_versions_of_one_suite_and_fires(
             stats=msgspec.structs.replace(cfg.stats, slice_by=["agent_version"]),
             alerts=[versions, models],
         )
-        slicing = {CANDIDATE: Slicing(("agent_version",), cfg.stats.max_slices)}
         async with store_for(cfg) as store:
-            await store.ingest.apply(
-                {CANDIDATE: versioned(ALL_PASS, "1.4") + versioned(REGRESSED, "1.5")},
-                windows={CANDIDATE: WINDOW},
-                dedup_ttl=DEDUP_TTL,
-                slicing=slicing,
-            )
+            # Sliced by agent_version, as cfg says.
+            await send(cfg, versioned(ALL_PASS, "1.4") + versioned(REGRESSED, "1.5"))
             base = await store.reads.task_counts(Side(CANDIDATE, {"agent_version": "1.4"}))
             cand = await store.reads.task_counts(Side(CANDIDATE, {"agent_version": "1.5"}))
             assert base == {f"task {i:02d}": (10, 10) for i in range(TASKS)}
@@ -313,7 +307,7 @@ async def test_for_holds_a_pending_canary_until_it_fires_without_new_data(
     with Receiver() as am:
         cfg = canary_config(redis_server, mosquitto, prefix, am, [rule(for_seconds=1.5)])
         async with store_for(cfg) as store:
-            await send(store, phase(BASELINE, ALL_PASS), phase(CANDIDATE, REGRESSED))
+            await send(cfg, phase(BASELINE, ALL_PASS), phase(CANDIDATE, REGRESSED))
             async with running(cfg):
                 await wait_until(lambda: _is(store, "pending"), 20)
                 assert am.webhook == []
@@ -339,7 +333,7 @@ async def test_a_comparison_that_fails_does_not_stop_the_others(
         )
         cfg = canary_config(redis_server, mosquitto, prefix, am, [broken, rule()])
         async with store_for(cfg) as store:
-            await send(store, phase(BASELINE, ALL_PASS), phase(CANDIDATE, REGRESSED))
+            await send(cfg, phase(BASELINE, ALL_PASS), phase(CANDIDATE, REGRESSED))
             # A task record no version writes: c above n.
             await store.client.hset(store.keys.suite("mangled", "tasks"), "task 00", "3:5")
             async with running(cfg):
@@ -360,23 +354,23 @@ async def test_the_judge_reads_changed_suites_and_after_a_gap_every_comparison(
         async with store_for(cfg) as store:
             outbox = Outbox(slow, store, {}, "judge-test")
             judge = Canaries(slow, store, outbox)
-            await send(store, phase(BASELINE, ALL_PASS), phase(CANDIDATE, ALL_PASS))
+            await send(cfg, phase(BASELINE, ALL_PASS), phase(CANDIDATE, ALL_PASS))
             await judge.judge([])  # the first judge reads every comparison
             assert await state_of(store) == "inactive"
-            await send(store, phase(CANDIDATE, REGRESSED))
+            await send(cfg, phase(CANDIDATE, REGRESSED))
             await judge.judge([BASELINE + "-other"])  # no suite it reads changed
             assert await state_of(store) == "inactive"
             await judge.judge([CANDIDATE])
             assert await state_of(store) == "firing"
 
-            await send(store, phase(CANDIDATE, ALL_PASS))
+            await send(cfg, phase(CANDIDATE, ALL_PASS))
             await judge.judge([CANDIDATE])
             assert await state_of(store) == "resolved"
 
             # A regression no changed suite names waits without a gap ...
             again = Canaries(slow, store, outbox)
             await again.judge([])
-            await send(store, phase(CANDIDATE, REGRESSED))
+            await send(cfg, phase(CANDIDATE, REGRESSED))
             await again.judge([])
             assert await state_of(store) == "resolved"
             # ... and after one of more than three intervals every comparison is judged.
@@ -386,11 +380,11 @@ async def test_the_judge_reads_changed_suites_and_after_a_gap_every_comparison(
             gap = Canaries(fast, store, outbox)
             await gap.judge([])  # its first judge; the regressed data already fires it
             assert await state_of(store) == "firing"
-            await send(store, phase(CANDIDATE, ALL_PASS))
+            await send(cfg, phase(CANDIDATE, ALL_PASS))
             await judge.judge([CANDIDATE])
             assert await state_of(store) == "resolved"
             await gap.judge([])
-            await send(store, phase(CANDIDATE, REGRESSED))
+            await send(cfg, phase(CANDIDATE, REGRESSED))
             await asyncio.sleep(0.1)
             await gap.judge([])
             assert await state_of(store) == "firing"

@@ -9,6 +9,7 @@ from reliabilityd.events import TrialEvent
 from reliabilityd.rules import Rule
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
+from reliabilityd.testing import TestingSource
 from tests.support.daemon import running, store_for
 from tests.support.helpers import judged, stored_snapshot, stored_state, stored_states, wait_until
 from tests.support.servers import RedisServer
@@ -49,7 +50,7 @@ async def test_a_new_rule_and_a_new_k_are_judged_on_stored_data_after_a_restart(
 ) -> None:
     first = config(redis_server, prefix, [5], [OLD_RULE])
     async with running(first) as daemon:
-        await daemon.store.ingest.apply({SUITE: events()}, windows={SUITE: 0}, dedup_ttl=3600)
+        await TestingSource(events()).run(daemon.commit)
 
         async def snapshotted() -> bool:
             snap = await snapshot_of(daemon.store)

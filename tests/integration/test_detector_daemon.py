@@ -16,6 +16,7 @@ from reliabilityd.events import TrialEvent
 from reliabilityd.rules import Rule, views
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
+from reliabilityd.testing import TestingSource
 from tests.support.daemon import running
 from tests.support.helpers import judged, stored_snapshot, stored_state, stored_states, wait_until
 from tests.support.servers import RedisServer
@@ -65,7 +66,7 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
         store = daemon.store
 
         async def commit(events: list[TrialEvent]) -> None:
-            await store.ingest.apply({suite: events}, windows={suite: 20}, dedup_ttl=cfg.dedup_ttl)
+            await TestingSource([events]).run(daemon.commit)  # one payload: one Lua call
 
         async def version_judged(v: int) -> bool:
             snap = await snapshot_of(store, suite)
@@ -171,7 +172,7 @@ async def test_a_rule_judges_with_its_own_interval(redis_server: RedisServer, pr
     ]
     async with running(cfg) as daemon:
         store = daemon.store
-        await store.ingest.apply({suite: events}, windows={}, dedup_ttl=cfg.dedup_ttl)
+        await TestingSource(events).run(daemon.commit)
 
         async def strict_fired() -> bool:
             return (await stored_state(store, suite, "strict")).state == "firing"

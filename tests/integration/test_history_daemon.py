@@ -19,7 +19,8 @@ from reliabilityd.stats.compare import Side
 from reliabilityd.stats.history import SCALE, History, Point, label
 from reliabilityd.stats.slices import slice_id
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Slicing, Store
+from reliabilityd.store import Store
+from reliabilityd.testing import TestingSource, commit_to
 from tests.support.daemon import running, store_for
 from tests.support.helpers import judged, stored_snapshot, wait_until
 from tests.support.query import apply, cli, config_for
@@ -46,8 +47,11 @@ def alerting_config(redis_server: RedisServer, prefix: str, instance: str = "") 
     )
 
 
-async def apply_async(store: Store, evs: list[TrialEvent]) -> None:
-    await store.ingest.apply({SUITE: evs}, windows={}, dedup_ttl=3600)
+async def apply_async(cfg: Config, evs: list[TrialEvent]) -> None:
+    """Commit ``evs`` through the commit the daemon's sources use, with ``cfg``'s settings."""
+    async with commit_to(cfg) as commit:
+        sink = await TestingSource(evs).run(commit)
+    assert sink.counted() == len(evs)
 
 
 async def snapshot_of(store: Store) -> Snapshot:
@@ -77,7 +81,7 @@ async def test_a_daemon_writes_history_with_its_snapshots_and_it_survives_a_rest
 ) -> None:
     cfg = alerting_config(redis_server, prefix)
     async with store_for(cfg) as store:
-        await apply_async(store, events(0))
+        await apply_async(cfg, events(0))
         async with running(cfg) as daemon:
 
             async def marked() -> bool:
@@ -110,7 +114,7 @@ async def test_a_daemon_writes_history_with_its_snapshots_and_it_survives_a_rest
             # The start-up reconcile (the first tick) and a few more ticks, no new data.
             await judged(store, SUITE, daemon, passes=3)
             assert await store.history.read(SUITE) == before
-            await apply_async(store, events(1, [5] * len(PASSES)))
+            await apply_async(cfg, events(1, [5] * len(PASSES)))
 
             async def recomputed() -> bool:
                 return (await snapshot_of(store)).version > snap.version
@@ -136,7 +140,7 @@ async def test_two_replicas_write_one_point_per_version(
     a = alerting_config(redis_server, prefix, f"{prefix}-a")
     b = alerting_config(redis_server, prefix, f"{prefix}-b")
     async with store_for(a) as store:
-        await apply_async(store, events(0))
+        await apply_async(a, events(0))
         async with running(a) as one, running(b) as other:
 
             async def has_point() -> bool:
@@ -243,12 +247,7 @@ async def test_a_slice_rule_records_its_transitions_and_baseline_on_the_slice(
         for e in events(0, passes)
     ]
     async with store_for(cfg) as store:
-        await store.ingest.apply(
-            {SUITE: evs},
-            windows={},
-            dedup_ttl=3600,
-            slicing={SUITE: Slicing(("model",), cfg.stats.max_slices)},
-        )
+        await apply_async(cfg, evs)  # sliced by model, as cfg says
         async with running(cfg) as daemon:
 
             async def marked() -> bool:

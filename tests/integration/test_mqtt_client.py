@@ -15,7 +15,9 @@ import pytest
 
 from reliabilityd.config import MqttConfig, TlsConfig
 from reliabilityd.mqtt_connector import Connection, Message, MqttError, connect
+from reliabilityd.sources import Acknowledge, Batch, Committed
 from reliabilityd.sources.mqtt import consume
+from reliabilityd.store import StreamCursor
 from tests.support.certs import make_certificates
 from tests.support.helpers import wait_until
 from tests.support.servers import Mosquitto, free_port
@@ -257,22 +259,45 @@ async def test_the_consumer_overlaps_decoding_with_a_commit_and_acknowledges_in_
     batches: list[list[bytes]] = []
     gates = [asyncio.Event() for _ in range(10)]
 
-    def decode(items: Sequence[tuple[bytes, str]], skipped: Sequence[tuple[int, str]]) -> int:
-        batches.append([payload for payload, _ in items])
-        log.append(("decode", len(batches) - 1))
-        return len(batches) - 1
+    class Gated:
+        """The commit interface (``sources.Committer``): each commit waits for its gate."""
 
-    async def commit(n: int, sent: asyncio.Event) -> None:
-        log.append(("start", n))
-        sent.set()  # the request is on its way: the consumer decodes the next batch
-        await gates[n].wait()
-        log.append(("end", n))
+        def __init__(self) -> None:
+            self.numbers: dict[int, int] = {}  # id(batch) -> its number
+
+        def decode(
+            self, items: Sequence[tuple[bytes, str]], skipped: Sequence[tuple[int, str]] = ()
+        ) -> Batch:
+            batches.append([payload for payload, _ in items])
+            log.append(("decode", len(batches) - 1))
+            batch = Batch([], [], "test")
+            self.numbers[id(batch)] = len(batches) - 1
+            return batch
+
+        async def __call__(
+            self,
+            batch: Batch,
+            *,
+            sent: asyncio.Event | None = None,
+            cursor: StreamCursor | None = None,
+            acknowledge: Acknowledge | None = None,
+        ) -> Committed:
+            n = self.numbers[id(batch)]
+            log.append(("start", n))
+            assert sent is not None
+            assert acknowledge is not None
+            sent.set()  # the request is on its way: the consumer decodes the next batch
+            await gates[n].wait()
+            log.append(("end", n))
+            done = Committed([])
+            acknowledge(done)
+            return done
 
     async def logged(*entries: tuple[str, int]) -> bool:
         return all(e in log for e in entries)
 
     stop = asyncio.Event()
-    consumer = asyncio.create_task(consume(cfg, decode, commit, stop, max_batch=10))
+    consumer = asyncio.create_task(consume(cfg, Gated(), stop, max_batch=10))
     await wait_until(lambda: logged(("start", 0), ("decode", 1)), 10)
     # Between decoding a batch and committing it the consumer does no I/O: had it
     # not waited for commit 0, commit 1 would start within these loop turns.

@@ -20,7 +20,9 @@ from reliabilityd.backoff import sleep_or_stop
 from reliabilityd.client.emitter import Emitter
 from reliabilityd.config import MqttConfig
 from reliabilityd.mqtt_connector import connect
+from reliabilityd.sources import Acknowledge, Batch, Committed
 from reliabilityd.sources.mqtt import BACKOFF_MAX, BACKOFF_START, STABLE, Watch, consume
+from reliabilityd.store import StreamCursor
 from tests.support.hostile import (
     Freezer,
     HostileBroker,
@@ -57,19 +59,36 @@ async def consuming(
     cfg = MqttConfig(url=url, topic="t/#", client_id="hostile-test", protocol=protocol)
     seen = Consumer([], [], Watch(), asyncio.create_task(asyncio.sleep(0)), asyncio.Event())
 
-    def decode(pairs: Sequence[tuple[bytes, str]], big: Sequence[tuple[int, str]]) -> None:
-        seen.payloads.extend(p for p, _ in pairs)
-        seen.skipped.extend(big)
+    class Recording:
+        """The commit interface (``sources.Committer``): records, applies nothing, acknowledges."""
 
-    async def commit(_: None, sent: asyncio.Event) -> None:
-        sent.set()
+        def decode(
+            self, pairs: Sequence[tuple[bytes, str]], big: Sequence[tuple[int, str]] = ()
+        ) -> Batch:
+            seen.payloads.extend(p for p, _ in pairs)
+            seen.skipped.extend(big)
+            return Batch([], [], "test")
+
+        async def __call__(
+            self,
+            batch: Batch,
+            *,
+            sent: asyncio.Event | None = None,
+            cursor: StreamCursor | None = None,
+            acknowledge: Acknowledge | None = None,
+        ) -> Committed:
+            if sent is not None:
+                sent.set()
+            done = Committed([])
+            if acknowledge is not None:
+                acknowledge(done)
+            return done
 
     stop = asyncio.Event()
     seen.task = asyncio.create_task(
         consume(
             cfg,
-            decode,
-            commit,
+            Recording(),
             stop,
             max_batch=100,
             max_payload=max_payload,

@@ -12,6 +12,7 @@ from reliabilityd import Client, estimate, lottery_cases
 from reliabilityd.config import Config
 from reliabilityd.events import TrialEvent
 from reliabilityd.store import connect
+from reliabilityd.testing import TestingSource
 from tests.support.daemon import running
 from tests.support.helpers import stored_snapshot, wait_until
 from tests.support.query import apply, cli, config_for
@@ -229,10 +230,7 @@ async def test_idle_tasks_leave_a_lifetime_suite(
     ]
     async with running(cfg) as daemon:
         store = daemon.store
-        by_suite: dict[str, list[TrialEvent]] = {}
-        for e in events:
-            by_suite.setdefault(e.suite, []).append(e)
-        await daemon._commit_decoded(by_suite, [], retry=True)
+        await TestingSource(events).run(daemon.commit)
         # The live task keeps getting events (every 0.3 s, well within its idle
         # expiry) until the old one, gone quiet, has left.
         r = 3
@@ -242,8 +240,8 @@ async def test_idle_tasks_leave_a_lifetime_suite(
             if set(await store.reads.task_counts("retiring-bot")) == {"live task"}:
                 return True
             await asyncio.sleep(0.3)
-            live = [TrialEvent("retiring-bot", "live task", f"r{r}", "pass")]
-            await daemon._commit_decoded({"retiring-bot": live}, [], retry=True)
+            live = TrialEvent("retiring-bot", "live task", f"r{r}", "pass")
+            await TestingSource([live]).run(daemon.commit)
             r += 1
             return False
 

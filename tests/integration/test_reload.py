@@ -28,6 +28,7 @@ from reliabilityd.events import TrialEvent
 from reliabilityd.rules import Rule
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store
+from reliabilityd.testing import TestingSource
 from tests.support.alertmanager import Receiver
 from tests.support.helpers import stored_snapshot, stored_state, toml_of, wait_until
 from tests.support.http import event, post, serving
@@ -92,7 +93,7 @@ async def test_a_rule_and_a_webhook_added_by_a_reload_page_without_a_restart(
     cfg = config(redis_server, prefix)
     with Receiver() as receiver:
         async with serving(cfg) as (daemon, _):
-            await daemon.store.ingest.apply({SUITE: trials()}, windows={SUITE: 0}, dedup_ttl=3600)
+            await TestingSource(trials()).run(daemon.commit)
 
             async def computed() -> bool:
                 snap = await snapshot_of(daemon.store)
@@ -120,7 +121,7 @@ async def test_a_suite_override_reloads_and_the_stored_snapshot_is_recomputed_un
 ) -> None:
     cfg = config(redis_server, prefix)
     async with serving(cfg) as (daemon, _):
-        await daemon.store.ingest.apply({SUITE: trials()}, windows={SUITE: 0}, dedup_ttl=3600)
+        await TestingSource(trials()).run(daemon.commit)
 
         async def interval_is(name: str) -> bool:
             snap = await snapshot_of(daemon.store)

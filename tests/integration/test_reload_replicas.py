@@ -19,6 +19,7 @@ from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.daemon._reload import Reloader
 from reliabilityd.events import TrialEvent
 from reliabilityd.store import Store, Undecodable
+from reliabilityd.testing import TestingSource
 from tests.support.daemon import running
 from tests.support.helpers import wait_until
 from tests.support.servers import RedisServer
@@ -77,7 +78,7 @@ async def test_replicas_reloaded_at_different_moments_stop_re_marking_each_other
     monkeypatch.setattr("reliabilityd.daemon._recompute.RECONCILE_EVERY", RECONCILE)
     old_a, old_b = (config(redis_server, prefix, name, [1, 3]) for name in ("a", "b"))
     async with running(old_a) as a, running(old_b) as b:
-        await a.store.ingest.apply(trials(), windows=dict.fromkeys(SUITES, 0), dedup_ttl=3600)
+        await TestingSource(e for events in trials().values() for e in events).run(a.commit)
         old = a.recompute.fingerprint(SUITES[0])
         assert b.recompute.fingerprint(SUITES[0]) == old
 

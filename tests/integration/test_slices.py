@@ -30,6 +30,7 @@ from reliabilityd.stats.estimators import METRICS, metric_cells
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.slices import slice_id
 from reliabilityd.store import Series, Slicing, Store
+from reliabilityd.testing import TestingSource
 from tests.support.daemon import make_config, running, store_for
 from tests.support.helpers import publish, wait_until
 from tests.support.http import get, post, scrape, serving
@@ -501,19 +502,15 @@ async def test_new_suites_past_max_suites_are_dead_lettered_and_known_ones_count
         stats=StatsConfig(k=[1], ci_interval=0.3, n_boot=100, max_suites=3),
     )
     cfg = msgspec.structs.replace(cfg, mqtt=msgspec.structs.replace(cfg.mqtt, enabled=False))
+    batches = [(["a", "b"], "1"), (["a", "c", "d", "e"], "2"), (["b", "d"], "3")]
 
-    def batch(suites: list[str], tag: str) -> list[tuple[bytes, str]]:
-        return [
-            (msgspec.json.encode(TrialEvent(s, "t", f"{tag}-{i}", "pass")), "mqtt:test")
-            for s in suites
-            for i in range(2)
-        ]
+    def batch(suites: list[str], tag: str) -> TestingSource:
+        events = [TrialEvent(s, "t", f"{tag}-{i}", "pass") for s in suites for i in range(2)]
+        return TestingSource(events, topic="test")
 
     daemon = Daemon(cfg)
     try:
-        await daemon.commit(batch(["a", "b"], "1"))
-        await daemon.commit(batch(["a", "c", "d", "e"], "2"))
-        await daemon.commit(batch(["b", "d"], "3"))
+        sinks = [await batch(*b).run(daemon.commit) for b in batches]
         s = daemon.store
         assert await s.reads.suites() == ["a", "b", "c"]
         assert (await s.reads.read_state("a")).counters.trials == 4
@@ -526,6 +523,13 @@ async def test_new_suites_past_max_suites_are_dead_lettered_and_known_ones_count
         assert "stats.max_suites (3)" in letters[0].reason
         counted = daemon.metrics.rejected.labels("mqtt", "too_many_suites")._value.get()
         assert counted == 6
+        # The sink saw what Redis holds: each batch's counts, its refused events by
+        # their place in the batch, and every item acknowledged, in order.
+        assert [sink.counted() for sink in sinks] == [4, 4, 2]
+        refused = [sorted(sink.committed[0].not_counted) for sink in sinks]
+        assert refused == [[], [4, 5, 6, 7], [2, 3]]
+        assert sinks[1].reason_classes() == ["too_many_suites"] * 4
+        assert [sink.acknowledged for sink in sinks] == [list(range(n)) for n in (4, 8, 4)]
     finally:
         await daemon.store.client.aclose()
 
@@ -566,7 +570,9 @@ def test_a_label_that_cannot_name_a_slice_is_dead_lettered_with_the_reason(
         try:
             good = TrialEvent(SUITE, "t", "1", "pass", labels={"model": "x"})
             bad = TrialEvent(SUITE, "t", "2", "pass", labels={"model": {"name": "x"}})
-            await daemon.commit([(msgspec.json.encode([good, bad]), "http:test")])
+            sink = await TestingSource([[good, bad]], source="http:test").run(daemon.commit)
+            assert sink.reason_classes() == ["invalid_field"]
+            assert list(sink.committed[0].not_counted) == [1]
             assert (await daemon.store.reads.read_state(SUITE)).counters.trials == 1
             (letter,) = await daemon.store.reads.deadletters()
             assert letter.reason.startswith("labels.model is dict")

@@ -24,6 +24,7 @@ from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import TrialEvent
 from reliabilityd.rules import Rule
 from reliabilityd.store import Store
+from reliabilityd.testing import TestingSource, commit_to
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import make_config
 from tests.support.helpers import judged, payloads, stored_state, wait_until
@@ -137,14 +138,18 @@ async def history(store: Store, cfg: Config) -> list[dict[str, Any]]:
     return [msgspec.json.decode(n) for n in await store.alerts.alert_history(cfg.alerts_key)]
 
 
-async def send(events: list[TrialEvent], store: Store) -> None:
-    """Commit a phase as one batch through the daemon's apply, then wait for its snapshot.
+async def send(events: list[TrialEvent], cfg: Config) -> None:
+    """Commit a phase as one payload through the sources' commit, then wait for its snapshot.
 
     The alerting tests are about what follows a commit, so they skip the
-    broker: the same Lua call the daemon makes, the same change mark.
+    broker: the testing source hands the phase to the commit every source
+    uses, with ``cfg``'s settings (its window, its dedup TTL), as one batch
+    (one EVAL, so a CI tick sees all of it or none).
     """
-    await store.ingest.apply({SUITE: events}, windows={SUITE: WINDOW}, dedup_ttl=DEDUP_TTL)
-    await wait_until(partial(settled, store), 30)
+    async with commit_to(cfg) as commit:
+        sink = await TestingSource([events], topic=f"{cfg.redis.prefix}/trials/a").run(commit)
+        assert sink.letters == [], sink.letters
+        await wait_until(partial(settled, commit.store), 30)
 
 
 async def delivered(store: Store, *daemons: Daemon, suite: str = SUITE) -> bool:

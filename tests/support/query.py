@@ -1,4 +1,5 @@
-"""Query-test helpers: a config, a direct apply, and the CLI run in-process."""
+"""Query-test helpers: a config, events committed through the daemon's commit, the CLI
+run in-process."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from reliabilityd.cli._main import main
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.events import TrialEvent
-from reliabilityd.store import Store, connect
+from reliabilityd.testing import TestingSource, commit_to
 from tests.support.servers import RedisServer
 
 
@@ -22,17 +23,12 @@ def config_for(redis_server: RedisServer, prefix: str) -> Config:
 
 
 def apply(cfg: Config, events: list[TrialEvent]) -> None:
+    """Commit ``events`` as a source would, with ``cfg``'s settings, and wait for Redis."""
+
     async def go() -> None:
-        client = connect(cfg.redis.url)
-        try:
-            by_suite: dict[str, list[TrialEvent]] = {}
-            for e in events:
-                by_suite.setdefault(e.suite, []).append(e)
-            await Store(client, cfg.redis.prefix).ingest.apply(
-                by_suite, windows={}, dedup_ttl=cfg.dedup_ttl
-            )
-        finally:
-            await client.aclose()
+        async with commit_to(cfg) as commit:
+            sink = await TestingSource(events).run(commit)
+        assert sink.letters == [], sink.letters
 
     asyncio.run(go())
 

@@ -22,11 +22,12 @@ from reliabilityd.config import (
     StatsConfig,
     SuiteOverride,
 )
-from reliabilityd.daemon._admission import past_suite_cap, screen_labels
+from reliabilityd.daemon.auth import Grant
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.events import MAX_LETTERS, TrialEvent, decode, elements, letters
 from reliabilityd.integrations.otlp import map_request
-from reliabilityd.rejections import REASON_CLASSES
+from reliabilityd.rejections import REASON_CLASSES, Rejected
+from reliabilityd.sources._admission import past_suite_cap, screen_labels
 from reliabilityd.topics import Binding, decode_bound
 from tests.support.otlp import records_request
 
@@ -153,12 +154,27 @@ def test_the_admission_classes_its_rejections_whatever_the_suite_is_called() -> 
         "sliced": [TrialEvent("sliced", "t", "1", "pass", labels={"model": []})],
         odd: [TrialEvent(odd, "t", "1", "pass")],
     }
-    sources = dict.fromkeys(events, "mqtt:t")
-    kept, screened = screen_labels(cfg, events, sources)
-    assert [r.reason_class for r, _ in screened] == ["invalid_field"]
-    assert "labels.model" in screened[0][0].reason
-    capped = past_suite_cap(cfg, kept, {odd}, sources)
-    assert [r.reason_class for r, _ in capped] == ["too_many_suites"]
+    refused: dict[int, Rejected] = {}
+    kept, screened = screen_labels(cfg, events, refused)
+    assert [r.reason_class for r in screened] == ["invalid_field"]
+    assert "labels.model" in screened[0].reason
+    capped = past_suite_cap(cfg, kept, {odd}, refused)
+    assert [r.reason_class for r in capped] == ["too_many_suites"]
+    assert sorted(r.reason_class for r in refused.values()) == ["invalid_field", "too_many_suites"]
+
+
+def test_a_write_the_token_may_not_make_is_forbidden() -> None:
+    grant = Grant("tokens[0]", write=("team-a-*",), read=())
+    outcomes: list[TrialEvent | Rejected] = [
+        TrialEvent("team-a-x", "t", "1", "pass"),
+        TrialEvent("team-b-x", "t", "1", "pass"),
+        Rejected(b"5", "element 2: not an event", "not_an_event"),
+        TrialEvent("team-b-x", "t", "2", "pass"),
+    ]
+    refused = grant.refused_writes(outcomes)
+    assert sorted(refused) == [1, 3]
+    assert {(r.reason_class, r.suite) for r in refused.values()} == {("forbidden", "team-b-x")}
+    assert Grant("http.token", write=("*",), read=()).refused_writes(outcomes) == {}
 
 
 def test_the_otlp_mapping_classes_each_record_it_cannot_map() -> None:

@@ -42,7 +42,11 @@ GONE = [
     r"reliabilityd\.broker\b",
     r"cli\._oncall\b",
     r"embedded\.processes import .*(Prometheus|Alertmanager|ClusterNode|cluster_create)",
-    # A rejection's class is set where it is made, and Rejected lives in rejections.
+    # The commit: one object every source uses (sources.Commit), classes set where made.
+    r"daemon\._admission\b",
+    r"\bcommit_decoded\b",
+    r"\bIngestUnavailable\b",
+    r"\bdaemon\.ingest\(",
     r"\breason_class\(",
     r"events import [^\n]*\bRejected\b",
 ]
