@@ -64,6 +64,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Protocol
@@ -182,8 +183,8 @@ class Handlers:
     def _forbidden(self, grant: Grant, refused: Sequence[Rejected], source: str) -> None:
         """Count and log (at a limited rate; the token by its name only) forbidden writes."""
         # Both paths arrive over the HTTP port: the metric's source is "http".
-        for rejection in refused:
-            self.backend.metrics.rejected.labels(SOURCE, rejection.reason_class).inc()
+        for cls, count in Counter(r.reason_class for r in refused).items():
+            self.backend.metrics.rejected.labels(SOURCE, cls).inc(count)
         self._forbidden_log.emit(
             logging.WARNING,
             "http_forbidden",

@@ -55,7 +55,6 @@ T = TypeVar("T")
 Payload = tuple[bytes, str]
 # A rejected piece and the source its dead letter names.
 Letter = tuple[Rejected, str]
-REDIS_ERRORS = (redis.exceptions.RedisError,)
 
 
 class CommitUnavailable(ReliabilitydError):
@@ -293,13 +292,13 @@ class Commit:
         if not self.retry:
             try:
                 return await op()
-            except REDIS_ERRORS as exc:
+            except redis.exceptions.RedisError as exc:
                 raise CommitUnavailable(f"Redis: {exc}") from None
         pace = Backoff(0.1, 5.0)
         while True:
             try:
                 result = await op()
-            except REDIS_ERRORS as exc:
+            except redis.exceptions.RedisError as exc:
                 self.health.failed("ingest", exc)
                 delay = pace.next_delay()
                 self._redis_logs[what].emit(
