@@ -21,14 +21,13 @@ import time
 from collections.abc import Callable
 
 import msgspec
-import redis.exceptions
 
 from reliabilityd.alerting.notify import Notification
 from reliabilityd.alerting.sinks import Sink, SinkError, SinkRefused, attempt
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import Config
 from reliabilityd.logs import RateLimited, emit, kv, log
-from reliabilityd.store import Store
+from reliabilityd.store import Store, StoreError
 
 LEASE_TTL = 30.0
 BACKOFF_MAX = 20.0
@@ -71,20 +70,20 @@ class Outbox:
     async def _drain_safely(self, suite: str, rule: str, sink: str) -> None:
         try:
             await self._drain(suite, rule, sink)
-        except redis.exceptions.RedisError as exc:
+        except StoreError as exc:
             # The next evaluation sees the outbox still full and kicks it again.
             self._failures.emit(logging.WARNING, "outbox_redis_error", sink=sink, error=exc)
         except Exception:
             log.exception("%s", kv("outbox_failed", suite=suite, rule=rule, sink=sink))
 
     async def _drain(self, suite: str, rule: str, sink: str) -> None:
-        lease = self.store.keys.outbox_lease(suite, rule, sink)
-        if not await self.store.alerts.lease(lease, self.instance, LEASE_TTL):
+        alerts = self.store.alerts
+        if not await alerts.outbox_lease(suite, rule, sink, self.instance, LEASE_TTL):
             return  # another daemon delivers this outbox
         pace = Backoff(0.5, BACKOFF_MAX)
         try:
             while not self._closing.is_set():
-                head = await self.store.alerts.outbox_head(suite, rule, sink)
+                head = await alerts.outbox_head(suite, rule, sink)
                 if head is None:
                     return
                 try:
@@ -92,7 +91,7 @@ class Outbox:
                 except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                     reason = f"undecodable outbox entry: {exc}"
                     emit(logging.WARNING, "outbox_entry_set_aside", sink=sink, reason=reason)
-                    await self.store.alerts.outbox_set_aside(
+                    await alerts.outbox_set_aside(
                         suite, rule, sink, head, reason, maxlen=OUTBOX_DEADLETTER_MAXLEN
                     )
                     continue
@@ -105,7 +104,7 @@ class Outbox:
                     # retrying it at the head would block this outbox for ever.
                     reason = str(failed)
                     emit(logging.WARNING, "outbox_entry_set_aside", sink=sink, reason=reason)
-                    await self.store.alerts.outbox_set_aside(
+                    await alerts.outbox_set_aside(
                         suite, rule, sink, head, reason, maxlen=OUTBOX_DEADLETTER_MAXLEN
                     )
                     continue
@@ -128,21 +127,17 @@ class Outbox:
                         # Set before the head leaves the outbox: a replica's re-send
                         # check sees either the head or this timer, never neither.
                         am = self.config.sinks.alertmanager
-                        await self.store.alerts.set_with_ttl(
-                            self.store.keys.am_resend(suite, rule),
-                            self.instance,
-                            am.resend_interval,
-                        )
-                    await self.store.alerts.outbox_pop(suite, rule, sink, head)
+                        await alerts.resend_wait(suite, rule, self.instance, am.resend_interval)
+                    await alerts.outbox_pop(suite, rule, sink, head)
                     pace.reset()
-                if not await self.store.alerts.lease_keep(lease, self.instance, LEASE_TTL):
+                if not await alerts.outbox_lease_keep(suite, rule, sink, self.instance, LEASE_TTL):
                     return  # lease lost (we stalled past it): the new holder goes on
         finally:
             # Also when cancelled (a stopping daemon): the next daemon then drains
             # at once instead of waiting out the lease. Best effort: an unreleased
             # lease expires by itself.
-            with contextlib.suppress(redis.exceptions.RedisError, OSError):
-                await self.store.alerts.lease_release(lease, self.instance)
+            with contextlib.suppress(StoreError):
+                await alerts.outbox_lease_release(suite, rule, sink, self.instance)
 
     def resend_firing(self, suite: str, rule: str, build: Callable[[], Notification]) -> None:
         """Re-send a firing alert to Alertmanager (its clients must, or it resolves).
@@ -168,13 +163,14 @@ class Outbox:
             if await self.store.alerts.outbox_head(n.suite, n.rule, "alertmanager") is not None:
                 return  # a notification is still on its way; it counts as the send
             # One re-send per interval across all replicas.
-            key = self.store.keys.am_resend(n.suite, n.rule)
-            if not await self.store.alerts.lease(key, self.instance, am.resend_interval):
+            if not await self.store.alerts.resend_turn(
+                n.suite, n.rule, self.instance, am.resend_interval
+            ):
                 return
             am_sink = self.sinks.get("alertmanager")
             if am_sink is not None:
                 await am_sink.send(n)
-        except (SinkError, redis.exceptions.RedisError) as exc:
+        except (SinkError, StoreError) as exc:
             emit(logging.WARNING, "alertmanager_resend_failed", rule=n.rule, error=exc)
 
     async def close(self) -> None:

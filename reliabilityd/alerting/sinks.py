@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 import aiohttp
 import msgspec
-import redis.exceptions
 
 from reliabilityd.alerting.notify import BlindNotice, Notification, alertmanager_alert, blind_alert
 from reliabilityd.alerting.publisher import Publisher, TopicRefused
@@ -24,7 +23,7 @@ from reliabilityd.config import Config
 from reliabilityd.errors import ReliabilitydError
 from reliabilityd.logs import redact
 from reliabilityd.mqtt_connector import MqttError
-from reliabilityd.store import Store
+from reliabilityd.store import Store, StoreError
 
 Note = Notification | BlindNotice
 
@@ -156,7 +155,7 @@ class WebhookSink:
 
 
 # What one delivery attempt may fail with and a later attempt may not.
-SEND_ERRORS = (SinkError, TimeoutError, OSError, redis.exceptions.RedisError)
+SEND_ERRORS = (SinkError, TimeoutError, OSError, StoreError)
 
 
 async def attempt(sink: Sink, note: Note, within: float) -> Exception | None:

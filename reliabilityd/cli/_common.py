@@ -24,8 +24,6 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-import redis.exceptions
-
 from reliabilityd import locate
 from reliabilityd.config import Config
 from reliabilityd.locate import Located, unreachable
@@ -67,12 +65,14 @@ class Exit(Exception):
 
 def run_on_redis(target: RedisTarget, work: Coroutine[Any, Any, int]) -> int:
     """Run a command's coroutine; a Redis that cannot be reached or refuses is exit 4, named."""
+    from reliabilityd.store import StoreError, StoreUnavailable
+
     try:
         return asyncio.run(work)
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+    except StoreUnavailable as exc:
         say(unreachable("Redis", target.describe(), exc))
         return EXIT_UNREACHABLE
-    except redis.exceptions.RedisError as exc:
+    except StoreError as exc:
         say(f"Redis at {target.describe()} answered: {exc}")
         return EXIT_UNREACHABLE
 

@@ -98,10 +98,9 @@ def _import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     import msgspec
-    import redis.exceptions
 
     from reliabilityd.importers import ImportFileError, describe, import_file
-    from reliabilityd.store import Store, connect
+    from reliabilityd.store import Store, StoreError, StoreUnavailable, connect
 
     target = redis_target(args)
     cfg, url = target.config, target.url
@@ -129,10 +128,10 @@ def _import(args: argparse.Namespace) -> int:
         return exc.exit_code
     except BrokenPipeError:
         raise  # standard output, not Redis: the entry point ends quietly
-    except (OSError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+    except StoreUnavailable as exc:
         say(f"import: {unreachable('Redis', target.describe(), exc)}")
         return EXIT_UNREACHABLE
-    except redis.exceptions.RedisError as exc:
+    except StoreError as exc:
         say(f"import: Redis at {target.describe()} answered: {exc}")
         return EXIT_UNREACHABLE
     print(msgspec.json.encode(report).decode() if args.json else describe(report))

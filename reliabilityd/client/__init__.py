@@ -1,11 +1,15 @@
-"""Python access to reliabilityd: ``Client`` / ``AsyncClient`` to read, ``Emitter`` to send."""
+"""Python access to reliabilityd: ``Client`` / ``AsyncClient`` to read, ``Emitter`` to send.
+
+A read that Redis fails raises the store's ``StoreError``; one that cannot
+reach Redis its ``StoreUnavailable``, naming the Redis asked and how it was found.
+"""
 
 from __future__ import annotations
 
 from reliabilityd.client._client import AsyncClient, Client, SuiteSummary
 from reliabilityd.client._errors import EmitterError, EmitterFull, UndecodableError
 from reliabilityd.client.emitter import Emitter
-from reliabilityd.store import Undecodable
+from reliabilityd.store import StoreError, StoreUnavailable, Undecodable
 
 __all__ = [
     "AsyncClient",
@@ -13,6 +17,8 @@ __all__ = [
     "Emitter",
     "EmitterError",
     "EmitterFull",
+    "StoreError",
+    "StoreUnavailable",
     "SuiteSummary",
     "Undecodable",
     "UndecodableError",

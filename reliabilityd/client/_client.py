@@ -9,8 +9,8 @@ not only the configured ones.
 Without a URL both find Redis as every command does (``reliabilityd.locate``):
 ``$RELIABILITYD_REDIS_URL``, else the embedded daemon running on the default
 data directory, else ``redis://127.0.0.1:6379/0``; ``where`` says which and
-how, and a Redis that cannot be reached raises redis-py's error with both in
-its message.
+how, and a Redis that cannot be reached raises ``StoreUnavailable`` with both
+in its message; every Redis failure is a ``StoreError`` (``reliabilityd.store``).
 
     from reliabilityd import Client
     with Client() as rel:                  # the Redis the CLI would ask (reliabilityd.locate)
@@ -33,7 +33,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar, Unpack
 
 import msgspec
-import redis.exceptions
 
 from reliabilityd import locate
 from reliabilityd.client._bridge import LoopThread
@@ -47,7 +46,7 @@ from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.history import History
 from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Counters, Series, Store, Undecodable, connect
+from reliabilityd.store import Counters, Series, Store, StoreUnavailable, Undecodable, connect
 
 
 class SuiteSummary(msgspec.Struct, frozen=True):
@@ -82,8 +81,8 @@ def _naming_redis(
     async def named(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return await method(self, *args, **kwargs)
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            # The same class, so callers' handlers still match.
+        except StoreUnavailable as exc:
+            # The same class (StoreTimeout stays one), so callers' handlers still match.
             raise type(exc)(unreachable("Redis", self.where, exc)) from exc
 
     return named

@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from functools import partial
 
 import msgspec
-import redis.exceptions
 
 from reliabilityd.alerting.notify import build_canary
 from reliabilityd.alerting.outbox import Outbox
@@ -34,12 +33,18 @@ from reliabilityd.logs import emit, kv, log
 from reliabilityd.rules import AlertState, canary
 from reliabilityd.rules.canary import CanaryRule, Pair
 from reliabilityd.stats.compare import Comparison, compare
-from reliabilityd.store import Store, TaskHashes, Undecodable, UndecodableLog, task_counts_of
+from reliabilityd.store import (
+    Store,
+    StoreError,
+    TaskHashes,
+    Undecodable,
+    UndecodableLog,
+    task_counts_of,
+)
 
 __all__ = ["Canaries"]
 
 # Redis errors pause the tick (the CI loop logs them); no other error leaves a judge.
-REDIS_ERRORS = (redis.exceptions.RedisError,)
 # Intervals between two judges past which the second judges every comparison.
 JUDGE_ALL_AFTER = 3.0
 
@@ -86,7 +91,7 @@ class Canaries:
             if every or current.state in ("pending", "firing") or pair.suites & fresh:
                 try:
                     await self._step(rule, pair, current, now)
-                except REDIS_ERRORS:
+                except StoreError:
                     raise
                 except Exception:
                     # One comparison's failure must not stop the others: it is

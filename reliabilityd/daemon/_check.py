@@ -6,9 +6,8 @@ import time
 
 from reliabilityd.alerting.watchdog import describe
 from reliabilityd.config import Config
-from reliabilityd.daemon._recompute import REDIS_ERRORS
 from reliabilityd.logs import redact
-from reliabilityd.store import Store, connect
+from reliabilityd.store import Store, StoreError, connect
 
 __all__ = ["UNREACHABLE", "check"]
 
@@ -30,7 +29,7 @@ async def check(config: Config, *, where: str | None = None) -> int:
     asked = redact(where or config.redis.url)
     try:
         return await _check(config, store, asked)
-    except REDIS_ERRORS as exc:
+    except StoreError as exc:
         print(redact(f"unhealthy: Redis unusable, ingest paused: {describe(exc)} ({asked})"))
         return UNREACHABLE
     finally:

@@ -7,8 +7,8 @@ Everything that must survive a crash is in Redis.
 
 Every loop runs under the supervisor: a loop that fails is logged with its
 traceback and restarted with backoff; the daemon exits only on a stop signal
-or a configuration error. A Redis error of any kind pauses ingest without
-acknowledging and retries with capped backoff.
+or a configuration error. A Redis error of any kind (a ``StoreError``) pauses
+ingest without acknowledging and retries with capped backoff.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ class Daemon:
 
     async def readiness(self) -> dict[str, str]:
         broker = self.config.mqtt.url if self.config.mqtt.enabled else None
-        return await probe(self.http_store.client, broker)
+        return await probe(self.http_store, broker)
 
     # --- loops ------------------------------------------------------------
 

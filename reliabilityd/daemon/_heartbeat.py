@@ -15,10 +15,9 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-import redis.exceptions
-
 from reliabilityd.alerting.watchdog import describe
 from reliabilityd.logs import RateLimited
+from reliabilityd.store import StoreError
 
 if TYPE_CHECKING:
     from reliabilityd.daemon._daemon import Daemon
@@ -46,7 +45,7 @@ async def heartbeat_loop(daemon: Daemon, stop: asyncio.Event) -> None:
                     "mqtt": daemon.mqtt_watch.info() if daemon.config.mqtt.enabled else None,
                 },
             )
-        except redis.exceptions.RedisError as exc:
+        except StoreError as exc:
             daemon.health.failed("heartbeat", exc)
             failed_log.emit(logging.WARNING, "heartbeat_failed", error=describe(exc))
             wait = min(1.0, ttl / 3)  # notice the recovery soon

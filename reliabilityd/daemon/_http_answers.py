@@ -10,7 +10,7 @@ import msgspec
 from reliabilityd.config import parse_mqtt_url
 from reliabilityd.events import TrialEvent, elements, letters
 from reliabilityd.rejections import Rejected
-from reliabilityd.store import Redis
+from reliabilityd.store import Store, StoreError
 
 # Seconds /readyz waits for Redis and for the broker.
 PROBE_TIMEOUT = 2.0
@@ -53,12 +53,12 @@ def decode_elements(
     return outcomes, letters(outcomes), True
 
 
-async def probe(client: Redis, mqtt_url: str | None) -> dict[str, str]:
+async def probe(store: Store, mqtt_url: str | None) -> dict[str, str]:
     """/readyz: Redis answers PING, the broker accepts a TCP connection; what fails, why."""
     problems: dict[str, str] = {}
     try:
-        await asyncio.wait_for(client.ping(), PROBE_TIMEOUT)
-    except Exception as exc:
+        await asyncio.wait_for(store.admin.ping(), PROBE_TIMEOUT)
+    except (StoreError, TimeoutError) as exc:
         problems["redis"] = f"{type(exc).__name__}: {exc}"
     if mqtt_url is not None:
         broker = parse_mqtt_url(mqtt_url)

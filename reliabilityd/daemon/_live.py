@@ -12,12 +12,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-import redis.exceptions
-
 from reliabilityd.alerting.watchdog import describe
 from reliabilityd.logs import RateLimited
 from reliabilityd.stats import snapshot
-from reliabilityd.store import Store
+from reliabilityd.store import Store, StoreError
 
 __all__ = ["LIVE_INTERVAL", "LiveValues"]
 
@@ -59,7 +57,7 @@ class LiveValues:
             for suite in sorted(dirty):
                 try:
                     await self.refresh(suite)
-                except redis.exceptions.RedisError as exc:
+                except StoreError as exc:
                     self._failed_log.emit(
                         logging.WARNING, "live_refresh_failed", suite=suite, error=describe(exc)
                     )

@@ -35,7 +35,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import msgspec
-import redis.exceptions
 
 from reliabilityd.alerting.evaluator import Evaluator
 from reliabilityd.alerting.notify import parse_time
@@ -55,6 +54,7 @@ from reliabilityd.store import (
     Series,
     SnapshotWrite,
     Store,
+    StoreError,
     SuiteState,
     Undecodable,
     UndecodableLog,
@@ -63,7 +63,6 @@ from reliabilityd.store import (
 __all__ = ["Recompute", "Tick"]
 
 # Every Redis error pauses what needs Redis; none of them ends the daemon.
-REDIS_ERRORS = (redis.exceptions.RedisError,)
 # Change marks taken per claim (a tick claims again while marks remain, for at
 # most TICK_SHARE of its interval), and how long a claim lasts before it returns.
 CLAIM_BATCH = 256
@@ -198,7 +197,7 @@ class Recompute:
         series = [s if isinstance(s, Series) else Series.of_member(s) for s in suites]
         try:
             read = await self._read(series)
-        except REDIS_ERRORS:
+        except StoreError:
             raise
         except Exception:
             # A series whose stored state does not parse: read each alone.
@@ -206,7 +205,7 @@ class Recompute:
             for one in series:
                 try:
                     read += await self._read([one])
-                except REDIS_ERRORS:
+                except StoreError:
                     raise
                 except Exception:
                     log.exception("%s", kv("snapshot_failed", suite=one.label))
@@ -493,7 +492,7 @@ class Recompute:
             async with self.tick:
                 try:
                     await self._tick()
-                except REDIS_ERRORS as exc:
+                except StoreError as exc:
                     self._redis_logs["ci"].emit(
                         logging.WARNING, "ci_tick_failed", error=describe(exc)
                     )

@@ -29,7 +29,6 @@ import fnmatch
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-import redis.exceptions
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -40,7 +39,7 @@ from reliabilityd.rejections import REASON_CLASSES, Rejected
 from reliabilityd.rules import Rule, for_slice
 from reliabilityd.sources.mqtt import Watch
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Applied, Series, Store, Undecodable, UndecodableLog
+from reliabilityd.store import Applied, Series, Store, StoreError, Undecodable, UndecodableLog
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ALERT_STATES = ("inactive", "pending", "firing", "resolved")
@@ -284,7 +283,7 @@ class Metrics:
         )
         try:
             self.suites.view = await read_view(store, rules, sinks, known)
-        except (redis.exceptions.RedisError, OSError):
+        except StoreError:
             self.suites.view = SuiteView([], [], {}, redis_up=False, read_at=time.time())
 
     def render(self) -> bytes:

@@ -165,6 +165,9 @@ def _wait_loaded(url: str, timeout: float = 120.0) -> None:
     """Redis listens before it has loaded its append-only file; wait until it serves."""
     import time
 
+    # redis-py itself, not the store: this runs (in plain synchronous code)
+    # while the server it just started loads, before any store or event loop
+    # exists, and asks the one thing a store never answers (still loading?).
     import redis
 
     client = redis.Redis.from_url(url, socket_timeout=5)

@@ -37,7 +37,6 @@ from functools import partial
 from typing import Protocol, TypeVar
 
 import msgspec
-import redis.exceptions
 
 from reliabilityd.alerting.watchdog import RedisHealth, describe
 from reliabilityd.backoff import Backoff
@@ -47,7 +46,7 @@ from reliabilityd.events import TrialEvent, decode_many
 from reliabilityd.logs import RateLimited, emit
 from reliabilityd.rejections import Rejected
 from reliabilityd.sources._admission import past_suite_cap, screen_labels
-from reliabilityd.store import Applied, Slicing, Store, StreamCursor
+from reliabilityd.store import Applied, Slicing, Store, StoreError, StreamCursor
 from reliabilityd.topics import Binding, decode_bound
 
 T = TypeVar("T")
@@ -292,13 +291,13 @@ class Commit:
         if not self.retry:
             try:
                 return await op()
-            except redis.exceptions.RedisError as exc:
+            except StoreError as exc:
                 raise CommitUnavailable(f"Redis: {exc}") from None
         pace = Backoff(0.1, 5.0)
         while True:
             try:
                 result = await op()
-            except redis.exceptions.RedisError as exc:
+            except StoreError as exc:
                 self.health.failed("ingest", exc)
                 delay = pace.next_delay()
                 self._redis_logs[what].emit(

@@ -23,15 +23,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import redis.exceptions
-
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import StreamConfig
 from reliabilityd.logs import RateLimited, emit
 from reliabilityd.sources._commit import Committed, Committer
-from reliabilityd.store import Store, StreamCursor
+from reliabilityd.store import Store, StoreError, StoreRefused, StreamCursor
 
 BLOCK_MS = 500
+# The error replies of a group that is gone (NOGROUP) or of a key deleted
+# while a read blocked on it (UNBLOCKED): create the group again.
+GROUP_GONE = frozenset({"NOGROUP", "UNBLOCKED"})
 
 
 def _payloads(entries: Sequence[Any], source: str) -> tuple[list[bytes], list[tuple[bytes, str]]]:
@@ -111,20 +112,17 @@ async def consume(
             # it: the entries stay pending and are claimed again.
             await commit(commit.decode(payloads), cursor=cursor, acknowledge=acknowledge)
             pace.reset()
-        except redis.exceptions.ResponseError as exc:
-            # NOGROUP: the group is gone; UNBLOCKED: the key was deleted while we waited.
-            if str(exc).startswith(("NOGROUP", "UNBLOCKED")):
+        except StoreRefused as exc:
+            if exc.code in GROUP_GONE:
                 emit(logging.WARNING, "stream_group_missing", key=config.key, group=config.group)
                 group_ready = False
                 continue
             await _pause(errors, pace, stop, exc)
-        except redis.exceptions.RedisError as exc:
+        except StoreError as exc:
             await _pause(errors, pace, stop, exc)
 
 
-async def _pause(
-    errors: RateLimited, pace: Backoff, stop: asyncio.Event, exc: redis.exceptions.RedisError
-) -> None:
+async def _pause(errors: RateLimited, pace: Backoff, stop: asyncio.Event, exc: StoreError) -> None:
     delay = await pace.wait(stop)
     errors.emit(
         logging.WARNING,

@@ -7,6 +7,8 @@ of the layers below or as ``Undecodable``, never as bytes to parse again.
 ``keys`` is the key schema, ``dedup`` the bucket sets that make counting
 idempotent, and the Lua scripts live in ``lua/`` beside the module that
 loads them.
+Whatever fails in Redis leaves the store as a ``StoreError`` (``_errors``):
+no caller imports redis to catch it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,13 @@ from reliabilityd.store._base import (
     url_problem,
 )
 from reliabilityd.store._documents import Undecodable, UndecodableLog
+from reliabilityd.store._errors import (
+    StoreCorrupt,
+    StoreError,
+    StoreRefused,
+    StoreTimeout,
+    StoreUnavailable,
+)
 from reliabilityd.store._ingest import Slicing
 from reliabilityd.store._reads import TaskHashes, task_counts_of
 from reliabilityd.store._snapshots import SnapshotWrite
@@ -41,6 +50,11 @@ __all__ = [
     "Slicing",
     "SnapshotWrite",
     "Store",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreRefused",
+    "StoreTimeout",
+    "StoreUnavailable",
     "StreamCursor",
     "SuiteState",
     "TaskHashes",

@@ -9,6 +9,7 @@ from typing import Any, cast
 import msgspec
 
 from reliabilityd.store._base import Redis, _text
+from reliabilityd.store._errors import boundary
 from reliabilityd.store._scripts import EXPIRE_IDLE, FORGET
 from reliabilityd.store.keys import Keys, Series, glob_escape
 
@@ -16,6 +17,7 @@ from reliabilityd.store.keys import Keys, Series, glob_escape
 _FORGET_KEYS = ("meta", "tasks", "hist", "lottery", "touched")
 
 
+@boundary
 class Admin:
     """Liveness of instances and the lifecycle of suites and tasks."""
 
@@ -46,8 +48,12 @@ class Admin:
             return None
         return max(0.0, time.time() - float(info.get("at", 0.0)))
 
+    async def ping(self) -> None:
+        """One PING: returns once Redis answers (``/readyz``)."""
+        await self.client.ping()
+
     async def probe_write(self, instance: str) -> None:
-        """One small write with a TTL: raises the Redis error that would stop ingest."""
+        """One small write with a TTL: raises the StoreError that would stop ingest."""
         await self.client.set(self.keys.probe(instance), "1", px=5000)
 
     async def forget_task(self, suite: str, task: str) -> bool:

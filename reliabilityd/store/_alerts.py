@@ -1,4 +1,5 @@
-"""Alerting's records: rule states by compare-and-set, outboxes, leases, history.
+"""Alerting's records: rule states by compare-and-set, outboxes and their drain leases,
+the Alertmanager re-send timer, the alert history stream.
 
 The evaluator and the outbox drainer call these, and never name a key
 themselves. A stored state that does not decode (another version wrote it)
@@ -19,6 +20,7 @@ from reliabilityd.stats import history
 from reliabilityd.stats.history import Transition
 from reliabilityd.store._base import Redis
 from reliabilityd.store._documents import Undecodable, alert_state_of
+from reliabilityd.store._errors import boundary
 from reliabilityd.store._scripts import ALERT_CAS, LEASE, OUTBOX_POP
 from reliabilityd.store.keys import Keys, Series
 
@@ -37,6 +39,7 @@ class Baseline(msgspec.Struct, frozen=True):
     tasks: dict[str, tuple[int, int]]
 
 
+@boundary
 class Alerts:
     """Alert states, outboxes and leases."""
 
@@ -44,10 +47,10 @@ class Alerts:
         self.client = client
         self.keys = keys
 
-    def alert_key(self, suite: str, rule: str) -> str:
+    def _alert_key(self, suite: str, rule: str) -> str:
         return self.keys.alert(suite, rule)
 
-    def outbox_key(self, suite: str, rule: str, sink: str) -> str:
+    def _outbox_key(self, suite: str, rule: str, sink: str) -> str:
         return self.keys.outbox(suite, rule, sink)
 
     async def alert_states(
@@ -57,7 +60,7 @@ class Alerts:
         stored, ``Undecodable`` when the stored one does not decode."""
         if not pairs:
             return []
-        keys = [self.alert_key(suite, rule) for suite, rule in pairs]
+        keys = [self._alert_key(suite, rule) for suite, rule in pairs]
         pipe = self.client.pipeline(transaction=False)
         for key in keys:
             pipe.hmget(key, ["seq", "snap", "doc"])
@@ -90,11 +93,11 @@ class Alerts:
         same call.
         """
         keys = [
-            self.alert_key(suite, rule),
+            self._alert_key(suite, rule),
             self.keys.transitions(self.keys.snapshot(suite, slice)),
             self.keys.series(Series(suite, slice), "tasks"),
             self.keys.baseline(suite, rule),
-            *(self.outbox_key(suite, rule, s) for s in sinks),
+            *(self._outbox_key(suite, rule, s) for s in sinks),
         ]
         doc = msgspec.json.encode(msgspec.structs.replace(new, seq=expected_seq + 1))
         won = int(
@@ -117,7 +120,7 @@ class Alerts:
     async def baseline(self, suite: str, rule: str) -> Baseline | None:
         """Every task's (n, c) when the rule's latest breach began; None before any breach."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.hget(self.alert_key(suite, rule), "baseline_at")
+        pipe.hget(self._alert_key(suite, rule), "baseline_at")
         pipe.hgetall(self.keys.baseline(suite, rule))
         at_raw, raw = await pipe.execute()
         if at_raw is None:
@@ -133,15 +136,15 @@ class Alerts:
             return []
         pipe = self.client.pipeline(transaction=False)
         for suite, rule, sink in triples:
-            pipe.llen(self.outbox_key(suite, rule, sink))
+            pipe.llen(self._outbox_key(suite, rule, sink))
         return [int(n) for n in await pipe.execute()]
 
     async def outbox_head(self, suite: str, rule: str, sink: str) -> bytes | None:
-        head: Any = await self.client.lindex(self.outbox_key(suite, rule, sink), 0)
+        head: Any = await self.client.lindex(self._outbox_key(suite, rule, sink), 0)
         return None if head is None else bytes(head)
 
     async def outbox_pop(self, suite: str, rule: str, sink: str, entry: bytes) -> bool:
-        key = self.outbox_key(suite, rule, sink)
+        key = self._outbox_key(suite, rule, sink)
         return bool(int(await self.client.eval(OUTBOX_POP, 1, key, entry)))
 
     async def outbox_set_aside(
@@ -168,18 +171,31 @@ class Alerts:
         entries: Any = await self.client.xrange(self.keys.outbox_deadletter, count=count)
         return [{_text(k): _text(v) for k, v in fields.items()} for _, fields in entries]
 
-    async def lease(self, key: str, owner: str, ttl: float) -> bool:
-        """Take a lease (SET NX PX) for exclusive work such as draining one outbox."""
+    async def outbox_lease(self, suite: str, rule: str, sink: str, owner: str, ttl: float) -> bool:
+        """Take the lease to drain one outbox for ``ttl`` seconds; False while another holds it."""
+        key = self.keys.outbox_lease(suite, rule, sink)
         return bool(await self.client.set(key, owner, nx=True, px=int(ttl * 1000)))
 
-    async def lease_keep(self, key: str, owner: str, ttl: float) -> bool:
+    async def outbox_lease_keep(
+        self, suite: str, rule: str, sink: str, owner: str, ttl: float
+    ) -> bool:
+        """Extend ``owner``'s drain lease by ``ttl``; False when it was lost meanwhile."""
+        key = self.keys.outbox_lease(suite, rule, sink)
         return bool(int(await self.client.eval(LEASE, 1, key, owner, int(ttl * 1000))))
 
-    async def lease_release(self, key: str, owner: str) -> None:
-        await self.client.eval(LEASE, 1, key, owner, 0)
+    async def outbox_lease_release(self, suite: str, rule: str, sink: str, owner: str) -> None:
+        """Give the drain lease back, if ``owner`` still holds it."""
+        await self.client.eval(LEASE, 1, self.keys.outbox_lease(suite, rule, sink), owner, 0)
 
-    async def set_with_ttl(self, key: str, value: str, ttl: float) -> None:
-        await self.client.set(key, value, px=int(ttl * 1000))
+    async def resend_wait(self, suite: str, rule: str, owner: str, interval: float) -> None:
+        """The firing alert was just sent to Alertmanager: no re-send for ``interval`` seconds."""
+        await self.client.set(self.keys.am_resend(suite, rule), owner, px=int(interval * 1000))
+
+    async def resend_turn(self, suite: str, rule: str, owner: str, interval: float) -> bool:
+        """Take this ``interval``'s one re-send of a firing alert; False when it is taken (or
+        the alert was sent less than ``interval`` ago)."""
+        key = self.keys.am_resend(suite, rule)
+        return bool(await self.client.set(key, owner, nx=True, px=int(interval * 1000)))
 
     async def append_alert_history(self, key: str, notification: bytes, maxlen: int) -> None:
         await self.client.xadd(key, {"notification": notification}, maxlen=maxlen, approximate=True)

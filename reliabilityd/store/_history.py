@@ -14,11 +14,13 @@ import msgspec
 from reliabilityd.stats import history
 from reliabilityd.stats.history import History, Transition
 from reliabilityd.store._base import Redis, _text
+from reliabilityd.store._errors import boundary
 from reliabilityd.store.keys import Keys
 
 _FIELD = "history:k"
 
 
+@boundary
 class Histories:
     """Reads of the history strings and the transition lists."""
 

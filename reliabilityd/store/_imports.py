@@ -8,11 +8,13 @@ from typing import Any
 
 from reliabilityd.events import TrialEvent
 from reliabilityd.store._base import ImportApplied, Redis, _text
+from reliabilityd.store._errors import boundary
 from reliabilityd.store._ingest import CHUNK, Ingest
 from reliabilityd.store._scripts import IMPORT_APPLY
 from reliabilityd.store.keys import Keys
 
 
+@boundary
 class Imports:
     """Imported trials, the per-run ledger and the record of finished imports."""
 

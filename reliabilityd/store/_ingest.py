@@ -13,7 +13,6 @@ import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import msgspec
-from redis.exceptions import RedisError
 
 from reliabilityd.events import NAME_FORBIDDEN, TrialEvent, named_suite
 from reliabilityd.logs import emit
@@ -21,6 +20,7 @@ from reliabilityd.rejections import Rejected
 from reliabilityd.stats.slices import Ids
 from reliabilityd.store import dedup
 from reliabilityd.store._base import Applied, Redis, StreamCursor, _text
+from reliabilityd.store._errors import StoreCorrupt, boundary
 from reliabilityd.store._scripts import ADMIT, APPLY, CURSOR_MAX, IMPORT_APPLY
 from reliabilityd.store._wire import pipelined
 from reliabilityd.store.keys import LABELS_KEPT, Keys, Series, digests
@@ -65,6 +65,7 @@ def _runs(events: Sequence[TrialEvent]) -> list[tuple[bool, Sequence[TrialEvent]
     return [(flag, list(group)) for flag, group in itertools.groupby(events, lambda e: e.ledger)]
 
 
+@boundary
 class Ingest:
     """Events in, counted once; rejected input out to the dead-letter stream."""
 
@@ -114,7 +115,7 @@ class Ingest:
             width = await dedup.load_width(self.client, self.keys, dedup_ttl)
         except ValueError as exc:
             if cached is None:
-                raise RedisError(str(exc)) from exc
+                raise StoreCorrupt(str(exc)) from exc
             emit(logging.WARNING, "dedup_width_unreadable", error=str(exc), keeping=cached[0])
             width = cached[0]
         lookback = await dedup.register_ttl(self.client, self.keys, dedup_ttl)

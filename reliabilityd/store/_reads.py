@@ -12,6 +12,7 @@ from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.lottery import LotteryCase
 from reliabilityd.stats.slices import label_keys, matches
 from reliabilityd.store._base import Counters, DeadLetter, Redis, SuiteState, _pairs, _text
+from reliabilityd.store._errors import boundary
 from reliabilityd.store._scripts import READ, READ_WINDOWS
 from reliabilityd.store.keys import Keys, Series
 
@@ -38,6 +39,7 @@ def _histogram(flat: Sequence[bytes | str]) -> Histogram:
     return Histogram(nc[0::2], nc[1::2], np.array(raw[1::2], dtype=np.int64))
 
 
+@boundary
 class Reads:
     """Typed reads of a suite's committed state."""
 

@@ -18,6 +18,7 @@ from reliabilityd.stats import history
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._documents import Undecodable, snapshot_of
+from reliabilityd.store._errors import boundary
 from reliabilityd.store._scripts import CLAIM, WRITE_SNAPSHOT
 from reliabilityd.store.keys import Keys, Series
 
@@ -56,6 +57,7 @@ class SnapshotWrite(msgspec.Struct, frozen=True):
     slice: str | None = None
 
 
+@boundary
 class Snapshots:
     """Snapshot documents, version checks and change marks."""
 

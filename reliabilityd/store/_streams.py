@@ -14,6 +14,7 @@ from typing import Any
 import redis.exceptions
 
 from reliabilityd.store._base import Redis
+from reliabilityd.store._errors import boundary
 from reliabilityd.store.keys import Keys
 
 
@@ -21,6 +22,7 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+@boundary
 class Streams:
     """Stream consumer-group commands."""
 

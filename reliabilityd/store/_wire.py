@@ -18,6 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from reliabilityd.store._base import Redis
+from reliabilityd.store._errors import TRANSLATED, translate
 
 __all__ = ["pipelined"]
 
@@ -49,7 +50,20 @@ async def pipelined(
     any other failure, cancellation included, drops the connection. On a
     cluster, redis-py's pipeline routes each command to its node. ``sent`` is
     set once the request is written (on a cluster, as it is handed over).
+    Failures leave as the store's errors: the first error reply as
+    StoreRefused, a lost connection as StoreUnavailable.
     """
+    try:
+        return await _round_trip(client, commands, sent)
+    except TRANSLATED as exc:
+        raise translate(exc) from exc
+
+
+async def _round_trip(
+    client: Redis,
+    commands: Sequence[tuple[str | int | bytes, ...]],
+    sent: asyncio.Event | None,
+) -> list[Any]:
     if isinstance(client, RedisCluster):
         pipe = client.pipeline(transaction=False)
         for command in commands:

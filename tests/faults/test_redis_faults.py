@@ -87,10 +87,11 @@ async def busy(admin: aioredis.Redis) -> Callable[[], Awaitable[None]]:
     return release
 
 
+# Each fault with what the daemon's logs say of it: the store's error and Redis's own word.
 FAULTS: dict[str, tuple[Fault, str]] = {
-    "oom": (oom, "OutOfMemoryError"),
-    "readonly": (readonly, "ReadOnlyError"),
-    "busy": (busy, "BUSY"),
+    "oom": (oom, "StoreRefused: OOM"),
+    "readonly": (readonly, "StoreRefused: READONLY"),
+    "busy": (busy, "StoreRefused: BUSY"),
 }
 
 
@@ -348,7 +349,7 @@ async def test_blind_daemon_tells_the_redis_free_sinks_and_then_resolves(
             firing = hook.webhook[0]
             assert (firing["alert"], firing["state"]) == ("ReliabilitydBlind", "firing")
             assert firing["instance"] == cfg.instance
-            assert "OutOfMemoryError" in firing["reason"]
+            assert "StoreRefused: OOM" in firing["reason"]
             await wait_until(lambda: _alerts_named(hook, "ReliabilitydBlind", 1), 10)
             watchdogs = len(_named(hook, "ReliabilitydWatchdog"))
             blinds = len(_named(hook, "ReliabilitydBlind"))

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from reliabilityd.events import TrialEvent
-from reliabilityd.store import Store, connect, dedup
+from reliabilityd.store import Store, StoreCorrupt, connect, dedup
 from reliabilityd.store._scripts import APPLY
 from reliabilityd.store.keys import digests
 from tests.support.servers import RedisServer
@@ -110,7 +110,7 @@ async def test_an_unreadable_width_pauses_writes_and_is_never_guessed(
     # ...one that never did refuses to write (ingest pauses with this reason).
     other = Store(connect(redis_server.url), prefix)
     try:
-        with pytest.raises(RedisError, match="dedup-width"):
+        with pytest.raises(StoreCorrupt, match="dedup-width"):
             await new_apply(other, trials(range(8)))
         assert (await store.reads.read_state(SUITE)).counters.trials == 5
         # Without the width, the next writer takes the one its buckets carry.

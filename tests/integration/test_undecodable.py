@@ -61,7 +61,7 @@ def config(redis_server: RedisServer, prefix: str) -> Config:
 
 async def damage(store: Store, snap: bytes, state: bytes) -> None:
     await store.client.hset(store.key(SUITE, "snapshot"), "json", snap)
-    await store.client.hset(store.alerts.alert_key(SUITE, RULE.name), "doc", state)
+    await store.client.hset(store.keys.alert(SUITE, RULE.name), "doc", state)
 
 
 @pytest.mark.parametrize(("doc", "state_doc"), DAMAGED)
@@ -70,7 +70,7 @@ async def test_the_store_hands_out_undecodable_never_bytes(
 ) -> None:
     await store.ingest.apply({SUITE: events()}, windows={}, dedup_ttl=3600)
     await store.client.hset(store.key(SUITE, "snapshot"), mapping={"json": doc, "version": 1})
-    key = store.alerts.alert_key(SUITE, RULE.name)
+    key = store.keys.alert(SUITE, RULE.name)
     await store.client.hset(key, mapping={"doc": state_doc, "seq": 3, "snap": 1})
     snap = await store.snapshots.document(SUITE)
     assert isinstance(snap, Undecodable)
