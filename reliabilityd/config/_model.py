@@ -33,8 +33,13 @@ class RedisConfig(Base):
     prefix: Annotated[str, msgspec.Meta(min_length=1, pattern=r"^[^{}\s]+$")] = "rel"
     # Talk to a Redis Cluster (every key of a suite shares one hash tag).
     cluster: bool = False
-    # Seconds one Redis call may take before the batch is retried.
+    # Seconds one Redis call may take before the batch is retried; also how
+    # long a call waits for a free connection of its pool.
     timeout: PositiveFloat = 10.0
+    # Connections of the daemon's pool for the sources, the CI tick, alert
+    # delivery and the heartbeat (per node on a cluster); the HTTP port has
+    # its own (http.max_inflight). A call past it waits for a free one.
+    max_connections: PositiveInt = 32
 
 
 class TlsConfig(Base):

@@ -50,8 +50,15 @@ SHUTDOWN_GRACE = 4.0
 class Daemon:
     def __init__(self, config: Config, store: Store | None = None) -> None:
         self.config = config
+        # The pool of the sources, the CI tick, delivery and the heartbeat:
+        # redis.max_connections, each command waiting for a free one.
         self.store = store or Store(
-            connect(config.redis.url, cluster=config.redis.cluster, timeout=config.redis.timeout),
+            connect(
+                config.redis.url,
+                cluster=config.redis.cluster,
+                timeout=config.redis.timeout,
+                max_connections=config.redis.max_connections,
+            ),
             config.redis.prefix,
         )
         # The HTTP port's own bounded pool: HTTP load waits for, or fails on,

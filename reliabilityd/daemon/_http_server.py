@@ -39,10 +39,11 @@ _BUSY = (
 )
 
 
-# Descriptors the daemon keeps beside its HTTP connections (Redis and MQTT
-# connections, the listening socket, log files, the event loop's own), on
-# top of one per request in flight (the HTTP port's Redis pool).
-FD_RESERVE = 64
+# Descriptors the daemon keeps beside its HTTP connections and its two Redis
+# pools (MQTT connections, the listening socket, log files, the event loop's
+# own): the pools' connections (redis.max_connections, and one per request in
+# flight for the HTTP port's) are reserved on top.
+FD_RESERVE = 32
 MIN_CONNECTIONS = 8
 # The listening socket's queue. asyncio accepts up to this many connections
 # per loop iteration, and a connection reaches the handler two iterations
@@ -58,7 +59,7 @@ ACCEPT_PIPELINE = 3
 SLOW_AFTER = 1.0
 
 
-def connection_limit(config: HttpConfig) -> int:
+def connection_limit(config: HttpConfig, redis_connections: int) -> int:
     """``http.max_connections``, kept under the process's file limit.
 
     Each connection holds a descriptor; with the file table full, the daemon
@@ -66,9 +67,10 @@ def connection_limit(config: HttpConfig) -> int:
     connection. The soft ``RLIMIT_NOFILE`` is raised towards the hard one as
     far as needed; past what that allows, the limit is lowered (logged as
     ``http_connections_clamped``). ConfigError when fewer than
-    ``MIN_CONNECTIONS`` would remain.
+    ``MIN_CONNECTIONS`` would remain. ``redis_connections`` is the size of
+    the daemon's own Redis pool (``redis.max_connections``).
     """
-    reserve = FD_RESERVE + config.max_inflight + ACCEPT_PIPELINE * BACKLOG
+    reserve = FD_RESERVE + redis_connections + config.max_inflight + ACCEPT_PIPELINE * BACKLOG
     wanted = config.max_connections + reserve
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < wanted:

@@ -449,7 +449,8 @@ async def serve(
         ssl_context = http_tls_context(config)
     except HttpTlsProblem as exc:
         raise ConfigError("[http]", f"$.http.{exc.field}", exc.message) from None
-    limits = msgspec.structs.replace(config, max_connections=connection_limit(config))
+    allowed = connection_limit(config, backend.config.redis.max_connections)
+    limits = msgspec.structs.replace(config, max_connections=allowed)
     runner = Runner(
         make_app(backend, config, max_payload),
         access_log=None,

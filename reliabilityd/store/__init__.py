@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from reliabilityd.store._alerts import Baseline
 from reliabilityd.store._base import (
+    DEFAULT_CONNECTIONS,
     Applied,
     Counters,
     DeadLetter,
@@ -40,6 +41,7 @@ from reliabilityd.store._store import Store
 from reliabilityd.store.keys import Series
 
 __all__ = [
+    "DEFAULT_CONNECTIONS",
     "Applied",
     "Baseline",
     "Counters",

@@ -21,10 +21,18 @@ from redis.asyncio.connection import (
 )
 
 from reliabilityd.stats.histogram import Histogram
+from reliabilityd.store._errors import gate_calls
 
 Redis = aioredis.Redis | RedisCluster
+# A pool's size when the caller names none (a command, the Client); the
+# daemon sizes its pools from its config (redis.max_connections, http.max_inflight).
+DEFAULT_CONNECTIONS = 16
+# Connections per cluster node beyond the calls the store lets through at
+# once: redis-py's refresh of the cluster's layout takes its own.
+CLUSTER_SLACK = 4
 
 __all__ = [
+    "DEFAULT_CONNECTIONS",
     "Applied",
     "Counters",
     "DeadLetter",
@@ -151,24 +159,34 @@ def url_problem(url: str, *, cluster: bool = False) -> str | None:
 
 
 def connect(
-    url: str, *, cluster: bool = False, timeout: float = 10.0, max_connections: int | None = None
+    url: str,
+    *,
+    cluster: bool = False,
+    timeout: float = 10.0,
+    max_connections: int = DEFAULT_CONNECTIONS,
 ) -> Redis:
-    """A client for a single node or a cluster, with timeouts on every call.
+    """A client for a single node or a cluster, with timeouts on every call and a bounded pool.
 
-    ``max_connections`` bounds the client's pool (per node for a cluster); a
-    command waits up to ``timeout`` for a free connection, then fails like
-    any Redis error. ValueError for a URL redis-py cannot use (``url_problem``).
+    At most ``max_connections`` connections (per node for a cluster); a
+    command waits up to ``timeout`` for a free one, then raises
+    StoreUnavailable, whatever redis-py's own default pool would do (from
+    8.1 it raises at once past 100 connections, before that it has no
+    bound). ValueError for a URL redis-py cannot use (``url_problem``).
     """
     problem = url_problem(url, cluster=cluster)
     if problem is not None:
         raise ValueError(problem)
     if cluster:
-        extra = {} if max_connections is None else {"max_connections": max_connections}
-        return RedisCluster.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, **extra
+        # redis-py's asyncio cluster client raises, never waits, at a node's
+        # max_connections: the store holds its calls to the size instead.
+        client = RedisCluster.from_url(
+            url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            max_connections=max_connections + CLUSTER_SLACK,
         )
-    if max_connections is None:
-        return aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        gate_calls(client, max_connections, timeout)
+        return client
     pool = BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,

@@ -22,10 +22,13 @@ Each is worth retrying later as a whole call: the writes are idempotent
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Coroutine
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -40,6 +43,7 @@ __all__ = [
     "StoreTimeout",
     "StoreUnavailable",
     "boundary",
+    "gate_calls",
     "translate",
 ]
 
@@ -129,9 +133,44 @@ def translate(exc: BaseException) -> StoreError:
     return StoreError(text)
 
 
+class _Gate:
+    """At most ``size`` store calls at once on one client, each waiting ``timeout`` for a place.
+
+    redis-py's asyncio cluster client has no blocking pool: past a node's
+    ``max_connections`` it raises instead of waiting. A store call takes at
+    most one connection per node at a time, so holding the calls to ``size``
+    holds every node's connections to it.
+    """
+
+    def __init__(self, size: int, timeout: float) -> None:
+        self.size = size
+        self.timeout = timeout
+        self._free = asyncio.Semaphore(size)
+
+    @contextlib.asynccontextmanager
+    async def place(self) -> AsyncIterator[None]:
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._free.acquire()
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"all {self.size} Redis connections stayed in use for {self.timeout:g} s"
+            ) from None
+        try:
+            yield
+        finally:
+            self._free.release()
+
+
+_GATES: weakref.WeakKeyDictionary[object, _Gate] = weakref.WeakKeyDictionary()
 # Set while a store call runs in this task: a part calling another part
-# does not translate twice.
+# neither waits for a second place nor translates twice.
 _ENTERED: ContextVar[bool] = ContextVar("reliabilityd_store_entered", default=False)
+
+
+def gate_calls(client: object, size: int, timeout: float) -> None:
+    """Hold the store calls on ``client`` to ``size`` at once (a cluster client's pool)."""
+    _GATES[client] = _Gate(size, timeout)
 
 
 def _guarded(
@@ -143,7 +182,11 @@ def _guarded(
             return await fn(self, *args, **kwargs)
         entered = _ENTERED.set(True)
         try:
-            return await fn(self, *args, **kwargs)
+            gate = _GATES.get(self.client)
+            if gate is None:
+                return await fn(self, *args, **kwargs)
+            async with gate.place():
+                return await fn(self, *args, **kwargs)
         except TRANSLATED as exc:
             raise translate(exc) from exc
         finally:

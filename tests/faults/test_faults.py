@@ -24,7 +24,8 @@ from redis.asyncio.cluster import RedisCluster
 
 from reliabilityd.config import IngestConfig, MqttConfig, RedisConfig
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Store
+from reliabilityd.store import Store, connect
+from reliabilityd.store._base import CLUSTER_SLACK
 from tests.support.daemon import make_config, running, store_for
 from tests.support.faults import (
     SUITES,
@@ -425,3 +426,43 @@ async def test_sigkill_ten_times_during_fifty_thousand_events(
             )
     finally:
         daemon.kill()
+
+
+async def test_a_cluster_client_past_its_size_waits_instead_of_failing(
+    redis_cluster: list[ClusterNode], prefix: str
+) -> None:
+    """redis-py's asyncio cluster client raises past a node's max_connections; the store
+    holds its calls to the pool's size, so many calls at once all wait their turn."""
+    size = 2
+    client = connect(redis_cluster[0].url, cluster=True, timeout=10.0, max_connections=size)
+    store = Store(client, prefix)
+    admin = RedisCluster.from_url(redis_cluster[0].url)
+    stream = f"{prefix}:{{pool}}:s"
+    try:
+        await store.streams.ensure_group(stream, "g")
+        await admin.initialize()  # learns the slots, for the node of the stream's key
+        node = admin.get_node_from_key(stream)
+        assert node is not None
+        # Blocking reads, each holding its connection 300 ms, all on the stream's node:
+        # four times what the node's connections could hold at once.
+        reads = [
+            asyncio.create_task(
+                store.streams.stream_read(
+                    stream, "g", f"c{i}", own_pending=False, count=1, block_ms=300
+                )
+            )
+            for i in range(4 * (size + CLUSTER_SLACK))
+        ]
+        seen: list[int] = []
+
+        async def blocked_at_size() -> bool:
+            clients = await admin.client_list(target_nodes=node)
+            seen.append(sum(1 for c in clients if c.get("cmd") == "xreadgroup"))
+            return seen[-1] == size
+
+        await wait_until(blocked_at_size, 10)
+        assert await asyncio.gather(*reads) == [[]] * len(reads)
+        assert max(seen) == size
+    finally:
+        await client.aclose()
+        await admin.aclose()

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from reliabilityd import config as config_mod
-from reliabilityd.config import Config, HttpConfig, IngestConfig
+from reliabilityd.config import Config, HttpConfig, IngestConfig, RedisConfig
 from reliabilityd.daemon._http_server import ACCEPT_PIPELINE, BACKLOG, FD_RESERVE
 from reliabilityd.embedded.processes import binary
 from reliabilityd.errors import ConfigError
@@ -164,8 +164,10 @@ def test_the_unit_file_limit_leaves_room_for_the_http_connections() -> None:
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.optionxform = str  # type: ignore[assignment,method-assign]
     unit.read(DEPLOY / "reliabilityd.service")
-    http = HttpConfig()
-    needed = http.max_connections + http.max_inflight + FD_RESERVE + ACCEPT_PIPELINE * BACKLOG
+    http, pool = HttpConfig(), RedisConfig().max_connections
+    needed = (
+        http.max_connections + http.max_inflight + pool + FD_RESERVE + ACCEPT_PIPELINE * BACKLOG
+    )
     assert int(unit["Service"]["LimitNOFILE"]) >= 10 * needed
 
 

@@ -48,6 +48,7 @@ def write(tmp_path: Path, text: str) -> Path:
         ("[http]\nmax_body_bytes = 1000\n", "$.http.max_body_bytes", "less than ingest.max"),
         ("[stats]\nmin_coverage = 0\n", "$.stats.min_coverage", "> 0"),
         ("[redis]\nurl = 'mysql://x'\n", "$.redis.url", "scheme"),
+        ("[redis]\nmax_connections = 0\n", "$.redis.max_connections", ">= 1"),
         ("[redis]\nurl = 'redis://h/0?foo=1'\n", "$.redis.url", "unknown query parameter 'foo'"),
         ("[redis]\nurl = 'redis://h/0?socket_timeout=x'\n", "$.redis.url", "'socket_timeout'"),
     ],
