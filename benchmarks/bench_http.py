@@ -2,7 +2,7 @@
 
 A private redis-server and one daemon (HTTP on, MQTT off). The baseline
 hands the same decoded batches straight to the daemon's commit
-(``Daemon.http_commit``); the HTTP figure sends each batch as a JSON POST over
+(``Daemon.http_port.commit``); the HTTP figure sends each batch as a JSON POST over
 one keep-alive connection, one request at a time, and counts it once the
 200 is back (which comes after the Redis commit). The two alternate for a
 few rounds and each keeps its best, so the ratio is the cost of HTTP,
@@ -54,7 +54,7 @@ def _batches(tag: str) -> list[list[TrialEvent]]:
 async def _direct(daemon: Daemon, batches: list[list[TrialEvent]]) -> float:
     started = time.perf_counter()
     for batch in batches:
-        await daemon.http_commit(Batch.of(batch, [], "bench"))
+        await daemon.http_port.commit(Batch.of(batch, [], "bench"))
     return BATCH * len(batches) / (time.perf_counter() - started)
 
 
@@ -113,7 +113,7 @@ async def _main() -> None:
                     for t in range(5)
                     for j in range(5)
                 ]
-                await daemon.http_commit(Batch.of(many, [], "bench"))
+                await daemon.http_port.commit(Batch.of(many, [], "bench"))
                 await asyncio.sleep(3 * config.stats.ci_interval)  # let snapshots land
                 scrape = await _timed_get(http, f"{base}/metrics")
                 health = await _timed_get(http, f"{base}/healthz")

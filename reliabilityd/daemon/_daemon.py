@@ -8,7 +8,8 @@ Everything that must survive a crash is in Redis.
 Every loop runs under the supervisor: a loop that fails is logged with its
 traceback and restarted with backoff; the daemon exits only on a stop signal
 or a configuration error. A Redis error of any kind (a ``StoreError``) pauses
-ingest without acknowledging and retries with capped backoff.
+ingest without acknowledging and retries with capped backoff. The HTTP port
+reaches Redis through its own pool and places (``_http_backend``).
 """
 
 from __future__ import annotations
@@ -28,10 +29,8 @@ from reliabilityd.alerting.watchdog import BlindWatch, RedisHealth
 from reliabilityd.config import Config
 from reliabilityd.daemon import web
 from reliabilityd.daemon._canary import Canaries
-from reliabilityd.daemon._compare import CompareQuery, compare_sides
 from reliabilityd.daemon._heartbeat import heartbeat_loop
-from reliabilityd.daemon._http_answers import probe
-from reliabilityd.daemon._offload import Worker
+from reliabilityd.daemon._http_backend import HttpBackend
 from reliabilityd.daemon._recompute import Recompute
 from reliabilityd.daemon.auth import Authority
 from reliabilityd.daemon.metrics import Metrics
@@ -40,7 +39,6 @@ from reliabilityd.errors import ConfigError, first_config_error
 from reliabilityd.logs import emit
 from reliabilityd.sources import Batch, Commit, Committed, Letter, mqtt
 from reliabilityd.sources import configured as configured_sources
-from reliabilityd.stats.compare import Comparison
 from reliabilityd.store import Store, connect
 
 LIVE_INTERVAL = 0.2
@@ -51,25 +49,14 @@ class Daemon:
     def __init__(self, config: Config, store: Store | None = None) -> None:
         self.config = config
         # The pool of the sources, the CI tick, delivery and the heartbeat:
-        # redis.max_connections, each command waiting for a free one.
+        # redis.max_connections, each command waiting for a free one. The HTTP
+        # port has a pool of its own (self.http_port, below).
         self.store = store or Store(
             connect(
                 config.redis.url,
                 cluster=config.redis.cluster,
                 timeout=config.redis.timeout,
                 max_connections=config.redis.max_connections,
-            ),
-            config.redis.prefix,
-        )
-        # The HTTP port's own bounded pool: HTTP load waits for, or fails on,
-        # these connections only, never the ones the sources, the CI loop and
-        # the heartbeat use. One per request in flight (http.max_inflight).
-        self.http_store = Store(
-            connect(
-                config.redis.url,
-                cluster=config.redis.cluster,
-                timeout=config.redis.timeout,
-                max_connections=config.http.max_inflight,
             ),
             config.redis.prefix,
         )
@@ -84,7 +71,7 @@ class Daemon:
         # Who may write and read over HTTP: one Authority the handlers and pages share.
         self.authority = Authority.from_config(config.http)
         self.started_at = time.time()
-        # What the HTTP port and /metrics read (web.Backend, below).
+        # What /metrics and the HTTP port read.
         self.last_commit_at = self.started_at
         self.http_listening = asyncio.Event()
         self.http = sinks.Http()
@@ -121,12 +108,13 @@ class Daemon:
         self.recompute.canaries = Canaries(config, self.store, self.outbox)
         self.committed_events = 0
         # The commit every source hands its batches to: retried until Redis takes
-        # it. The HTTP port's is tried once, on the port's own pool (the client
-        # retries on the 503 a failure becomes).
+        # it. The HTTP port's (self.http_port.commit) is tried once, on the port's
+        # own pool (the client retries on the 503 a failure becomes).
         self.commit = Commit(config, self.store, health=self.health, observer=self)
-        self.http_commit = Commit(config, self.http_store, retry=False, observer=self)
         # Set once the MQTT subscription is confirmed (for tests and tools).
         self.subscribed = asyncio.Event()
+        # Everything the HTTP port reads and commits, on its own pool and places.
+        self.http_port = HttpBackend(self)
 
     # --- settings ---------------------------------------------------------
 
@@ -145,7 +133,7 @@ class Daemon:
             self.config, self.rules, self.sinks = config, config.rules(), counted
             self.authority.configure(config.http)
             self.commit.configure(config)
-            self.http_commit.configure(config)
+            self.http_port.configure(config)
             self.outbox.configure(config, counted)
             self.evaluator.configure(config)
             am = config.sinks.alertmanager
@@ -169,25 +157,11 @@ class Daemon:
     def deadlettered(self, letters: Sequence[Letter]) -> None:
         self.metrics.deadlettered(letters)
 
-    # --- web.Backend: what the HTTP port and /metrics read -----------------
+    # --- what the HTTP port (self.http_port) and /metrics use -------------
 
     def is_paused(self) -> bool:
         """True while ingest waits for Redis (the sources hold their input)."""
         return self.health.since is not None
-
-    async def refresh_metrics(self) -> None:
-        await self.metrics.refresh(self.http_store, self.rules, list(self.sinks))
-
-    async def snapshot_json(self, suite: str, slice: str | None = None) -> bytes | None:
-        return await self.http_store.snapshots.snapshot_json(suite, slice=slice)
-
-    async def compare(self, query: CompareQuery, worker: Worker) -> Comparison:
-        """The paired comparison with the settings ``reliabilityd compare`` uses."""
-        return await compare_sides(self.http_store, self.config, query, worker)
-
-    async def readiness(self) -> dict[str, str]:
-        broker = self.config.mqtt.url if self.config.mqtt.enabled else None
-        return await probe(self.http_store, broker)
 
     # --- loops ------------------------------------------------------------
 
@@ -225,7 +199,12 @@ class Daemon:
                     loops["publisher"] = partial(self.publisher.run, stop)
                 if cfg.http.port:
                     loops["http"] = partial(
-                        web.serve, self, cfg.http, cfg.ingest.max_payload, stop, self.http_listening
+                        web.serve,
+                        self.http_port,
+                        cfg.http,
+                        cfg.ingest.max_payload,
+                        stop,
+                        self.http_listening,
                     )
                 background = [
                     tg.create_task(supervise(name, loop, stop), name=name)
@@ -250,5 +229,5 @@ class Daemon:
             stop.set()
             await self.outbox.close()
             await self.http.close()
-            await self.http_store.client.aclose()
+            await self.http_port.aclose()
             emit(logging.INFO, "stopped", committed_events=self.committed_events)

@@ -53,9 +53,12 @@ pages, ``Cache-Control: no-store`` unless the route says otherwise).
 Who may write and read which suite is ``auth``'s: on loopback reads are
 open; beyond it pages, ``/suites/<suite>`` and ``/metrics`` need a token that
 may read the suite (every suite, for ``/metrics``). With ``http.tls_cert`` and
-``tls_key`` the port serves HTTPS only. The daemon implements ``Backend``
-(its HTTP handlers reach Redis through a pool of their own); nothing here
-knows its loops.
+``tls_key`` the port serves HTTPS only. Every route reaches Redis through
+``Backend`` (``_http_backend.HttpBackend``): a pool of the port's own and
+``http.max_inflight`` places, which a POST, ``/readyz`` or a comparison
+takes at once or is answered 503, and a read (``/suites/<suite>``, the
+pages, ``/metrics``) waits for up to ``redis.timeout`` before its 503 with
+``Retry-After``. Nothing here knows the daemon's loops.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ from reliabilityd.logs import RateLimited
 from reliabilityd.rejections import Rejected
 from reliabilityd.sources import Batch, Commit, Committed, CommitUnavailable
 from reliabilityd.stats.compare import Comparison
+from reliabilityd.store import StoreError
 
 RETRY_AFTER = 2  # seconds a client should wait after a 503
 SOURCE = "http"
@@ -108,23 +112,41 @@ OTLP_DECODES = 2
 
 
 class Backend(ui.Source, Protocol):
-    """What the HTTP server needs from the daemon (and the pages: its store and config)."""
+    """How the HTTP server reaches Redis and the daemon (``_http_backend.HttpBackend``).
 
-    metrics: Metrics
-    authority: Authority  # its tokens change in place on a reload
-    # The port's commit: the sources' one path, tried once on the port's own pool
-    # (CommitUnavailable on a Redis error, answered 503 for the client to retry).
-    http_commit: Commit
+    The pages read through ``reading`` (``ui.Source``); ``inflight`` is the
+    places a POST, ``/readyz`` or a comparison takes at once or is answered 503.
+    """
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def authority(self) -> Authority:
+        """The daemon's: its tokens change in place on a reload."""
+        ...
+
+    @property
+    def inflight(self) -> asyncio.Semaphore: ...
+
+    @property
+    def commit(self) -> Commit:
+        """The port's commit: the sources' one path, tried once on the port's own pool
+        (CommitUnavailable on a Redis error, answered 503 for the client to retry)."""
+        ...
 
     def is_paused(self) -> bool:
         """True while ingest waits for Redis (the MQTT consumer holds its messages)."""
         ...
 
     async def refresh_metrics(self) -> None:
-        """Read the suite gauges from Redis before a scrape renders them."""
+        """Read the suite gauges from Redis before a scrape renders them; Busy when no
+        place came free in time."""
         ...
 
-    async def snapshot_json(self, suite: str, slice: str | None = None) -> bytes | None: ...
+    async def snapshot_json(self, suite: str, slice: str | None = None) -> bytes | None:
+        """The stored document; Busy when no place came free in time."""
+        ...
 
     async def compare(self, query: CompareQuery, worker: Worker) -> Comparison:
         """The paired comparison as ``compare --json`` computes it, its CPU-bound steps on
@@ -152,7 +174,6 @@ class Handlers:
         self.config = config
         self.max_payload = max_payload
         self.started_at = time.time()
-        self.inflight = asyncio.Semaphore(config.max_inflight)
         self.bodies = Bodies(config.max_body_bytes)
         # CPU-bound steps in worker threads (daemon._offload), a few at once: OTLP
         # bodies wait for a place, comparisons wait briefly and are then answered 503.
@@ -196,7 +217,7 @@ class Handlers:
 
     async def _commit(self, batch: Batch) -> Committed:
         """The port's commit, within ``http.commit_timeout``."""
-        return await asyncio.wait_for(self.backend.http_commit(batch), self.config.commit_timeout)
+        return await asyncio.wait_for(self.backend.commit(batch), self.config.commit_timeout)
 
     def _unavailable(self, reason: str) -> web.Response:
         return self._answer(_json({"error": reason}, 503, **{"Retry-After": str(RETRY_AFTER)}))
@@ -207,7 +228,7 @@ class Handlers:
         """Read the body, then ``handle`` it in an inflight place (``Bodies.handle``)."""
         try:
             return await self.bodies.handle(
-                request, self.inflight, handle, self.max_payload, self.config.read_timeout
+                request, self.backend.inflight, handle, self.max_payload, self.config.read_timeout
             )
         except BodyRefused as exc:
             if exc.status == 503:
@@ -344,7 +365,10 @@ class Handlers:
         denied = None if self.config.metrics_open else self._denied(request, None)
         if denied is not None:
             return denied
-        await self.backend.refresh_metrics()
+        try:
+            await self.backend.refresh_metrics()
+        except Busy as exc:
+            return _busy(exc)
         # Formatting is pure Python and grows with suites x k: keep it off the loop.
         body = await asyncio.to_thread(self.backend.metrics.render)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
@@ -360,9 +384,10 @@ class Handlers:
         )
 
     async def readyz(self, request: web.Request) -> web.Response:
-        if self.inflight.locked():
+        inflight = self.backend.inflight
+        if inflight.locked():
             return _json({"status": "busy", "problems": {"http": "max_inflight reached"}}, 503)
-        async with self.inflight:
+        async with inflight:
             problems = await self.backend.readiness()
         if problems:
             return _json({"status": "unready", "problems": problems}, 503)
@@ -379,9 +404,10 @@ class Handlers:
                 return denied
         try:
             async with self.compares.held() as worker:
-                if self.inflight.locked():
+                inflight = self.backend.inflight
+                if inflight.locked():
                     return self._unavailable("max_inflight reached")
-                async with self.inflight:
+                async with inflight:
                     cmp = await self.backend.compare(query, worker)
         except Busy as exc:
             return _json(
@@ -391,7 +417,7 @@ class Handlers:
             return _json({"error": str(exc.args[0] if exc.args else exc)}, 404)
         except ValueError as exc:
             return _json({"error": str(exc)}, 400)
-        except Exception as exc:
+        except StoreError as exc:
             return _json({"error": f"Redis unavailable: {type(exc).__name__}"}, 503)
         return web.Response(body=msgspec.json.encode(cmp), content_type="application/json")
 
@@ -402,11 +428,17 @@ class Handlers:
             return denied
         try:
             raw = await self.backend.snapshot_json(name, request.query.get("slice"))
-        except Exception as exc:
+        except Busy as exc:
+            return _busy(exc)
+        except StoreError as exc:
             return _json({"error": f"Redis unavailable: {type(exc).__name__}"}, 503)
         if raw is None:
             return _json({"error": f"no snapshot for suite {name!r}"}, 404)
         return web.Response(body=raw, content_type="application/json")
+
+
+def _busy(exc: Busy) -> web.Response:
+    return _json({"error": f"{exc}: retry"}, 503, **{"Retry-After": str(RETRY_AFTER)})
 
 
 def _unauthorised() -> web.Response:

@@ -7,6 +7,7 @@ part only reads them. The encoding is ``stats.history``'s.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -15,7 +16,7 @@ from reliabilityd.stats import history
 from reliabilityd.stats.history import History, Transition
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._errors import boundary
-from reliabilityd.store.keys import Keys
+from reliabilityd.store.keys import Keys, Series
 
 _FIELD = "history:k"
 
@@ -46,36 +47,49 @@ class Histories:
         A history string or transition this version cannot decode (another
         version wrote it) is left out.
         """
-        snapshot = self.keys.snapshot(suite, slice)
+        (one,) = await self.read_many([Series(suite, slice)], since=since, until=until)
+        return one
+
+    async def read_many(
+        self,
+        series: Sequence[Series],
+        *,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[History]:
+        """``read`` of each series, in order, in two pipelines whatever their number: one
+        connection for an index of every suite."""
+        if not series:
+            return []
+        snapshots = [self.keys.snapshot(s.suite, s.slice) for s in series]
         pipe = self.client.pipeline(transaction=False)
-        pipe.hkeys(snapshot)
-        pipe.lrange(self.keys.transitions(snapshot), 0, -1)
-        fields, raw_transitions = await pipe.execute()
-        ks = _ks(fields)
-        raws: dict[int, bytes] = {}
-        if ks:
-            pipe = self.client.pipeline(transaction=False)
-            for k in ks:
+        for snapshot in snapshots:
+            pipe.hkeys(snapshot)
+            pipe.lrange(self.keys.transitions(snapshot), 0, -1)
+        replies = await pipe.execute()
+        ks = [_ks(fields) for fields in replies[0::2]]
+        pipe = self.client.pipeline(transaction=False)
+        for snapshot, its in zip(snapshots, ks, strict=True):
+            for k in its:
                 pipe.get(self.keys.history(snapshot, k))
-            for k, raw in zip(ks, await pipe.execute(), strict=True):
+        strings = iter(await pipe.execute() if any(ks) else [])
+        out = []
+        for one, its, raw_transitions in zip(series, ks, replies[1::2], strict=True):
+            raws: dict[int, bytes] = {}
+            for k in its:
+                raw = next(strings)
                 # None: expired, nothing in reach; another length: another layout.
                 if raw is not None and len(raw) == history.SERIES_BYTES:
                     raws[k] = bytes(raw)
-        transitions: list[Transition] = []
-        for raw in raw_transitions:
-            try:
-                tr = history.decode_transition(bytes(raw))
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            if (since is None or tr.t >= since) and (until is None or tr.t <= until):
-                transitions.append(tr)
-        transitions.sort(key=lambda tr: tr.t)
-        return History(
-            suite=suite,
-            slice=slice,
-            points=history.merge(raws, since=since, until=until),
-            transitions=transitions,
-        )
+            out.append(
+                History(
+                    suite=one.suite,
+                    slice=one.slice,
+                    points=history.merge(raws, since=since, until=until),
+                    transitions=_transitions(raw_transitions, since, until),
+                )
+            )
+        return out
 
     async def memory(self, suite: str, *, slice: str | None = None) -> dict[str, int]:
         """Each of the series' history keys -> its ``MEMORY USAGE`` in bytes (for tools, tests)."""
@@ -99,3 +113,16 @@ def _ks(fields: Any) -> list[int]:
         if name.startswith(_FIELD) and name[len(_FIELD) :].isdigit():
             out.append(int(name[len(_FIELD) :]))
     return sorted(out)
+
+
+def _transitions(raws: Any, since: float | None, until: float | None) -> list[Transition]:
+    out: list[Transition] = []
+    for raw in raws:
+        try:
+            tr = history.decode_transition(bytes(raw))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        if (since is None or tr.t >= since) and (until is None or tr.t <= until):
+            out.append(tr)
+    out.sort(key=lambda tr: tr.t)
+    return out

@@ -1,7 +1,8 @@
 """HTTP load beside MQTT ingest, against `reliabilityd run` with its own redis-server
-and mosquitto: 300 concurrent HTTP clients posting while a producer publishes over
-MQTT. The HTTP port has its own bounded Redis pool, so HTTP load can only make HTTP
-answer 503 with Retry-After; MQTT ingest never pauses and counts every event exactly."""
+and mosquitto: 300 concurrent HTTP clients posting, or many loading the pages of 300
+suites, while a producer publishes over MQTT. The HTTP port reads and commits through
+its own bounded, waiting Redis pool, so HTTP load can only make HTTP wait or answer 503
+with Retry-After; MQTT ingest never pauses and counts every event exactly."""
 
 from __future__ import annotations
 
@@ -16,9 +17,17 @@ import msgspec
 import numpy as np
 
 from reliabilityd.config import DaemonConfig, HttpConfig
+from reliabilityd.events import TrialEvent
 from tests.support.daemon import store_for
 from tests.support.faults import assert_exact, mqtt_flush
-from tests.support.helpers import DaemonProcess, make_events, payloads, publish, truth_of
+from tests.support.helpers import (
+    DaemonProcess,
+    make_events,
+    payloads,
+    publish,
+    truth_of,
+    wait_until,
+)
 from tests.support.http import http_config
 from tests.support.servers import Mosquitto, RedisServer, free_port
 
@@ -160,3 +169,103 @@ async def test_300_http_clients_cannot_pause_mqtt_ingest(
     assert "heartbeat_failed" not in out
     # Every HTTP trial answered 200 is counted; none past what was posted.
     assert len(answered_200) <= web <= posted
+
+
+PAGE_CLIENTS = 24
+PAGE_SUITES = 300
+
+
+async def test_page_loads_of_300_suites_never_fail_an_mqtt_commit(
+    private_redis: RedisServer,
+    private_mosquitto: Mosquitto,
+    prefix: str,
+    tmp_path: Path,
+    rng: np.random.Generator,
+) -> None:
+    """The index of 300 suites (one history read per suite) and suite pages, loaded many at
+    once while MQTT ingest runs: the pages read through the HTTP port's pool, which waits
+    for its connections, so no page fails on Redis and no commit fails or is retried."""
+    cfg = http_config(private_redis, prefix, broker=private_mosquitto)
+    cfg = msgspec.structs.replace(
+        cfg,
+        http=HttpConfig(port=free_port(), max_connections=1024),
+        daemon=DaemonConfig(instance=f"{prefix}-d", heartbeat_ttl=5.0),
+    )
+    events = make_events(rng, count=3000, tasks=30)
+    truth = truth_of(events)
+    names = [f"page-{i:03d}" for i in range(PAGE_SUITES)]
+    base = f"http://127.0.0.1:{cfg.http.port}"
+    pages: dict[tuple[str, int], int] = {}
+    refused_by_redis: list[str] = []
+    listed: list[int] = []
+    stop = asyncio.Event()
+
+    async def reader(i: int) -> None:
+        async with aiohttp.ClientSession() as http:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                path = "/" if n % 2 else f"/suites/{names[(i * 7 + n) % PAGE_SUITES]}"
+                accept = "application/json" if n % 5 == 0 else "text/html"
+                async with http.get(base + path, headers={"Accept": accept}) as resp:
+                    body = await resp.read()
+                    kind = "index" if path == "/" else accept
+                    pages[(kind, resp.status)] = pages.get((kind, resp.status), 0) + 1
+                    if b"Redis unavailable" in body:
+                        at = body.index(b"Redis unavailable")
+                        refused_by_redis.append(f"{path} {accept}: {body[at : at + 80]!r}")
+                    if path == "/" and resp.status == 200:
+                        listed.append(sum(1 for name in names if name.encode() in body))
+                    if resp.status == 503:
+                        await asyncio.sleep(0.05)
+
+    daemon = DaemonProcess(cfg, tmp_path)
+    async with store_for(cfg) as store:
+        seed = [TrialEvent(name, f"t{j}", f"r{j}", "pass") for name in names for j in range(3)]
+        by_suite: dict[str, list[TrialEvent]] = {}
+        for e in seed:
+            by_suite.setdefault(e.suite, []).append(e)
+        await store.ingest.apply(by_suite, windows=dict.fromkeys(names, 0), dedup_ttl=3600)
+        await store.snapshots.mark_changed(names)
+    daemon.start()
+    try:
+        await daemon.wait_subscribed()
+        async with store_for(cfg) as store:
+
+            async def all_computed() -> bool:
+                docs = await store.snapshots.documents(names)
+                return all(doc is not None for doc in docs)
+
+            await wait_until(all_computed, 60)
+            readers = [asyncio.create_task(reader(i)) for i in range(PAGE_CLIENTS)]
+
+            async def an_index_loaded() -> bool:
+                return bool(listed)
+
+            await wait_until(an_index_loaded, 60)  # the pages load all along
+            await publish(
+                private_mosquitto.port, f"{prefix}/trials/x", payloads(events, 10), deadline=120
+            )
+            await assert_exact(
+                store,
+                truth,
+                events,
+                flush=mqtt_flush(private_mosquitto.port, f"{prefix}/trials/x", store),
+            )
+            stop.set()
+            await asyncio.gather(*readers)
+    finally:
+        stop.set()
+        daemon.kill()
+    out = daemon.output()
+    print(f"pages {pages}")
+    # No read failed on Redis: a page past the places in flight waits, or is told to retry.
+    failed_reads = [line for line in out.splitlines() if "ui_read_failed" in line]
+    assert refused_by_redis == [], (refused_by_redis[:5], failed_reads[:5])
+    assert {status for _, status in pages} <= {200, 503}, pages
+    assert pages.get(("index", 200), 0) > 0, pages
+    assert pages.get(("text/html", 200), 0) > 0, pages
+    assert min(listed) == PAGE_SUITES  # every index page listed every suite
+    # No commit waited for Redis, none was retried; nothing else failed on it either.
+    for failure in ("redis_unavailable", "heartbeat_failed", "ci_tick_failed", "ui_read_failed"):
+        assert failure not in out, out[-3000:]

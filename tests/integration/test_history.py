@@ -10,7 +10,7 @@ from redis.crc import key_slot
 from reliabilityd.rules import AlertState
 from reliabilityd.stats import history
 from reliabilityd.stats.history import SCALE, TIERS, Point, Transition, label
-from reliabilityd.store import Store
+from reliabilityd.store import Series, Store
 from reliabilityd.store._snapshots import SnapshotWrite
 
 DAY = 86_400
@@ -287,3 +287,26 @@ async def test_reset_deletes_the_history(store: Store) -> None:
     after = await store.history.read("s")
     assert (after.points, after.transitions) == ([], [])
     assert await store.history.memory("s") == {}
+
+
+async def test_many_series_read_at_once_are_each_as_read_alone(store: Store) -> None:
+    """The index's one read of every suite's day: each series what its own read gives."""
+    writes = [
+        SnapshotWrite(suite, v, {"json": f"v{v}"}, {}, point=Point(t, values(t, ks)))
+        for suite, ks in (("a", (1, 5)), ("b", (1,)))
+        for v, t in enumerate((T0, T0 + 120.0, T0 + 240.0), start=1)
+    ]
+    await store.snapshots.write_snapshots(writes)
+    mark = Transition(t=T0 + 1.0, rule="r", state="firing", severity="page", reason="below")
+    firing = AlertState(state="firing", started_at=1.0, reason="below", snapshot_version=3)
+    await store.alerts.alert_cas(
+        "b", "r", expected_seq=0, new=firing, notification=None, sinks=[], transition=mark
+    )
+    series = [Series("a"), Series("none"), Series("b"), Series("a", "model=x")]
+    for since in (None, T0 + 60.0):
+        alone = [await store.history.read(s.suite, slice=s.slice, since=since) for s in series]
+        assert await store.history.read_many(series, since=since) == alone
+    assert [len(h.points) for h in alone] == [2, 0, 2, 0]
+    assert alone[2].transitions == []  # before since
+    assert (await store.history.read_many(series))[2].transitions == [mark]
+    assert await store.history.read_many([]) == []

@@ -8,7 +8,10 @@ snapshot document, byte for byte what the JSON handler serves, and both say
 the answer is 401 with the token form, with a token that may not read the
 suite 403, as for JSON. The form counts wrong tokens per client address
 (``daemon._peers``: through ``http.trusted_proxies``) and answers 429 with
-Retry-After once a client has sent too many.
+Retry-After once a client has sent too many. A page reads through its
+source's ``reading``, the HTTP port's own pool and places: when none comes
+free in time the answer is 503 with Retry-After, and no page ever takes a
+connection that ingest uses.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from importlib import resources
 from typing import Protocol
@@ -24,6 +28,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from reliabilityd.config import Config
+from reliabilityd.daemon._offload import Busy
 from reliabilityd.daemon._peers import Peers, Throttle
 from reliabilityd.daemon.ui import _data, _pages
 from reliabilityd.daemon.ui._access import (
@@ -40,13 +45,19 @@ from reliabilityd.store import Store
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 STATIC = {"ui.css": "text/css", "ui.js": "text/javascript"}
 HTML = "text/html"
+RETRY_AFTER = 2  # seconds, as the rest of the port says after a 503
 
 
 class Source(Protocol):
-    """What the pages read: the daemon's store and its config."""
+    """What the pages read through: the HTTP port's backend (its pool, its places) and the
+    daemon's config."""
 
-    store: Store
-    config: Config
+    @property
+    def config(self) -> Config: ...
+
+    def reading(self) -> AbstractAsyncContextManager[Store]:
+        """A place in flight and the HTTP port's store; Busy when none came free in time."""
+        ...
 
 
 class BadQuery(ValueError):
@@ -161,6 +172,10 @@ class Routes:
             return await page()
         except BadQuery as exc:
             return _problem(request, 400, str(exc), html=html)
+        except Busy as exc:
+            response = _problem(request, 503, f"{exc}: retry", html=html)
+            response.headers["Retry-After"] = str(RETRY_AFTER)
+            return response
         except Exception as exc:  # a Redis outage: the page says so, the daemon goes on
             self._failures.emit(
                 logging.WARNING,
@@ -175,12 +190,13 @@ class Routes:
             return _refused(request, None)
 
         async def page() -> web.Response:
-            view = await _data.index(
-                self.source.store,
-                self.source.config,
-                time.time(),
-                lambda suites: readable(request, suites),
-            )
+            async with self.source.reading() as store:
+                view = await _data.index(
+                    store,
+                    self.source.config,
+                    time.time(),
+                    lambda suites: readable(request, suites),
+                )
             main = _pages.index_main(view)
             if request.query.get("fragment"):
                 return _html(main)
@@ -206,16 +222,18 @@ class Routes:
             k_text = q.get("k")
             if k_text is not None and not k_text.isdigit():
                 raise BadQuery(f"k={k_text!r}: give a positive integer")
-            view = await _data.suite_page(
-                self.source.store,
-                self.source.config,
-                name,
-                now=time.time(),
-                k=None if k_text is None else int(k_text),
-                focus=q.get("rule") or None,
-                anchor=parse_time(q.get("at"), "at"),
-                since=parse_time(q.get("since"), "since"),
-            )
+            anchor, since = parse_time(q.get("at"), "at"), parse_time(q.get("since"), "since")
+            async with self.source.reading() as store:
+                view = await _data.suite_page(
+                    store,
+                    self.source.config,
+                    name,
+                    now=time.time(),
+                    k=None if k_text is None else int(k_text),
+                    focus=q.get("rule") or None,
+                    anchor=anchor,
+                    since=since,
+                )
             if view is None:
                 return _problem(request, 404, f"no suite {name!r} in Redis", html=True)
             main = _pages.suite_main(view)
