@@ -52,6 +52,8 @@ class Figures:
     alert_lag: float = 0.0
     snapshot_age: float = 0.0
     check: str = ""
+    # Times ingest paused for Redis and resumed (`redis_recovered` in the daemon's log).
+    ingest_pauses: int = 0
     daemon_warnings: dict[str, int] = field(default_factory=dict)
     daemon_exit: int | None = None
     failures: list[str] = field(default_factory=list)
@@ -126,7 +128,8 @@ def report(plan: Plan, figures: Figures, samples: list[Sample], command: str) ->
         f"  reloads: {f.reloads['done']} done, {f.reloads['refused']} refused (each followed by a "
         "reload of the previous file that changed nothing)",
         f"  restarts: Redis {f.restarts['redis']} (kill -9, {f.outages['redis']:.1f} s down in "
-        f"all), broker {f.restarts['broker']} (SIGTERM, {f.outages['broker']:.1f} s)",
+        f"all), broker {f.restarts['broker']} (SIGTERM, {f.outages['broker']:.1f} s); "
+        f"ingest paused {f.ingest_pauses} times",
         f"  HTTP statuses {f.http}; MQTT publisher connections {f.mqtt_connects}",
         f"  alert state after a reload: within {f.alert_lag:.1f} s; oldest snapshot seen "
         f"{f.snapshot_age:.0f} s; reliabilityd check: {f.check}",

@@ -306,6 +306,7 @@ class Soak:
                 self.fail(f"the daemon exited {code} on SIGTERM after {took:.1f} s")
             self.daemon.read()
             self.figures.daemon_warnings = dict(self.daemon.warnings)
+            self.figures.ingest_pauses = self.daemon.events["redis_recovered"]
             await client.aclose()
             await info.aclose()
             self.broker.stop()
