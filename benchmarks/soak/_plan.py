@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass
 
 # The defaults of a two-hour run: a Redis restart and a broker restart every
-# half hour each (the broker's a quarter of an hour after Redis's), a SIGHUP
-# every three minutes.
+# half hour each (the broker's half a period before Redis's), a SIGHUP every
+# three minutes.
 RESTART_EVERY = 1800.0
 RELOAD_EVERY = 180.0
 # Every fourth SIGHUP finds a file that must be refused.
