@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history \
-	study-pages study-coverage study-compare servers clean
+	study-pages study-coverage study-compare soak servers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -105,6 +105,13 @@ study-compare: $(STAMP)
 
 bench-http: $(STAMP) servers
 	$(PY) -m benchmarks.bench_http
+
+## Not in CI: SOAK_SECONDS (default two hours) of MQTT, HTTP and OTLP load on a daemon with
+## SIGHUP reloads, Redis kill -9s and broker restarts; exit 1 on a trial lost or counted
+## twice, or on memory growth past its limits once warm (docs/operating.md#soak).
+SOAK_SECONDS ?= 7200
+soak: $(STAMP) servers
+	$(PY) -m benchmarks.soak --seconds $(SOAK_SECONDS) $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

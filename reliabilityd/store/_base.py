@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
+from typing import cast
 from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import (
+    AbstractConnection,
     BlockingConnectionPool,
     Connection,
     ConnectionPool,
     parse_url,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.store._errors import gate_calls
@@ -158,6 +162,57 @@ def url_problem(url: str, *, cluster: bool = False) -> str | None:
     return None
 
 
+# A pooled connection idle this long pings Redis before its next command.
+HEALTH_CHECK_SECONDS = 1.0
+
+
+class _Reconnecting(AbstractConnection):
+    """Mixed into a pool's connection class: a stale connection connects again, unused.
+
+    After a Redis restart every connection idle in a pool is dead, and each
+    would fail the next command it carries (redis-py finds out only then),
+    seconds or a minute after Redis is back. A connection idle for more than
+    ``HEALTH_CHECK_SECONDS`` pings first (redis-py's health check); when the
+    ping fails it connects again before the command is sent, so nothing is
+    ever sent twice, and a Redis that is really down still fails the command.
+    """
+
+    _reconnecting = False
+
+    # redis-py leaves check_health and connect unannotated.
+    async def check_health(self) -> None:
+        if self._reconnecting:  # the handshake of the reconnect checks health too
+            await super().check_health()  # type: ignore[no-untyped-call]
+            return
+        try:
+            await super().check_health()  # type: ignore[no-untyped-call]
+        except (RedisConnectionError, RedisTimeoutError):
+            await self.disconnect()
+            self._reconnecting = True
+            try:
+                await self.connect()  # type: ignore[no-untyped-call]
+            finally:
+                self._reconnecting = False
+
+
+_RECONNECTING: dict[type[AbstractConnection], type[AbstractConnection]] = {}
+
+
+def _health_checked(pool: ConnectionPool) -> ConnectionPool:
+    """``pool`` with connections that ping when idle and reconnect when stale."""
+    base = pool.connection_class  # by the URL's scheme: TCP, TLS or a Unix socket
+    checked = _RECONNECTING.get(base)
+    if checked is None:
+        checked = cast(
+            "type[AbstractConnection]",
+            type(f"Reconnecting{base.__name__}", (_Reconnecting, base), {}),
+        )
+        _RECONNECTING[base] = checked
+    pool.connection_class = checked
+    pool.connection_kwargs["health_check_interval"] = HEALTH_CHECK_SECONDS
+    return pool
+
+
 def connect(
     url: str,
     *,
@@ -194,4 +249,4 @@ def connect(
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
     )
-    return aioredis.Redis.from_pool(pool)
+    return aioredis.Redis.from_pool(_health_checked(pool))
