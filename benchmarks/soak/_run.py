@@ -34,6 +34,7 @@ from benchmarks.soak._report import MIB, Figures, Sample, memory
 from reliabilityd import AsyncClient
 from reliabilityd.embedded.processes import Mosquitto, RedisServer, ServerError, free_port
 from reliabilityd.rules import AlertState
+from reliabilityd.store import StoreError
 
 SUITES = ["soak-mqtt-0", "soak-mqtt-1", "soak-sliced", "soak-http", "soak-otlp"]
 MARKER = "soak-marker"
@@ -45,7 +46,8 @@ FOLLOW = 60.0
 # Every suite receives trials all the time, so its snapshot (ci_interval 5 s)
 # is never older than this, Redis outages included.
 STALE = 60.0
-READ_ERRORS = (redis.exceptions.RedisError, OSError)
+# Redis away: the Client raises the store's errors, the raw INFO client redis-py's.
+READ_ERRORS = (StoreError, redis.exceptions.RedisError, OSError)
 
 
 class Soak:
