@@ -13,8 +13,11 @@ Vectorised: within a block of suites one bootstrap draw of task weights,
 (B x T), is shared, so the B resampled means of every suite, metric and k are
 one matrix product. Each suite's interval is still a full B-resample
 interval; sharing the weights across independent suites changes no suite's
-distribution. The library computes the same intervals from histograms
-(``reliabilityd.intervals``); tests/test_coverage.py checks the two agree.
+distribution. ``gaffke`` is the shipped interval: the library's exact Beta
+quantiles where every task is at 0 or 1 or at one value, else its corrected
+order statistics of the draw (``reliabilityd.stats.intervals``). The library
+computes the same intervals from histograms; tests/unit/test_coverage.py
+checks the two agree.
 """
 
 from __future__ import annotations

@@ -18,7 +18,10 @@ minus the baseline's over that resample.
 * ``gaffke`` (the default): the Bayesian bootstrap over the shared tasks
   with one pseudo-task at the worst difference, -1 (the baseline always
   passes it, the candidate never) for the lower bound and +1 for the upper.
-  It is Gaffke's bound for the mean of a variable on [-1, 1].
+  It is Gaffke's bound for the mean of a variable on [-1, 1]: exact (a Beta
+  quantile, ``stats.intervals.exact_gaffke``) when every difference is -1
+  or +1 or all are equal, else drawn, with the corrected order statistics
+  of ``stats.intervals.drawn_bounds``.
 * ``percentile``: the percentile bootstrap of the resampled mean; when every
   shared task has the same difference, the Wilson interval of
   ``(d + 1) / 2`` over the shared tasks, mapped back.

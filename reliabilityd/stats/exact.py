@@ -60,8 +60,10 @@ _TAIL_NATS = 40.0
 # would move it by about the cube of that.
 _SETTLED = 1e-7
 _MAX_STEPS = 200
-# Rows evaluated together: bounds the (rows x window) temporaries.
+# Rows evaluated together, and the most (rows x window) terms they may hold:
+# a few tens of MB of temporaries.
 _BATCH_ROWS = 4096
+_BATCH_TERMS = 1 << 21
 # Up to this n the first term comes from a table of log k!.
 _SMALL = 2000
 _LOG_FACTORIAL = np.array([lgamma(k + 1.0) for k in range(_SMALL + 1)])
@@ -291,16 +293,20 @@ def _as_rows(*arrays: npt.ArrayLike) -> list[npt.NDArray[np.generic]]:
 
 
 def _by_size(n: FloatArray) -> list[IntArray]:
-    """Row indices in batches: table rows and Loader rows apart, each by size, at most
-    _BATCH_ROWS together, so a batch's window is mostly used."""
+    """Row indices in batches: table rows and Loader rows apart, each sorted by n, at
+    most _BATCH_ROWS rows and about _BATCH_TERMS terms a batch."""
     order = np.argsort(n, kind="stable")
-    small = order[n[order] <= _SMALL]
-    large = order[n[order] > _SMALL]
-    return [
-        part[begin : begin + _BATCH_ROWS]
-        for part in (small, large)
-        for begin in range(0, part.size, _BATCH_ROWS)
-    ]
+    out: list[IntArray] = []
+    for part in (order[n[order] <= _SMALL], order[n[order] > _SMALL]):
+        windows = _window(n[part])
+        begin = 0
+        while begin < part.size:
+            # Sorted by n, so the candidate batch's last row has its widest window.
+            widest = float(windows[min(begin + _BATCH_ROWS, part.size) - 1])
+            size = max(1, min(_BATCH_ROWS, int(_BATCH_TERMS / widest)))
+            out.append(part[begin : begin + size])
+            begin += size
+    return out
 
 
 def binomial_upper_tail(n: npt.ArrayLike, a: npt.ArrayLike, x: npt.ArrayLike) -> FloatArray:

@@ -15,7 +15,7 @@ histogram of per-task values alone.
   holds for any distribution on [0, 1] covers it even when most tasks sit at
   the ceiling and the rare failures that pull the truth down are missing
   from the sample: the pseudo-task stands in for them, with a weight that
-  shrinks like 1 / tasks. See the README's Coverage section for its measured
+  shrinks like 1 / tasks. docs/studies.md (Coverage) has its measured
   coverage and width beside the percentile interval.
 
 Methods:
@@ -23,7 +23,7 @@ Methods:
 * ``exact``: ``gaffke`` where every task holds 0 or 1, or every task the
   same value. Each bound's resampled mean is then a Beta variable over two
   atoms, so the bound B -> infinity would give is a Beta quantile, computed
-  to rounding (``stats.exact``); with s of T tasks at 1 it is the
+  to 1e-12 of itself (``stats.exact``); with s of T tasks at 1 it is the
   Clopper-Pearson interval.
 * ``exact-draw``: B resamples drawn at random. Used when the draw is small,
   ``n_boot x atoms <= EXACT_DRAW_LIMIT``; the atoms are the distinct
@@ -31,7 +31,8 @@ Methods:
   ``gaffke``'s drawn bounds are order statistics chosen for their own
   error (``draw_rank``): each lies outside the bound B -> infinity would
   give with probability at least ``1 - DRAW_INSIDE``, so Monte Carlo noise
-  does not take coverage below nominal.
+  does not take coverage below nominal. With B too small for any rank to
+  promise that, ``gaffke`` takes the saddlepoint.
 * ``saddlepoint``: otherwise, the same resampling distribution's quantile
   from a saddlepoint approximation, O(atoms) and independent of B
   (``stats.saddlepoint``). For ``gaffke`` it is taken at
@@ -135,9 +136,9 @@ def draw_rank(n_boot: int, tail: float) -> int:
     Binomial(B, tail). The rank is the largest r with
     ``P(Binomial(B, tail) >= r) >= 1 - DRAW_INSIDE``: the 37th of 2,000 draws
     for a 2.5% bound, where the plain quantile would sit near the 51st. 0
-    when even the smallest draw cannot promise that (B too small for the
-    tail): the bound is then the end of the support. An upper bound at
-    1 - tail takes the (B + 1 - r)-th smallest, the same rule mirrored.
+    when even the smallest draw cannot promise that (B below about 150 for
+    a 2.5% bound): gaffke then takes the saddlepoint instead. An upper bound
+    at 1 - tail takes the (B + 1 - r)-th smallest, the same rule mirrored.
     """
     lo, hi = 0, n_boot  # P(Bin >= 0) = 1 holds; find the last r that holds
     while lo < hi:
@@ -155,7 +156,7 @@ def saddlepoint_level(n_boot: int, tail: float) -> float:
 
     The r-th smallest of B draws is the distribution's quantile at the r-th
     smallest of B uniforms, a Beta(r, B + 1 - r) level: its median
-    (0.0184 for a 2.5% bound at B = 2000) puts the saddlepoint where the
+    (0.0183 for a 2.5% bound at B = 2000) puts the saddlepoint where the
     corrected draw's bound falls half the time. When no draw can promise the
     bound (``draw_rank`` 0), the nominal ``tail``.
     """
