@@ -215,6 +215,8 @@ def _two_atoms(
     both leave two distinct values when every task is at one end or the
     other, or every task at one value.
     """
+    if uniq.size > 2:
+        return None
     values = uniq.tolist()
     counts = [int(c) for c in merged.tolist()]
     low_end, high_end = ends
