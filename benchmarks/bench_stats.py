@@ -16,7 +16,11 @@ time:
   (both metrics, one k) per suite, on one core, against a 5 s ``ci_interval``;
 * accuracy of the large-suite approximations (normal, Cornish-Fisher,
   saddlepoint) against a 100,000-resample exact draw, in bootstrap standard
-  deviations (a B = 2000 percentile bound itself wanders by 0.06 of them).
+  deviations (a B = 2000 percentile bound itself wanders by 0.06 of them);
+* binary suites (every task at 0 or 1) from 50 to 1e6 tasks: gaffke's exact
+  bound (``stats.exact``) against the B = 2000 Dirichlet draw the same
+  series would otherwise take, per series, in a batch of 1,000 (the tick's
+  shape) and alone.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from reliabilityd.stats.bootstrap import percentile_interval, replicate_means, r
 from reliabilityd.stats.estimate import estimate_metrics
 from reliabilityd.stats.estimators import METRICS, metric_cells
 from reliabilityd.stats.histogram import Histogram
-from reliabilityd.stats.intervals import atoms
+from reliabilityd.stats.intervals import atoms, drawn_bounds, intervals
 from reliabilityd.stats.saddlepoint import bootstrap_mean_quantiles
 
 K = 5
@@ -233,11 +237,52 @@ def accuracy(suites: int = 6) -> None:
             )
 
 
+def drawn_gaffke(values: npt.NDArray[np.float64], count: IntArray) -> tuple[float, float]:
+    """gaffke's bounds by the B = 2000 Dirichlet draw, as a non-binary series takes them."""
+    alpha = np.append(count.astype(np.float64), 1.0)
+    g = np.random.default_rng(0).standard_gamma(alpha, size=(N_BOOT, alpha.size))
+    w = g / g.sum(axis=1, keepdims=True)
+    return drawn_bounds(w @ np.append(values, 0.0), w @ np.append(values, 1.0), 0.025)
+
+
+def binary_table(series: int = 1000) -> None:
+    """The exact path's cost beside the draw's on the same binary series."""
+    rng = np.random.default_rng(3)
+    print(
+        f"\nbinary suites: gaffke's exact bound against the B={N_BOOT} draw, both bounds,"
+        " CPU us per series"
+    )
+    head = ("exact, batch", "draw, batch", "exact, alone", "draw, alone")
+    print(f"{'tasks':>9} " + " ".join(f"{h:>13}" for h in head))
+    for t in (50, 200, 10_000, 1_000_000):
+        ok = rng.integers(0, t + 1, series)
+        jobs = [(np.array([0.0, 1.0]), np.array([t - s, s], dtype=np.int64)) for s in ok.tolist()]
+
+        def exact(chosen: list[tuple[npt.NDArray[np.float64], IntArray]]) -> None:
+            gen = [np.random.default_rng(0) for _ in chosen]
+            out = intervals(chosen, "gaffke", confidence=0.95, n_boot=N_BOOT, rngs=gen)
+            assert {ci.method for ci in out} == {"exact"}
+
+        def draw(chosen: list[tuple[npt.NDArray[np.float64], IntArray]]) -> None:
+            for values, count in chosen:
+                drawn_gaffke(values, count)
+
+        per = 1e6 / series
+        print(
+            f"{t:>9} {_best_of(partial(exact, jobs), 3) * per:>13.1f}"
+            f" {_best_of(partial(draw, jobs), 3) * per:>13.1f}"
+            f" {_best_of(partial(exact, jobs[:1]), 30) * 1e6:>13.1f}"
+            f" {_best_of(partial(draw, jobs[:1]), 30) * 1e6:>13.1f}",
+            flush=True,
+        )
+
+
 def main() -> None:
     size_table("live-like (n uniform in [5, 100])", live_like)
     size_table("tidy (20 trials per task)", tidy)
     daemon_load()
     accuracy()
+    binary_table()
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ Multinomial(T, count / T) draw over the D cells. B replicates therefore cost
 O(B x D) whatever T is; the task-by-task resampler costs O(B x T). Cells
 with equal per-task values merge further (``stats.intervals`` draws over
 those), and past ``stats.intervals.EXACT_DRAW_LIMIT`` the same
-distribution's quantiles come from ``stats.saddlepoint``.
+distribution's quantiles come from ``stats.saddlepoint`` (``gaffke``'s
+exact bounds, where they exist, from ``stats.exact``).
 
 Trials inside a task are correlated (same prompt, same failure modes), so the
 task, not the trial, is the unit that gets resampled.

@@ -18,7 +18,10 @@ minus the baseline's over that resample.
 * ``gaffke`` (the default): the Bayesian bootstrap over the shared tasks
   with one pseudo-task at the worst difference, -1 (the baseline always
   passes it, the candidate never) for the lower bound and +1 for the upper.
-  It is Gaffke's bound for the mean of a variable on [-1, 1].
+  It is Gaffke's bound for the mean of a variable on [-1, 1]: exact (a Beta
+  quantile, ``stats.intervals.exact_gaffke``) when every difference is -1
+  or +1 or all are equal, else drawn, with the corrected order statistics
+  of ``stats.intervals.drawn_bounds``.
 * ``percentile``: the percentile bootstrap of the resampled mean; when every
   shared task has the same difference, the Wilson interval of
   ``(d + 1) / 2`` over the shared tasks, mapped back.
@@ -46,7 +49,13 @@ import numpy.typing as npt
 
 from reliabilityd.stats.bootstrap import check_confidence, check_n_boot, wilson_interval
 from reliabilityd.stats.estimators import METRICS, Metric, metric_cells
-from reliabilityd.stats.intervals import check_interval
+from reliabilityd.stats.intervals import (
+    atoms,
+    check_interval,
+    draw_rank,
+    drawn_bounds,
+    exact_gaffke,
+)
 from reliabilityd.stats.intervals import interval as value_interval
 from reliabilityd.stats.slices import parse_filter
 
@@ -225,8 +234,14 @@ def _paired_interval(
     if name == "percentile" and bool((d == d[0]).all()):
         lo, hi = wilson_interval(min(1.0, max(0.0, (float(d[0]) + 1.0) / 2.0)), t, confidence)
         return 2.0 * lo - 1.0, 2.0 * hi - 1.0, "wilson"
-    if n_boot * (t + 1) > PER_TASK_LIMIT:
-        # The distinct differences, resampled on [0, 1] and mapped back.
+    if name == "gaffke":
+        uniq, merged = atoms(d, np.ones(t, dtype=np.int64))
+        exact = exact_gaffke(uniq, merged, confidence, (-1.0, 1.0))
+        if exact is not None:
+            return exact.low, exact.high, exact.method
+    if n_boot * (t + 1) > PER_TASK_LIMIT or (name == "gaffke" and draw_rank(n_boot, lo_q) == 0):
+        # The distinct differences, resampled on [0, 1] and mapped back
+        # (and a draw too small for its tail left to the saddlepoint).
         v = (d + 1.0) / 2.0
         ci = value_interval(
             name, v, np.ones(t, dtype=np.int64), confidence=confidence, n_boot=n_boot, rng=rng
@@ -236,8 +251,7 @@ def _paired_interval(
         w = rng.standard_exponential((n_boot, t + 1))
         w /= w.sum(axis=1, keepdims=True)
         base = w[:, :t] @ d
-        lo = float(np.quantile(base - w[:, t], lo_q, method="linear"))
-        hi = float(np.quantile(base + w[:, t], hi_q, method="linear"))
+        lo, hi = drawn_bounds(base - w[:, t], base + w[:, t], lo_q)
         return max(-1.0, lo), min(1.0, hi), "exact-draw"
     idx = rng.integers(0, t, (n_boot, t))
     reps = d[idx].mean(axis=1)

@@ -42,7 +42,8 @@ class Estimate(msgspec.Struct, frozen=True, omit_defaults=True):
     ``ci`` is the interval at whatever ``confidence`` was asked for.
     Whenever there is a CI, the document also carries ``confidence``,
     ``interval`` (its name, one of ``reliabilityd.INTERVALS``) and ``method``
-    (how it was computed: ``exact-draw``, ``saddlepoint`` or ``wilson``).
+    (how it was computed: one of ``reliabilityd.stats.intervals.METHODS``,
+    ``exact``, ``exact-draw``, ``saddlepoint`` or ``wilson``).
     """
 
     k: int

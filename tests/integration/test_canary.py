@@ -108,8 +108,8 @@ async def _count(items: list[Any], n: int) -> bool:
 ALL_PASS = [10] * TASKS
 # 18 tasks of 60 fall from 10/10 to 2/10: the upper bound is far under -0.05.
 REGRESSED = [10] * (TASKS - 18) + [2] * 18
-# 16 tasks at 6/10: the upper bound between -margin and -margin/2.
-HALFWAY = [10] * (TASKS - 16) + [6] * 16
+# 18 tasks at 6/10: the upper bound between -margin and -margin/2 (-0.032).
+HALFWAY = [10] * (TASKS - 18) + [6] * 18
 
 
 async def test_a_regressed_candidate_fires_once_across_two_replicas_and_resolves_with_hysteresis(

@@ -54,7 +54,8 @@ def test_client_reads_snapshot_and_computes_any_k(redis_server: RedisServer, pre
         hat5 = snap.estimate("pass^k", 5)
         assert hat5 is not None
         assert hat5.value == pytest.approx(0.10)
-        assert hat5.ci == pytest.approx((0.01199, 0.30816), abs=5e-6)  # gaffke, the default
+        # gaffke, the default: 2 of 20 tasks at 1, so exactly Clopper-Pearson.
+        assert hat5.ci == pytest.approx((0.012348527, 0.316982714), abs=1e-9)
         # Any k, not only the configured ones, computed from the stored histogram.
         tasks = [(5, c) for c in SEED_PASSES]
         for k in (2, 3, 4):
@@ -97,8 +98,8 @@ def test_status_table_json_and_on_demand_k(
     assert rows[0][:3] == ["SUITE", "TASKS", "TRIALS"]
     k5 = next(r for r in rows[1:] if r[3] == "5")
     assert k5[:5] == ["deploy-bot", "20", "100", "5", "5"]
-    # pass@5 = 100% [83.1, 100.0], pass^5 = 10% [1.2, 30.8] (gaffke, the default interval)
-    assert " ".join(k5[5:11]) == "100.0% [83.1, 100.0] 10.0% [1.2, 30.8]"
+    # pass@5 = 100% [83.2, 100.0], pass^5 = 10% [1.2, 31.7] (gaffke, the default interval)
+    assert " ".join(k5[5:11]) == "100.0% [83.2, 100.0] 10.0% [1.2, 31.7]"
 
     code, out, _ = cli(capsys, "status", "deploy-bot", "--json", *where)
     doc = json.loads(out)

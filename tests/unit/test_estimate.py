@@ -55,9 +55,13 @@ def test_seed_example_by_default_gets_the_interval_that_covers() -> None:
     hat5 = estimate(SEED_TASKS, 5, "pass^k")
     assert (at5.interval, hat5.interval) == ("gaffke", "gaffke")
     assert at5.value == 1.0
-    assert at5.ci == pytest.approx((0.83126, 1.0), abs=5e-6)
+    # One trial in five per task at k = 5 leaves 0 or 1 per task: the exact
+    # bound, Clopper-Pearson. 20 of 20 at 1: 0.025 ** (1 / 20).
+    assert at5.ci == pytest.approx((0.025 ** (1 / 20), 1.0), rel=1e-12)
+    assert (at5.method, hat5.method) == ("exact", "exact")
     assert hat5.value == pytest.approx(0.10)
-    assert hat5.ci == pytest.approx((0.01199, 0.30816), abs=5e-6)
+    # 2 of 20 at 1: the Clopper-Pearson interval, (0.0123485, 0.3169827).
+    assert hat5.ci == pytest.approx((0.012348527, 0.316982714), abs=1e-9)
     percentile = estimate(SEED_TASKS, 5, "pass^k", interval="percentile")
     assert percentile.ci is not None
     assert hat5.ci is not None
@@ -336,12 +340,8 @@ def test_serialised_shape() -> None:
         "interval",
         "method",
     }
-    assert known["ci"] == [pytest.approx(0.01199, abs=5e-5), pytest.approx(0.30816, abs=5e-5)]
-    assert (known["confidence"], known["interval"], known["method"]) == (
-        0.95,
-        "gaffke",
-        "exact-draw",
-    )
+    assert known["ci"] == [pytest.approx(0.0123485, abs=5e-7), pytest.approx(0.3169827, abs=5e-7)]
+    assert (known["confidence"], known["interval"], known["method"]) == (0.95, "gaffke", "exact")
     unknown = msgspec.json.decode(msgspec.json.encode(estimate(SEED_TASKS, 10)))
     assert unknown["value"] is None
     assert unknown["ci"] is None
