@@ -31,11 +31,12 @@ demo: $(DEMO_STAMP)
 	$(PY) -m reliabilityd demo $(DEMO_ARGS)
 
 ## Everything CI checks: lint, strict types, the whole test suite against real servers:
-## the unit and integration tiers as make check runs them, then the fault and end-to-end
-## tiers on two workers (each of their tests starts servers of its own).
+## the unit and integration tiers as make check runs them, then the statistical checks
+## that take seconds each (exact coverage, brute-force resamplers) and the fault and
+## end-to-end tiers on two workers (each of their tests starts servers of its own).
 test: $(STAMP) servers lint typecheck
 	$(VENV)/bin/pytest -n 4 tests/unit tests/integration
-	$(VENV)/bin/pytest -n 2 tests/faults tests/e2e
+	$(VENV)/bin/pytest -n 2 tests/statistics tests/faults tests/e2e
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check reliabilityd tests benchmarks studies
@@ -67,7 +68,7 @@ fuzz: $(STAMP) servers
 	while [ "$$(date +%s)" -lt "$$end" ]; do \
 		round=$$((round + 1)); echo "fuzz round $$round"; \
 		RELIABILITYD_FUZZ=1 $(VENV)/bin/pytest -q -n 2 -m 'hypothesis or seeded' \
-			tests/unit tests/integration || exit 1; \
+			tests/unit tests/statistics tests/integration || exit 1; \
 	done; echo "fuzz: $$round rounds, no failure"
 
 bench: bench-stats bench-ci bench-ingest bench-import bench-http bench-history

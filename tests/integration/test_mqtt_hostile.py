@@ -281,7 +281,7 @@ async def test_a_half_open_connection_is_noticed_by_the_keepalive(
 ) -> None:
     """The bound (1.25 keep-alives) is checked on virtual time in test_mqtt_keepalive;
     here a real broker behind a frozen proxy is noticed at all, by the keep-alive."""
-    keepalive = 2
+    keepalive = 1
     async with Freezer(mosquitto.port) as proxy:
         cfg = MqttConfig(url=proxy.url, keepalive=keepalive, protocol=protocol)
         conn = await connect(cfg, identifier=f"half-open-{protocol}", persistent=False)

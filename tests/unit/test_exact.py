@@ -23,7 +23,7 @@ def rational_tail(n: int, a: int, x: Fraction) -> Fraction:
     return sum((comb(n, j) * x**j * (1 - x) ** (n - j) for j in range(a, n + 1)), Fraction(0))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     n=st.integers(1, 250),
     frac=st.floats(0.0, 1.0),
@@ -38,7 +38,7 @@ def test_the_tail_is_the_rational_binomial_tail(n: int, frac: float, x: float) -
     assert abs(Fraction(got) - want) <= tolerance
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     t=st.integers(1, 200),
     frac=st.floats(0.0, 1.0),

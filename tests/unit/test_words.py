@@ -8,6 +8,7 @@ no longer exists.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -55,6 +56,7 @@ GONE = [
 SUFFIXES = (".py", ".md", ".toml", ".lua", ".js", ".css", ".txt")
 
 
+@functools.cache
 def _texts() -> list[tuple[Path, str]]:
     """The repository's own files (not installed packages such as tests/interop's)."""
     paths = [ROOT / name for name in FILES]
