@@ -1,13 +1,17 @@
-"""What the HTTP port answers: the body's elements, their per-element results, /readyz."""
+"""What the HTTP port answers: JSON answers and their errors, the body's elements,
+their per-element results, /readyz."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import msgspec
+from aiohttp import web
 
 from reliabilityd.config import parse_mqtt_url
+from reliabilityd.daemon._offload import Busy
 from reliabilityd.events import TrialEvent, elements, letters
 from reliabilityd.rejections import Rejected
 from reliabilityd.store import Store, StoreError
@@ -73,3 +77,30 @@ async def probe(store: Store, mqtt_url: str | None) -> dict[str, str]:
         except (OSError, TimeoutError) as exc:
             problems["mqtt"] = f"{broker.host}:{broker.port}: {type(exc).__name__} {exc}"
     return problems
+
+
+RETRY_AFTER = 2  # seconds a client should wait after a 503
+
+
+def json_answer(body: Any, status: int, **headers: str) -> web.Response:
+    """A JSON answer with ``status`` and any extra headers."""
+    return web.Response(
+        body=msgspec.json.encode(body),
+        status=status,
+        content_type="application/json",
+        headers=headers or None,
+    )
+
+
+def busy(exc: Busy) -> web.Response:
+    """503 with Retry-After: no place came free in time."""
+    return json_answer({"error": f"{exc}: retry"}, 503, **{"Retry-After": str(RETRY_AFTER)})
+
+
+def unauthorised() -> web.Response:
+    """401 asking for the bearer token."""
+    return json_answer(
+        {"error": "a valid bearer token is required"},
+        401,
+        **{"WWW-Authenticate": 'Bearer realm="reliabilityd"'},
+    )

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fnmatch
-import hashlib
 import logging
 import time
 from collections import defaultdict
@@ -41,11 +39,12 @@ from reliabilityd.alerting.notify import parse_time
 from reliabilityd.alerting.publisher import Publisher
 from reliabilityd.alerting.watchdog import describe
 from reliabilityd.config import Config
+from reliabilityd.daemon import _series_settings
 from reliabilityd.daemon._canary import Canaries
 from reliabilityd.daemon._live import LiveValues
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.logs import RateLimited, emit, kv, log
-from reliabilityd.rules import Rule, for_slice, views
+from reliabilityd.rules import Rule, views
 from reliabilityd.stats import history, snapshot
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.histogram import Histogram
@@ -127,46 +126,16 @@ class Recompute:
         self._next_reconcile = 0.0
 
     def ks(self) -> tuple[int, ...]:
-        """The configured k values and every k an alert rule names."""
-        return tuple(sorted({*self.config.stats.k, *(r.k for r in self.rules)}))
+        return _series_settings.ks(self.config, self.rules)
 
     def settings(self, suite: str) -> snapshot.StatsSettings:
-        window, min_coverage = self.config.suite_settings(suite)
-        stats = self.config.stats
-        return snapshot.StatsSettings(
-            ks=self.ks(),
-            window=window,
-            min_coverage=min_coverage,
-            n_boot=stats.n_boot,
-            confidence=stats.confidence,
-            seed=stats.seed,
-            interval=self.config.suite_interval(suite),
-        )
+        return _series_settings.settings(self.config, self.rules, suite)
 
     def fingerprint(self, suite: str) -> str:
-        """What the suite's snapshot is computed under, as a short digest.
-
-        The stats settings (ks, window, interval, ...), the lottery's k and
-        limit, and every rule that watches the suite. A stored snapshot with
-        another fingerprint is stale (``Snapshots.mark_stale``): a config
-        change is judged on the data already stored.
-        """
-        doc = msgspec.json.encode(
-            [
-                self.settings(suite),
-                max(self.config.stats.k),
-                self.config.stats.lottery_limit,
-                [r for r in self.rules if fnmatch.fnmatchcase(suite, r.suite)],
-            ]
-        )
-        return hashlib.sha256(doc).hexdigest()[:16]
+        return _series_settings.fingerprint(self.config, self.rules, suite)
 
     def series_rules(self, series: Series) -> list[Rule]:
-        """The rules that judge a series: the suite's, or a slice's (``slices = true``)."""
-        rules = [r for r in self.rules if fnmatch.fnmatchcase(series.suite, r.suite)]
-        if series.slice is None:
-            return rules
-        return [for_slice(r, series.slice) for r in rules if r.slices]
+        return _series_settings.series_rules(self.rules, series)
 
     async def refresh_snapshot(
         self, suite: str, slice: str | None = None

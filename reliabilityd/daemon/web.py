@@ -70,7 +70,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 from aiohttp import web
@@ -85,10 +85,14 @@ from reliabilityd.daemon._compare import (
     parse_query,
 )
 from reliabilityd.daemon._http_answers import (
+    RETRY_AFTER,
     ElementResult,
     IngestResponse,
     SuiteResult,
+    busy,
     decode_elements,
+    json_answer,
+    unauthorised,
 )
 from reliabilityd.daemon._http_bodies import Bodies, BodyRefused
 from reliabilityd.daemon._http_headers import add_security_headers
@@ -104,7 +108,6 @@ from reliabilityd.sources import Batch, Commit, Committed, CommitUnavailable
 from reliabilityd.stats.compare import Comparison
 from reliabilityd.store import StoreError
 
-RETRY_AFTER = 2  # seconds a client should wait after a 503
 SOURCE = "http"
 OTLP_SOURCE = "otlp"
 # OTLP bodies decoded and mapped at once, each in a worker thread.
@@ -159,15 +162,6 @@ class Backend(ui.Source, Protocol):
         ...
 
 
-def _json(body: Any, status: int, **headers: str) -> web.Response:
-    return web.Response(
-        body=msgspec.json.encode(body),
-        status=status,
-        content_type="application/json",
-        headers=headers or None,
-    )
-
-
 class Handlers:
     def __init__(self, backend: Backend, config: HttpConfig, max_payload: int) -> None:
         self.backend = backend
@@ -197,9 +191,9 @@ class Handlers:
         if grant.may_all("read") or (suite is not None and grant.may("read", suite)):
             return None
         if grant.anonymous:
-            return _unauthorised()
+            return unauthorised()
         what = "every suite" if suite is None else f"suite {suite!r}"
-        return _json({"error": f"this token may not read {what}"}, 403)
+        return json_answer({"error": f"this token may not read {what}"}, 403)
 
     def _forbidden(self, grant: Grant, refused: Sequence[Rejected], source: str) -> None:
         """Count and log (at a limited rate; the token by its name only) forbidden writes."""
@@ -220,7 +214,9 @@ class Handlers:
         return await asyncio.wait_for(self.backend.commit(batch), self.config.commit_timeout)
 
     def _unavailable(self, reason: str) -> web.Response:
-        return self._answer(_json({"error": reason}, 503, **{"Retry-After": str(RETRY_AFTER)}))
+        return self._answer(
+            json_answer({"error": reason}, 503, **{"Retry-After": str(RETRY_AFTER)})
+        )
 
     async def _read_then(
         self, request: web.Request, handle: Callable[[bytes], Awaitable[web.Response]]
@@ -233,16 +229,16 @@ class Handlers:
         except BodyRefused as exc:
             if exc.status == 503:
                 return self._unavailable(exc.message)
-            return self._answer(_json({"error": exc.message}, exc.status))
+            return self._answer(json_answer({"error": exc.message}, exc.status))
 
     async def post_trials(self, request: web.Request) -> web.Response:
         grant = self._writer(request)
         if grant is None:
-            return self._answer(_unauthorised())
+            return self._answer(unauthorised())
         length = request.content_length
         if length is not None and length > self.max_payload:
             return self._answer(
-                _json({"error": f"body of {length} bytes exceeds {self.max_payload}"}, 413)
+                json_answer({"error": f"body of {length} bytes exceeds {self.max_payload}"}, 413)
             )
         return await self._read_then(request, partial(self._post_trials, request, grant))
 
@@ -266,7 +262,7 @@ class Handlers:
             with contextlib.suppress(CommitUnavailable, TimeoutError):
                 await self._commit(batch)
             reason = rejected[0].reason if rejected else "empty body"
-            return self._answer(_json({"error": reason}, 400))
+            return self._answer(json_answer({"error": reason}, 400))
         try:
             committed = await self._commit(batch)
         except (CommitUnavailable, TimeoutError) as exc:
@@ -303,22 +299,22 @@ class Handlers:
             status = 200
         else:
             status = 403 if len(denied) == len(outcomes) else 422
-        return self._answer(_json(body, status))
+        return self._answer(json_answer(body, status))
 
     async def post_logs(self, request: web.Request) -> web.Response:
         from reliabilityd.integrations import otlp
 
         grant = self._writer(request)
         if grant is None:
-            return self._answer(_unauthorised())
+            return self._answer(unauthorised())
         try:
             kind = otlp.media_type(request.headers.get("Content-Type", ""))
         except otlp.OtlpError as exc:
-            return self._answer(_json({"error": str(exc)}, exc.status))
+            return self._answer(json_answer({"error": str(exc)}, exc.status))
         length = request.content_length
         if length is not None and length > self.max_payload:
             return self._answer(
-                _json({"error": f"body of {length} bytes exceeds {self.max_payload}"}, 413)
+                json_answer({"error": f"body of {length} bytes exceeds {self.max_payload}"}, 413)
             )
         # A gzip body is counted as aiohttp inflates it: max_payload holds after inflating.
         return await self._read_then(request, partial(self._post_logs, grant, kind))
@@ -331,7 +327,7 @@ class Handlers:
                 mapped = await worker.run(otlp.decode_and_map, payload, kind, self.config.otlp)
         except otlp.OtlpError as exc:
             path = {} if exc.path is None else {"path": exc.path}
-            return self._answer(_json({"error": str(exc), **path}, exc.status))
+            return self._answer(json_answer({"error": str(exc), **path}, exc.status))
         if self.backend.is_paused():
             return self._unavailable("ingest is paused: Redis is unavailable")
         answer = mapped
@@ -342,7 +338,7 @@ class Handlers:
             self._forbidden(grant, refused, OTLP_SOURCE)
             if not allowed and not mapped.rejected:
                 error = f"this token may not write suite {refused[0].suite!r}"
-                return self._answer(_json({"error": error}, 403))
+                return self._answer(json_answer({"error": error}, 403))
             mapped = otlp.Mapped(allowed, mapped.rejected, mapped.ignored)
             answer = otlp.Mapped(allowed, [*mapped.rejected, *refused], mapped.ignored)
         try:
@@ -368,13 +364,13 @@ class Handlers:
         try:
             await self.backend.refresh_metrics()
         except Busy as exc:
-            return _busy(exc)
+            return busy(exc)
         # Formatting is pure Python and grows with suites x k: keep it off the loop.
         body = await asyncio.to_thread(self.backend.metrics.render)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     async def healthz(self, request: web.Request) -> web.Response:
-        return _json(
+        return json_answer(
             {
                 "status": "ok",
                 "uptime": round(time.time() - self.started_at, 3),
@@ -386,18 +382,20 @@ class Handlers:
     async def readyz(self, request: web.Request) -> web.Response:
         inflight = self.backend.inflight
         if inflight.locked():
-            return _json({"status": "busy", "problems": {"http": "max_inflight reached"}}, 503)
+            return json_answer(
+                {"status": "busy", "problems": {"http": "max_inflight reached"}}, 503
+            )
         async with inflight:
             problems = await self.backend.readiness()
         if problems:
-            return _json({"status": "unready", "problems": problems}, 503)
-        return _json({"status": "ready"}, 200)
+            return json_answer({"status": "unready", "problems": problems}, 503)
+        return json_answer({"status": "ready"}, 200)
 
     async def compare(self, request: web.Request) -> web.Response:
         try:
             query = parse_query(request.query)
         except QueryError as exc:
-            return _json({"error": str(exc)}, exc.status)
+            return json_answer({"error": str(exc)}, exc.status)
         for side in (query.baseline, query.candidate):
             denied = self._denied(request, side.suite)
             if denied is not None:  # before Redis: the answer says nothing of the suites
@@ -410,15 +408,15 @@ class Handlers:
                 async with inflight:
                     cmp = await self.backend.compare(query, worker)
         except Busy as exc:
-            return _json(
+            return json_answer(
                 {"error": f"comparisons: {exc}: retry"}, 503, **{"Retry-After": str(RETRY_AFTER)}
             )
         except LookupError as exc:
-            return _json({"error": str(exc.args[0] if exc.args else exc)}, 404)
+            return json_answer({"error": str(exc.args[0] if exc.args else exc)}, 404)
         except ValueError as exc:
-            return _json({"error": str(exc)}, 400)
+            return json_answer({"error": str(exc)}, 400)
         except StoreError as exc:
-            return _json({"error": f"Redis unavailable: {type(exc).__name__}"}, 503)
+            return json_answer({"error": f"Redis unavailable: {type(exc).__name__}"}, 503)
         return web.Response(body=msgspec.json.encode(cmp), content_type="application/json")
 
     async def suite(self, request: web.Request) -> web.Response:
@@ -429,24 +427,12 @@ class Handlers:
         try:
             raw = await self.backend.snapshot_json(name, request.query.get("slice"))
         except Busy as exc:
-            return _busy(exc)
+            return busy(exc)
         except StoreError as exc:
-            return _json({"error": f"Redis unavailable: {type(exc).__name__}"}, 503)
+            return json_answer({"error": f"Redis unavailable: {type(exc).__name__}"}, 503)
         if raw is None:
-            return _json({"error": f"no snapshot for suite {name!r}"}, 404)
+            return json_answer({"error": f"no snapshot for suite {name!r}"}, 404)
         return web.Response(body=raw, content_type="application/json")
-
-
-def _busy(exc: Busy) -> web.Response:
-    return _json({"error": f"{exc}: retry"}, 503, **{"Retry-After": str(RETRY_AFTER)})
-
-
-def _unauthorised() -> web.Response:
-    return _json(
-        {"error": "a valid bearer token is required"},
-        401,
-        **{"WWW-Authenticate": 'Bearer realm="reliabilityd"'},
-    )
 
 
 def make_app(backend: Backend, config: HttpConfig, max_payload: int) -> web.Application:

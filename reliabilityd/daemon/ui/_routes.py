@@ -28,6 +28,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from reliabilityd.config import Config
+from reliabilityd.daemon._http_answers import RETRY_AFTER
 from reliabilityd.daemon._offload import Busy
 from reliabilityd.daemon._peers import Peers, Throttle
 from reliabilityd.daemon.ui import _data, _pages
@@ -45,7 +46,6 @@ from reliabilityd.store import Store
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 STATIC = {"ui.css": "text/css", "ui.js": "text/javascript"}
 HTML = "text/html"
-RETRY_AFTER = 2  # seconds, as the rest of the port says after a 503
 
 
 class Source(Protocol):
