@@ -16,7 +16,7 @@ import msgspec
 from reliabilityd.config import Config
 from reliabilityd.rules import Rule, for_slice
 from reliabilityd.stats import snapshot
-from reliabilityd.store.keys import Series
+from reliabilityd.store import Series
 
 __all__ = ["fingerprint", "ks", "series_rules", "settings"]
 
