@@ -36,12 +36,16 @@ class Rejected(msgspec.Struct, frozen=True):
     """An element (or a whole payload) that did not decode, validate or pass admission.
 
     ``reason_class`` is set where the rejection is made. ``suite`` is the
-    suite it is filed under when its bytes do not name one themselves (an
-    OTLP record, whose suite its resource names); else the dead letter's
-    suite is the one ``raw`` names, if any (``events.named_suite``).
+    suite it is filed under: set where the bytes do not name the right one
+    (an OTLP record, whose suite its resource names; "" for input whose
+    sender may not write the suite it names), else None, and the dead
+    letter's suite is the one ``raw`` names, if any (``events.named_suite``).
+    ``grant`` is the ``[[grants]]`` entry of the sender's token, when it
+    has one: a letter that names no suite is filed under it.
     """
 
     raw: bytes
     reason: str
     reason_class: ReasonClass
     suite: str | None = None
+    grant: str | None = None

@@ -115,7 +115,8 @@ class Binding:
                 f"topic {topic!r} binds suite {suite!r}, not {event.suite!r} "
                 f"(mqtt.bind_suite {self.spec!r})"
             )
-        return Rejected(msgspec.json.encode(event), reason, "topic_mismatch")
+        # Filed under the suite its topic binds (the publisher's), not the one it names.
+        return Rejected(msgspec.json.encode(event), reason, "topic_mismatch", suite or "")
 
 
 def emitter_topic(topic_filter: str, bind_suite: str) -> str | None:
@@ -174,5 +175,5 @@ def decode_bound(
                 f"(mqtt.bind_suite {binding.spec!r}; only the first {MAX_LETTERS} get their "
                 "own dead letter)"
             )
-            bad.append((Rejected(b"", reason, "topic_mismatch"), source))
+            bad.append((Rejected(b"", reason, "topic_mismatch", suite or ""), source))
     return good, bad

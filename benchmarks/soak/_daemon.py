@@ -58,6 +58,18 @@ k = {ks}
 match = "soak-sliced"
 slice_by = ["{SLICE_KEY}"]
 
+# Two tenants with suite quotas: every new suite goes through its grant's
+# admission, and each grant's dead letters have a stream of their own.
+[[grants]]
+name = "http-team"
+suites = ["soak-http", "soak-sliced"]
+max_suites = 10
+
+[[grants]]
+name = "otlp-team"
+suites = ["soak-otlp"]
+max_suites = 10
+
 [daemon]
 instance = "soak"
 

@@ -117,6 +117,7 @@ def _import(args: argparse.Namespace) -> int:
                 scorer=args.scorer,
                 window=lambda suite: cfg.suite_settings(suite)[0],
                 dedup_ttl=cfg.dedup_ttl,
+                config=cfg,
             )
         finally:
             await client.aclose()

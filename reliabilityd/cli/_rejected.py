@@ -2,8 +2,9 @@
 
 A dead letter is input the daemon acknowledged and could not count: its
 reason, its reason class, the source it came from (``mqtt:<topic>``,
-``stream:<key>``, ``http:<client address>``), the suite its payload names
-when it names one, and the start of the payload.
+``stream:<key>``, ``http:<client address>``), the suite it is filed under
+(the one its payload names, when its sender may write it), the grant whose
+stream holds it, and the start of the payload.
 """
 
 from __future__ import annotations
@@ -50,7 +51,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             help="recent dead letters: input acknowledged but not counted, with reason and source",
         )
     )
-    rj.add_argument("suite", nargs="?", help="only the letters whose payload names this suite")
+    rj.add_argument("suite", nargs="?", help="only the letters filed under this suite")
+    rj.add_argument(
+        "--grant",
+        help="only the letters in this grant's stream (its suites', and those its tokens "
+        "sent naming no suite they may write)",
+    )
     rj.add_argument(
         "--since", type=duration, default=3600.0, help="how far back: 90s, 30m, 2h, 7d (default 1h)"
     )
@@ -73,6 +79,7 @@ class _Letter(msgspec.Struct):
     time: float
     source: str
     suite: str | None
+    grant: str | None
     reason: str
     reason_class: str
     excerpt: str
@@ -93,21 +100,26 @@ async def rejected(
     where: str,
     now: float | None = None,
     out: Callable[[str], None] = print,
+    grant: str | None = None,
 ) -> int:
     """Print the newest dead letters of the last ``since`` seconds; 0 (also when there are none)."""
     clock = time.time() if now is None else now
-    letters = await store.reads.recent_deadletters(since=clock - since, suite=suite, limit=limit)
+    letters = await store.reads.recent_deadletters(
+        since=clock - since, suite=suite, grant=grant, limit=limit
+    )
     if as_json:
         out(msgspec.json.encode([_record(letter) for letter in letters]).decode())
         return 0
-    scope = f" naming suite {suite!r}" if suite is not None else ""
+    scope = f" filed under suite {suite!r}" if suite is not None else ""
+    if grant is not None:
+        scope += f" of grant {grant!r}"
     if not letters:
         out(f"no dead letters{scope} in the last {_span(since)} in {where}")
         return 0
     for letter in letters:
         out(
             f"{_when(letter.time)}  {letter.source}  {letter.suite or '(no suite named)'}  "
-            f"{letter.reason_class}"
+            f"{letter.reason_class}" + (f"  grant {letter.grant}" if letter.grant else "")
         )
         out(f"  reason:  {letter.reason}")
         out(f"  payload: {excerpt(letter.payload)}")
@@ -122,6 +134,7 @@ def _record(letter: DeadLetter) -> _Letter:
         time=letter.time,
         source=letter.source,
         suite=letter.suite,
+        grant=letter.grant,
         reason=letter.reason,
         reason_class=letter.reason_class,
         excerpt=excerpt(letter.payload),
@@ -162,6 +175,7 @@ def _rejected(args: argparse.Namespace) -> int:
                 limit=args.limit,
                 as_json=args.json,
                 where=target.describe(),
+                grant=args.grant,
             )
         finally:
             await client.aclose()

@@ -117,6 +117,7 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
         if url and urlsplit(url).scheme not in ("http", "https"):
             raise ConfigError(path, field, "must be an http:// or https:// URL")
     _check_tokens(config.http, path, env)
+    _check_grants(config, path)
     if config.http.max_body_bytes < config.ingest.max_payload:
         raise ConfigError(
             path,
@@ -248,8 +249,32 @@ def _check_tokens(http: HttpConfig, path: str, env: Mapping[str, str]) -> None:
         if entry.token in seen:
             raise ConfigError(path, field, "the same token is given twice: tokens must differ")
         seen.add(entry.token)
-        if not entry.write and not entry.read:
-            raise ConfigError(path, field, "grants nothing: give `write` or `read` suite globs")
+        if not entry.grant and not entry.read:  # neither a grant nor globs to read
+            raise ConfigError(path, field, "grants nothing: name a `grant` or give `read` globs")
+
+
+def _check_grants(config: Config, path: str) -> None:
+    """Grant names unique and known to the tokens naming them; quotas within the cap."""
+    names: set[str] = set()
+    for i, grant in enumerate(config.grants):
+        if grant.name in names:
+            raise ConfigError(path, f"$.grants[{i}].name", f"duplicate grant name {grant.name!r}")
+        names.add(grant.name)
+    for i, entry in enumerate(config.http.tokens):
+        if entry.grant and entry.grant not in names:
+            raise ConfigError(
+                path, f"$.http.tokens[{i}].grant", f"no [[grants]] entry is named {entry.grant!r}"
+            )
+    reserved = 0
+    for i, grant in enumerate(config.grants):
+        reserved += grant.max_suites or 0
+        if reserved > config.stats.max_suites:
+            raise ConfigError(
+                path,
+                f"$.grants[{i}].max_suites",
+                f"the grants' quotas reach {reserved} suites, past stats.max_suites "
+                f"({config.stats.max_suites}): quotas are reservations within it",
+            )
 
 
 def _importable(module: str) -> bool:

@@ -226,15 +226,42 @@ class OtlpConfig(Base):
     pass_score: dict[str, float] = msgspec.field(default_factory=dict)
 
 
+# A grant's name: it names Redis keys (its dead-letter stream), so plain characters only.
+GrantName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+Glob = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class GrantConfig(Base):
+    """``[[grants]]``: a tenant, named, with the suites it owns and its share of them.
+
+    A suite belongs to the first grant whose ``suites`` globs match it, from
+    whichever source its events arrive (MQTT carries no token). With
+    ``max_suites`` the grant holds a reservation: at most that many of its
+    suites, and places no other grant can take (the quotas must sum to at
+    most ``stats.max_suites``; suites of no grant with a quota share the
+    rest). Its dead letters have a stream of their own (docs/security.md).
+    """
+
+    name: GrantName
+    suites: Annotated[list[Glob], msgspec.Meta(min_length=1)]
+    max_suites: PositiveInt | None = None
+
+    def owns(self, suite: str) -> bool:
+        return any(g == "*" or fnmatch.fnmatchcase(suite, g) for g in self.suites)
+
+
 class HttpToken(Base):
-    """``[[http.tokens]]``: a bearer token allowed some suites only (daemon.auth)."""
+    """``[[http.tokens]]``: a bearer token of one grant, or for reads only (daemon.auth)."""
 
     # The token itself, or the environment variable holding it (one of the two).
     token: str = ""
     token_env: str = ""
-    # Globs (fnmatch, as [[suites]] match) of the suites it may write and read.
-    write: list[Annotated[str, msgspec.Meta(min_length=1)]] = msgspec.field(default_factory=list)
-    read: list[Annotated[str, msgspec.Meta(min_length=1)]] = msgspec.field(default_factory=list)
+    # The [[grants]] entry it writes for (its suites); "" = it writes nothing.
+    # Rotating a token keeps the grant, its suites and its quota.
+    grant: str = ""
+    # Globs (fnmatch, as [[suites]] match) of the suites it may read; unset = its
+    # grant's, [] = none.
+    read: list[Glob] | None = None
 
 
 class HttpConfig(Base):
@@ -334,6 +361,60 @@ class Config(Base):
     sinks: SinksConfig = msgspec.field(default_factory=SinksConfig)
     # Base URL for links in notifications (Alertmanager generatorURL); "" = none.
     external_url: str = ""
+    # Tenants: named suite globs with quotas of suites and dead letters of their own.
+    grants: list[GrantConfig] = msgspec.field(default_factory=list)
+
+    def grant_of(self, suite: str) -> GrantConfig | None:
+        """The first [[grants]] entry that owns the suite, if any."""
+        for grant in self.grants:
+            if grant.owns(suite):
+                return grant
+        return None
+
+    def grant_name(self, suite: str) -> str | None:
+        """The name of the grant that owns the suite (its dead letters' stream), if any."""
+        grant = self.grant_of(suite)
+        return None if grant is None else grant.name
+
+    def grant_named(self, name: str) -> GrantConfig | None:
+        return next((g for g in self.grants if g.name == name), None)
+
+    def pool_of(self, suite: str) -> tuple[str, int]:
+        """(pool, most): the quota a new suite is counted against.
+
+        A grant with ``max_suites`` is its own pool; every other suite is in
+        the shared pool "" of what the quotas leave of ``stats.max_suites``.
+        """
+        grant = self.grant_of(suite)
+        if grant is not None and grant.max_suites is not None:
+            return grant.name, grant.max_suites
+        return "", self.stats.max_suites - self.reserved_suites
+
+    def suite_refusal(self, suite: str, cap: str) -> str:
+        """Why a new suite is not counted, for the cap it met ("pool" or "deployment")."""
+        pool, most = self.pool_of(suite)
+        if cap == "pool" and pool:
+            return (
+                f"suite {suite!r} is new and grant {pool!r} already holds its max_suites "
+                f"({most}) suites: not counted (raise the grant's max_suites or reset its "
+                "unused suites)"
+            )
+        if cap == "pool" and self.reserved_suites:
+            return (
+                f"suite {suite!r} is new and the suites of no grant with a quota already "
+                f"fill what the quotas leave of stats.max_suites ({most} of "
+                f"{self.stats.max_suites}): not counted (give it a grant, or reset unused "
+                "suites)"
+            )
+        return (
+            f"suite {suite!r} is new and the deployment already holds stats.max_suites "
+            f"({self.stats.max_suites}) suites: not counted (raise stats.max_suites or "
+            "reset unused suites)"
+        )
+
+    @property
+    def reserved_suites(self) -> int:
+        return sum(g.max_suites or 0 for g in self.grants)
 
     def rules(self) -> list[Rule]:
         """The threshold rules (judged on snapshots)."""

@@ -69,7 +69,7 @@ class Daemon:
         )
         self.rules = config.rules()
         # Who may write and read over HTTP: one Authority the handlers and pages share.
-        self.authority = Authority.from_config(config.http)
+        self.authority = Authority.from_config(config.http, config.grants)
         self.started_at = time.time()
         # What /metrics and the HTTP port read.
         self.last_commit_at = self.started_at
@@ -131,7 +131,7 @@ class Daemon:
         counted = self.metrics.count_sink_failures(configured)
         async with self.recompute.tick:
             self.config, self.rules, self.sinks = config, config.rules(), counted
-            self.authority.configure(config.http)
+            self.authority.configure(config.http, config.grants)
             self.commit.configure(config)
             self.http_port.configure(config)
             self.outbox.configure(config, counted)

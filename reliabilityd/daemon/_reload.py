@@ -43,6 +43,7 @@ RELOADABLE = frozenset(
         "external_url",
         "http.token",
         "http.tokens",
+        "grants",  # tenants: suite globs, quotas, dead-letter streams
         "suites",  # per-suite overrides
         "stats",  # k, intervals, windows, slicing, max_suites, ci_interval, ...
         "store.deadletter_maxlen",

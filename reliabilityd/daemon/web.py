@@ -98,7 +98,7 @@ from reliabilityd.daemon._http_bodies import Bodies, BodyRefused
 from reliabilityd.daemon._http_headers import add_security_headers
 from reliabilityd.daemon._http_server import BACKLOG, Runner, connection_limit
 from reliabilityd.daemon._offload import Busy, Slots, Worker
-from reliabilityd.daemon.auth import Authority, Grant
+from reliabilityd.daemon.auth import Access, Authority
 from reliabilityd.daemon.metrics import CONTENT_TYPE, Metrics
 from reliabilityd.errors import ConfigError
 from reliabilityd.events import UNREPORTED, TrialEvent
@@ -180,7 +180,7 @@ class Handlers:
         self.backend.metrics.http_ingest.labels(str(response.status)).inc()
         return response
 
-    def _writer(self, request: web.Request) -> Grant | None:
+    def _writer(self, request: web.Request) -> Access | None:
         """The request's grant, or None when writes need a token and it sent no valid one."""
         grant = self.authority.grant(request)
         return None if grant.anonymous and self.authority.tokens_required else grant
@@ -195,7 +195,7 @@ class Handlers:
         what = "every suite" if suite is None else f"suite {suite!r}"
         return json_answer({"error": f"this token may not read {what}"}, 403)
 
-    def _forbidden(self, grant: Grant, refused: Sequence[Rejected], source: str) -> None:
+    def _forbidden(self, grant: Access, refused: Sequence[Rejected], source: str) -> None:
         """Count and log (at a limited rate; the token by its name only) forbidden writes."""
         # Both paths arrive over the HTTP port: the metric's source is "http".
         for cls, count in Counter(r.reason_class for r in refused).items():
@@ -243,7 +243,7 @@ class Handlers:
         return await self._read_then(request, partial(self._post_trials, request, grant))
 
     async def _post_trials(
-        self, request: web.Request, grant: Grant, payload: bytes
+        self, request: web.Request, grant: Access, payload: bytes
     ) -> web.Response:
         if self.backend.is_paused():
             return self._unavailable("ingest is paused: Redis is unavailable")
@@ -255,7 +255,7 @@ class Handlers:
         ]
         if denied:
             self._forbidden(grant, list(denied.values()), SOURCE)
-        batch = Batch.of(events, rejected, source)
+        batch = Batch.of(events, grant.filed(rejected), source)
         if not decoded:
             # Not JSON or MessagePack at all: the answer does not depend on
             # Redis, and a retry would not help. Dead-lettered when Redis can.
@@ -319,7 +319,7 @@ class Handlers:
         # A gzip body is counted as aiohttp inflates it: max_payload holds after inflating.
         return await self._read_then(request, partial(self._post_logs, grant, kind))
 
-    async def _post_logs(self, grant: Grant, kind: str, payload: bytes) -> web.Response:
+    async def _post_logs(self, grant: Access, kind: str, payload: bytes) -> web.Response:
         from reliabilityd.integrations import otlp
 
         try:
@@ -343,7 +343,8 @@ class Handlers:
             answer = otlp.Mapped(allowed, [*mapped.rejected, *refused], mapped.ignored)
         try:
             # At most events.MAX_LETTERS + 1 letters, as for an MQTT payload.
-            committed = await self._commit(Batch.of(mapped.events, mapped.letters, OTLP_SOURCE))
+            letters = grant.filed(mapped.letters)
+            committed = await self._commit(Batch.of(mapped.events, letters, OTLP_SOURCE))
         except (CommitUnavailable, TimeoutError) as exc:
             return self._unavailable(f"not committed: {exc or 'Redis did not answer in time'}")
         if committed.not_counted:  # dead-lettered at commit: rejected in partial_success

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from reliabilityd.config import Config
 from reliabilityd.events import TrialEvent, decode, validate
 from reliabilityd.importers._detect import FORMATS, ImportFileError, detect
 from reliabilityd.importers._read import read
@@ -87,16 +88,20 @@ async def import_file(
     scorer: str | None = None,
     window: int | Callable[[str], int] = 0,
     dedup_ttl: int = 7200,
+    config: Config | None = None,
 ) -> ImportReport:
     """Read ``path`` and apply its trials to the suite, each one once for good.
 
     ``window`` is the suite's window, or a function of the suite name giving it.
-    A file in the wire format (``fmt`` "events", or detected) goes to
-    ``import_events``.
+    A new suite is admitted as a live one is, within its grant's quota and
+    ``stats.max_suites`` of ``config`` (the defaults without one); past them
+    the import is refused. A file in the wire format (``fmt`` "events", or
+    detected) goes to ``import_events``.
     """
+    cfg = config if config is not None else Config()
     if fmt == WIRE or (fmt is None and _is_wire(path)):
         return await import_events(
-            store, path, suite=suite, run=run, window=window, dedup_ttl=dedup_ttl
+            store, path, suite=suite, run=run, window=window, dedup_ttl=dedup_ttl, config=cfg
         )
     parsed = read(path, fmt, scorer=scorer)
     name = suite_name(suite if suite is not None else parsed.name or path.stem)
@@ -111,6 +116,9 @@ async def import_file(
         problem = validate(event)
         if problem:  # the mapping above should make this impossible
             raise ImportFileError(f"{path}: task {event.task!r}: {problem}")
+    refused = await _admit(store, cfg, [name])
+    if refused:
+        raise ImportFileError(f"{path}: {refused[name]}")
     applied = await store.imports.apply_import(
         name,
         events,
@@ -143,6 +151,13 @@ async def import_file(
     return report
 
 
+async def _admit(store: Store, config: Config, suites: list[str]) -> dict[str, str]:
+    """Suite -> why it is refused: the new ones past their grant's quota or the cap."""
+    pools = {suite: config.pool_of(suite) for suite in suites}
+    capped = await store.ingest.admit(pools, config.stats.max_suites)
+    return {suite: config.suite_refusal(suite, cap) for suite, cap in capped.items()}
+
+
 def _is_wire(path: Path) -> bool:
     if path.is_dir():
         return False
@@ -161,6 +176,7 @@ async def import_events(
     run: str | None = None,
     window: int | Callable[[str], int] = 0,
     dedup_ttl: int = 7200,
+    config: Config | None = None,
 ) -> ImportReport:
     """Stream a wire-format file into its suites, each trial once for good.
 
@@ -169,8 +185,11 @@ async def import_events(
     go through ``Store.apply_import`` in batches of at most 10,000 events, so
     memory stays bounded whatever the file's length. Trial ids are the
     file's own; ``suite`` replaces every event's suite; ``run`` (default: a
-    hash of the file) names the import's note in each suite's ledger.
+    hash of the file) names the import's note in each suite's ledger. New
+    suites are admitted as in ``import_file``; the events of one refused are
+    counted as rejected, with the reason.
     """
+    cfg = config if config is not None else Config()
     rename = suite_name(suite) if suite is not None else None
     totals: dict[str, list[int]] = {}
     batch: dict[str, list[TrialEvent]] = defaultdict(list)
@@ -179,6 +198,12 @@ async def import_events(
     reasons: list[str] = []
 
     async def flush() -> None:
+        nonlocal rejected
+        refused = await _admit(store, cfg, list(batch))
+        for name, reason in refused.items():
+            rejected += len(batch.pop(name))
+            if len(reasons) < REASONS_SHOWN:
+                reasons.append(reason)
         for name, events in batch.items():
             applied = await store.imports.apply_import(
                 name,

@@ -277,15 +277,13 @@ def decode_and_map(payload: bytes, kind: str, config: OtlpConfig) -> Mapped:
     return map_request(decode_request(payload, kind), config)
 
 
-def _suite_of(
-    config: OtlpConfig, attrs: Mapping[str, Any], resource: Mapping[str, Any]
-) -> str | None:
-    """The suite a rejected record names, to file its dead letter under; None when none."""
+def _suite_of(config: OtlpConfig, attrs: Mapping[str, Any], resource: Mapping[str, Any]) -> str:
+    """The suite a rejected record names, to file its dead letter under; "" when none."""
     try:
         suite = suite_name(_name(config.suite, attrs, resource, "suite"))
     except _Refused:
-        return None
-    return None if suite_name_problem(suite) else suite
+        return ""
+    return "" if suite_name_problem(suite) else suite
 
 
 def _map_record(

@@ -1,6 +1,6 @@
 """What the commit dead-letters besides what did not decode: events whose sliced labels
-cannot name a slice (class ``invalid_field``), and events of a new suite past
-``stats.max_suites`` (class ``too_many_suites``).
+cannot name a slice (class ``invalid_field``), and events of a new suite past its
+grant's ``max_suites`` or ``stats.max_suites`` (class ``too_many_suites``).
 
 Both record ``id(event) -> rejection`` in ``refused``, so the commit can say
 which of a batch's events were not counted and why (the HTTP answer's
@@ -9,7 +9,7 @@ per-element results).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 
 import msgspec
 
@@ -27,20 +27,17 @@ def raw(event: TrialEvent) -> bytes:
 def past_suite_cap(
     config: Config,
     by_suite: Mapping[str, list[TrialEvent]],
-    suites: Collection[str],
-    refused: dict[int, Rejected],
+    refused: Mapping[str, str],
+    out_of: dict[int, Rejected],
 ) -> list[Rejected]:
-    """Rejections of the events of ``suites``, new suites past ``stats.max_suites``."""
-    most = config.stats.max_suites
+    """Rejections of the events of the ``refused`` suites (suite -> the cap it met,
+    "pool" or "deployment", as ``store.ingest.admit`` says), recorded in ``out_of``."""
     out: list[Rejected] = []
-    for suite in sorted(suites):
-        reason = (
-            f"suite {suite!r} is new and the deployment already holds stats.max_suites "
-            f"({most}) suites: not counted (raise stats.max_suites or reset unused suites)"
-        )
+    for suite in sorted(refused):
+        reason = config.suite_refusal(suite, refused[suite])
         for event in by_suite[suite]:
             out.append(rejection := Rejected(raw(event), reason, "too_many_suites"))
-            refused[id(event)] = rejection
+            out_of[id(event)] = rejection
     return out
 
 

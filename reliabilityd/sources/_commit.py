@@ -11,8 +11,9 @@ A ``Commit`` takes a batch through four steps:
    ``Batch.of``. Either way the events are grouped by suite once, in the
    ``Batch``.
 2. **admit**: the events whose sliced labels name no slice and those of a new
-   suite past ``stats.max_suites`` are rejected (``_admission``; the cap is
-   one atomic script across replicas, ``store.ingest.admit``).
+   suite past its grant's quota or ``stats.max_suites`` are rejected
+   (``_admission``; the caps are one atomic script across replicas,
+   ``store.ingest.admit``).
 3. **apply**: the dead letters, then one round trip of one Lua call per suite
    chunk (``store.ingest.apply``).
 4. **acknowledge**: the source's hook (PUBACK, XACK, the HTTP answer), called
@@ -221,7 +222,10 @@ class Commit:
             letters = [*letters, *((r, batch.source) for r in screened)]
         if letters:
             maxlen = cfg.store.deadletter_maxlen
-            await self._run("deadletter", partial(store.ingest.deadletter, letters, maxlen=maxlen))
+            await self._run(
+                "deadletter",
+                partial(store.ingest.deadletter, letters, maxlen=maxlen, grant_of=cfg.grant_name),
+            )
             self._deadlettered(letters)
         capped: list[Letter] = []
         applied: list[Applied] = []
@@ -243,12 +247,15 @@ class Commit:
                 at_cap.clear()
                 capped.clear()
                 if by_suite:
-                    out = await store.ingest.admit(list(by_suite), cfg.stats.max_suites)
+                    pools = {suite: cfg.pool_of(suite) for suite in by_suite}
+                    out = await store.ingest.admit(pools, cfg.stats.max_suites)
                     if out:
                         source = batch.source
                         over = past_suite_cap(cfg, by_suite, out, at_cap)
                         capped.extend((r, source) for r in over)
-                        await store.ingest.deadletter(capped, maxlen=cfg.store.deadletter_maxlen)
+                        await store.ingest.deadletter(
+                            capped, maxlen=cfg.store.deadletter_maxlen, grant_of=cfg.grant_name
+                        )
                         apply = {s: e for s, e in by_suite.items() if s not in out}
                 if not apply and cursor is None:
                     return []

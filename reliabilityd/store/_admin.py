@@ -10,7 +10,7 @@ import msgspec
 
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._errors import boundary
-from reliabilityd.store._scripts import EXPIRE_IDLE, FORGET
+from reliabilityd.store._scripts import EXPIRE_IDLE, FORGET, RELEASE
 from reliabilityd.store.keys import Keys, Series, glob_escape
 
 # KEYS of FORGET and EXPIRE_IDLE, in order.
@@ -105,6 +105,7 @@ class Admin:
                 pending = []
         if pending:
             deleted += int(await self.client.unlink(*pending))
-        await self.client.srem(self.keys.suites, suite)
-        await self.client.srem(self.keys.changed, suite)
+        keys = self.keys
+        await self.client.eval(RELEASE, 3, keys.suites, keys.suite_pools, keys.pool_sizes, suite)
+        await self.client.srem(keys.changed, suite)
         return deleted

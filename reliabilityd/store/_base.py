@@ -71,10 +71,13 @@ class DeadLetter(msgspec.Struct, frozen=True):
     reason: str
     source: str
     time: float
-    # The suite the payload names, when it names a valid one.
+    # The suite it is filed under: the one the payload names, when it names a
+    # valid one its sender may write.
     suite: str | None = None
     # The reason's class: one of rejections.REASON_CLASSES.
     reason_class: str = "other"
+    # The [[grants]] entry whose stream holds it (the suite's, else the sender's).
+    grant: str | None = None
 
 
 class StreamCursor(msgspec.Struct, frozen=True):

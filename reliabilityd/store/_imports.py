@@ -43,7 +43,6 @@ class Imports:
         ledger = self.keys.imported(suite)
         acc = [0, 0, 0, 0, 0]
         already = 0
-        await self.client.sadd(self.keys.suites, suite)
         # Up to 20 chunks per round trip bounds the client's memory on big files.
         step = 20 * CHUNK
         for group in range(0, len(events), step):

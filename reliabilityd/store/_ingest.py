@@ -10,7 +10,8 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 import msgspec
 
@@ -78,21 +79,32 @@ class Ingest:
         self._admitted: set[str] = set()
         self._admitted_at = time.monotonic()
 
-    async def admit(self, suites: Collection[str], most: int) -> set[str]:
-        """The suites refused: new ones past the deployment's ``most`` suites.
+    async def admit(self, pools: Mapping[str, tuple[str, int]], most: int) -> dict[str, str]:
+        """The suites refused, each with the cap it met ("pool" or "deployment").
 
-        One atomic script on the suite set (ADMIT), so replicas racing for
-        the last places admit at most ``most`` between them. Suites admitted
-        here are not asked about again for ``ADMITTED_FOR`` seconds: a batch
-        of known suites costs no round trip.
+        ``pools`` gives each suite of a batch its pool and the pool's quota
+        (``Config.pool_of``): a new suite is admitted while its pool holds
+        fewer than its quota and the deployment fewer than ``most``. One
+        atomic script on the suite set and its pool counts (ADMIT), so
+        replicas racing for the last places admit within both between them.
+        Suites admitted here are not asked about again for ``ADMITTED_FOR``
+        seconds: a batch of known suites costs no round trip.
         """
         if time.monotonic() - self._admitted_at > ADMITTED_FOR:
             self._admitted.clear()
             self._admitted_at = time.monotonic()
-        ask = [s for s in suites if s not in self._admitted]
+        ask = [s for s in pools if s not in self._admitted]
         if not ask:
-            return set()
-        refused = {_text(s) for s in await self.client.eval(ADMIT, 1, self.keys.suites, most, *ask)}
+            return {}
+        args: list[str | int] = [most]
+        for suite in ask:
+            pool, pool_most = pools[suite]
+            args.extend((suite, pool, pool_most))
+        keys = self.keys
+        reply: Any = await self.client.eval(
+            ADMIT, 3, keys.suites, keys.suite_pools, keys.pool_sizes, *args
+        )
+        refused = {_text(reply[i]): _text(reply[i + 1]) for i in range(0, len(reply), 2)}
         self._admitted.update(s for s in ask if s not in refused)
         return refused
 
@@ -307,20 +319,26 @@ class Ingest:
         rejected: Iterable[tuple[Rejected, str]],
         *,
         maxlen: int,
+        grant_of: Callable[[str], str | None] = lambda suite: None,
         keep_bytes: int = 2048,
         keep_reason: int = 1024,
     ) -> int:
-        """Append (rejected input, source) pairs to the capped dead-letter stream.
+        """Append (rejected input, source) pairs to the capped dead-letter streams.
 
-        In round trips of at most ``DEADLETTER_CHUNK`` entries, each entry at
-        most ``keep_bytes`` of payload and ``keep_reason`` characters of
-        reason, so no batch of bad input holds Redis for long. Each letter
-        carries the suite its payload names ("" when none), its reason and
-        reason class (``rejections.REASON_CLASSES``) and its source; per-minute
-        counts by suite (``rejected_minute``) keep the last hour's totals
-        without reading the stream. At least once: a retry after a reply lost
-        to a Redis crash may write (and count) a batch's letters again, which
-        a diagnostic log can bear.
+        Each letter is filed under a suite (``Rejected.suite`` when set, else
+        the one its payload names, "" when none) and goes to the stream of
+        that suite's grant (``grant_of``, a ``[[grants]]`` name or None), or,
+        naming no suite, to the stream of the grant that sent it; the rest go
+        to the shared stream. Each stream is capped at ``maxlen``, so one
+        tenant's letters never evict another's. In round trips of at most
+        ``DEADLETTER_CHUNK`` entries, each entry at most ``keep_bytes`` of
+        payload and ``keep_reason`` characters of reason, so no batch of bad
+        input holds Redis for long. Each letter carries its suite, its grant,
+        its reason and reason class (``rejections.REASON_CLASSES``) and its
+        source; per-minute counts by suite (``rejected_minute``) keep the last
+        hour's totals without reading the streams. At least once: a retry
+        after a reply lost to a Redis crash may write (and count) a batch's
+        letters again, which a diagnostic log can bear.
         """
         items = list(rejected)
         clock = time.time()
@@ -329,23 +347,29 @@ class Ingest:
             chunk = items[start : start + DEADLETTER_CHUNK]
             pipe = self.client.pipeline(transaction=False)
             by_suite: dict[str, int] = {}
+            streams: set[str] = set()
             for item, source in chunk:
-                suite = item.suite or named_suite(item.raw) or ""
+                suite = item.suite if item.suite is not None else named_suite(item.raw) or ""
+                grant = grant_of(suite) if suite else item.grant
                 by_suite[suite] = by_suite.get(suite, 0) + 1
+                stream = self.keys.deadletter_of(grant)
+                streams.add(stream)
                 pipe.xadd(
-                    self.keys.deadletter,
+                    stream,
                     {
                         "payload": item.raw[:keep_bytes],
                         "truncated": int(len(item.raw) > keep_bytes),
                         "reason": item.reason[:keep_reason],
                         "class": item.reason_class,
                         "suite": suite,
+                        "grant": grant or "",
                         "source": source,
                         "time": now,
                     },
                     maxlen=maxlen,
                     approximate=True,
                 )
+            pipe.sadd(self.keys.deadletter_streams, *sorted(streams))
             pipe.hincrby(self.keys.stats, "deadletters", len(chunk))
             minute = self.keys.rejected_minute(int(clock // 60))
             for suite, count in by_suite.items():

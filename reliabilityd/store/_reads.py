@@ -210,34 +210,57 @@ class Reads:
             out[i] = rows[:limit]
         return out
 
+    async def deadletter_streams(self) -> list[str]:
+        """Every dead-letter stream written: the shared one and each grant's."""
+        raw: Any = await self.client.smembers(self.keys.deadletter_streams)
+        return sorted({self.keys.deadletter, *(_text(s) for s in raw)})
+
     async def deadletters(self, count: int = 100) -> list[DeadLetter]:
-        """The oldest ``count`` dead letters still in the capped stream."""
-        entries: Any = await self.client.xrange(self.keys.deadletter, count=count)
-        return [_deadletter(entry_id, fields) for entry_id, fields in entries]
+        """The oldest ``count`` dead letters still in the capped streams, oldest first."""
+        found: list[DeadLetter] = []
+        for stream in await self.deadletter_streams():
+            entries: Any = await self.client.xrange(stream, count=count)
+            found.extend(_deadletter(entry_id, fields) for entry_id, fields in entries)
+        found.sort(key=lambda letter: _entry_order(letter.id))
+        return found[:count]
 
     async def recent_deadletters(
-        self, *, since: float, suite: str | None = None, limit: int = 20, page: int = 200
+        self,
+        *,
+        since: float,
+        suite: str | None = None,
+        grant: str | None = None,
+        limit: int = 20,
+        page: int = 200,
     ) -> list[DeadLetter]:
         """The newest dead letters written at or after ``since`` (Unix s), newest first.
 
-        With ``suite``, only the letters whose payload names it; the stream is
-        read backwards in pages of ``page`` until ``limit`` are found or
-        ``since`` is passed.
+        With ``suite``, only the letters filed under it; with ``grant``, only
+        those in that grant's stream. Each stream is read backwards in pages
+        of ``page`` until ``limit`` are found or ``since`` is passed, and the
+        streams merged by entry id.
         """
+        streams = (
+            [self.keys.deadletter_of(grant)]
+            if grant is not None
+            else await self.deadletter_streams()
+        )
         out: list[DeadLetter] = []
-        top = "+"
         floor = str(max(0, int(since * 1000)))
-        while len(out) < limit:
-            entries: Any = await self.client.xrevrange(
-                self.keys.deadletter, max=top, min=floor, count=page
-            )
-            for entry_id, fields in entries:
-                letter = _deadletter(entry_id, fields)
-                if suite is None or letter.suite == suite:
-                    out.append(letter)
-            if len(entries) < page:
-                break
-            top = f"({_text(entries[-1][0])}"
+        for stream in streams:
+            kept = 0
+            top = "+"
+            while kept < limit:
+                entries: Any = await self.client.xrevrange(stream, max=top, min=floor, count=page)
+                for entry_id, fields in entries:
+                    letter = _deadletter(entry_id, fields)
+                    if suite is None or letter.suite == suite:
+                        out.append(letter)
+                        kept += 1
+                if len(entries) < page:
+                    break
+                top = f"({_text(entries[-1][0])}"
+        out.sort(key=lambda letter: _entry_order(letter.id), reverse=True)
         return out[:limit]
 
     async def rejected_counts(self, now: float, minutes: int = 60) -> dict[str | None, int]:
@@ -283,6 +306,12 @@ def _suite_state(suite: str, slice: str | None, reply: Any, windows: bool) -> Su
     return SuiteState(suite, counters, _histogram(hist_raw), outcomes, slice)
 
 
+def _entry_order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id ("<ms>-<seq>") as a sortable pair."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def _deadletter(entry_id: bytes | str, raw: dict[Any, Any]) -> DeadLetter:
     f = {_text(k): v for k, v in raw.items()}
     return DeadLetter(
@@ -294,6 +323,7 @@ def _deadletter(entry_id: bytes | str, raw: dict[Any, Any]) -> DeadLetter:
         time=float(_text(f.get("time", b"0"))),
         suite=_text(f.get("suite", b"")) or None,
         reason_class=_text(f.get("class", b"other")),
+        grant=_text(f.get("grant", b"")) or None,
     )
 
 

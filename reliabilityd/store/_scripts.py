@@ -26,6 +26,7 @@ __all__ = [
     "OUTBOX_POP",
     "READ",
     "READ_WINDOWS",
+    "RELEASE",
     "WRITE_SNAPSHOT",
 ]
 
@@ -44,6 +45,7 @@ def _lua(name: str) -> str:
 _APPLY_CHECK = _lua("apply_check")
 APPLY = _APPLY_CHECK + _lua("apply")
 ADMIT = _lua("admit")
+RELEASE = _lua("release")
 READ = _lua("read")
 READ_WINDOWS = _lua("read_windows")
 WRITE_SNAPSHOT = _lua("write_snapshot")

@@ -31,8 +31,17 @@ claim script can move a suite between them atomically::
     <p>:{/ci}:changed         set   suites whose data moved since their snapshot
     <p>:{/ci}:claims          zset  suite -> claim deadline (ms) of the replica recomputing it
 
-Outside any tag, written by separate idempotent commands: ``<p>:suites``,
-``<p>:deadletter``, ``<p>:rejected:<minute>`` (dead letters by suite per minute),
+The suite set and its quotas share the tag ``{/suites}``, so the admission
+script counts a new suite against its grant and the deployment at once::
+
+    <p>:{/suites}             set   every suite, at most stats.max_suites (the admit script)
+    <p>:{/suites}:pool-of     hash  suite -> the pool it was admitted into ("" = shared)
+    <p>:{/suites}:pools       hash  pool -> suites admitted into it
+
+Outside any tag, written by separate idempotent commands:
+``<p>:deadletter`` (the shared dead-letter stream) and ``<p>:deadletter:<grant>``
+(one per ``[[grants]]`` entry), listed in ``<p>:deadletter-streams``;
+``<p>:rejected:<minute>`` (dead letters by suite per minute),
 ``<p>:outbox-deadletter``, ``<p>:stats``,
 ``<p>:heartbeat:<instance>``, ``<p>:stream-cursor:<stream>:<group>``,
 ``<p>:dedup-width`` (the bucket width, fixed by the first writer) and
@@ -46,6 +55,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 CHANGES_TAG = "{/ci}"
+SUITES_TAG = "{/suites}"
 # Label keys kept per suite for ``status`` ("labels seen, not sliced").
 LABELS_KEPT = 32
 _BLAKE2B_16 = hashlib.blake2b(digest_size=16)
@@ -178,7 +188,15 @@ class Keys:
 
     @property
     def suites(self) -> str:
-        return f"{self.prefix}:suites"
+        return f"{self.prefix}:{SUITES_TAG}"
+
+    @property
+    def suite_pools(self) -> str:
+        return f"{self.prefix}:{SUITES_TAG}:pool-of"
+
+    @property
+    def pool_sizes(self) -> str:
+        return f"{self.prefix}:{SUITES_TAG}:pools"
 
     @property
     def changed(self) -> str:
@@ -190,7 +208,17 @@ class Keys:
 
     @property
     def deadletter(self) -> str:
+        """The shared dead-letter stream: letters of suites no grant owns, and of no suite."""
         return f"{self.prefix}:deadletter"
+
+    def deadletter_of(self, grant: str | None) -> str:
+        """The dead-letter stream of ``grant`` (a ``[[grants]]`` name), or the shared one."""
+        return self.deadletter if not grant else f"{self.prefix}:deadletter:{grant}"
+
+    @property
+    def deadletter_streams(self) -> str:
+        """The set of every dead-letter stream written (what the readers merge)."""
+        return f"{self.prefix}:deadletter-streams"
 
     def rejected_minute(self, minute: int) -> str:
         """Dead letters by suite ("" = none named) in one minute (Unix time // 60)."""

@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 import aiohttp
 import msgspec
 
-from reliabilityd.config import Config, HttpConfig, HttpToken
+from reliabilityd.config import Config, GrantConfig, HttpConfig, HttpToken
 from tests.support.daemon import make_config, store_for
 from tests.support.helpers import wait_until
 from tests.support.http import event, http_config, post, serving
@@ -172,11 +172,16 @@ async def test_a_page_a_token_may_not_read_answers_403_as_json_does(
     redis_server: RedisServer, prefix: str
 ) -> None:
     tokens = [
-        HttpToken(token=TEAM_A, write=["teamA-*"], read=["teamA-*"]),
-        HttpToken(token=WRITER, write=["*"]),
+        HttpToken(token=TEAM_A, grant="teamA"),
+        HttpToken(token=WRITER, grant="every", read=[]),
     ]
     port = free_port()
     cfg = _token_config(redis_server, prefix, host="0.0.0.0", tokens=tokens)
+    grants = [
+        GrantConfig(name="teamA", suites=["teamA-*"]),
+        GrantConfig(name="every", suites=["*"]),
+    ]
+    cfg = msgspec.structs.replace(cfg, grants=grants)
     cfg = msgspec.structs.replace(cfg, http=msgspec.structs.replace(cfg.http, port=port))
     async with serving(cfg) as (_, _any):
         base = f"http://127.0.0.1:{port}"

@@ -94,10 +94,10 @@ def test_dead_letters_name_suite_source_and_class_and_are_listed(
     assert out.count("support-bot  invalid_field") == 2
     assert "reason:  not a trial event (JSON): Invalid enum value 'PASS'" in out
     assert '"trial":3' in out
-    assert "2 dead letters naming suite 'support-bot', newest first" in out
+    assert "2 dead letters filed under suite 'support-bot', newest first" in out
     code, out, _ = cli(capsys, "rejected", "nobody", *redis)
     assert code == 0
-    assert f"no dead letters naming suite 'nobody' in the last 1h in {redis_server.url}" in out
+    assert f"no dead letters filed under suite 'nobody' in the last 1h in {redis_server.url}" in out
     code, out, _ = cli(capsys, "rejected", "--limit", "1", *redis)
     assert out.count("reason:") == 1
     assert "(--limit for more)" in out

@@ -13,6 +13,7 @@ import pytest
 from reliabilityd.config import (
     Config,
     DaemonConfig,
+    GrantConfig,
     HttpConfig,
     HttpToken,
     MqttConfig,
@@ -76,9 +77,10 @@ async def test_tokens_reload_a_new_one_works_and_a_removed_one_is_refused(
     cfg = config(redis_server, prefix)
     async with serving(cfg) as (daemon, base):
         assert (await post(base, [event("t", "1")], token="token-a"))[0] == 200
-        grants = [HttpToken(token="token-b", write=["web"], read=["web"])]
-        new = msgspec.structs.replace(cfg.http, token="", tokens=grants)
-        path = write(tmp_path / "c.toml", msgspec.structs.replace(cfg, http=new))
+        tokens = [HttpToken(token="token-b", grant="web")]
+        new = msgspec.structs.replace(cfg.http, token="", tokens=tokens)
+        grants = [GrantConfig(name="web", suites=["web"])]
+        path = write(tmp_path / "c.toml", msgspec.structs.replace(cfg, http=new, grants=grants))
         assert await reloader(daemon, path).reload()
         assert (await post(base, [event("t", "2")], token="token-a"))[0] == 401
         assert (await post(base, [event("t", "3")], token="token-b"))[0] == 200

@@ -197,7 +197,8 @@ async def test_every_slice_key_sits_in_the_suites_hash_slot(
 
         await wait_until(every_slice_has_its_snapshot, 60)
         keys = [k.decode() async for k in s.client.scan_iter(match=f"{prefix}:*")]
-    tagged = [k for k in keys if "{" in k and not k.startswith(f"{prefix}:{{/ci}}")]
+    shared = (f"{prefix}:{{/ci}}", f"{prefix}:{{/suites}}")
+    tagged = [k for k in keys if "{" in k and not k.startswith(shared)]
     assert any(":slice:" in k and k.endswith(":snapshot") for k in tagged)
     assert any(":alert:low[" in k for k in tagged)
     assert {hash_tag(k) for k in tagged} == {SUITE}
@@ -534,24 +535,32 @@ async def test_new_suites_past_max_suites_are_dead_lettered_and_known_ones_count
         await daemon.store.client.aclose()
 
 
-async def test_the_suite_cap_holds_under_concurrent_new_suites(
+async def test_the_suite_cap_and_a_grant_quota_hold_under_concurrent_new_suites(
     redis_server: RedisServer, prefix: str
 ) -> None:
     cfg = make_config(redis_url=redis_server.url, mqtt_url="", prefix=prefix)
     async with store_for(cfg) as one, store_for(cfg) as two:
+        # Every fourth suite is a grant's (quota 10), the rest are the shared pool's (40).
         names = [[f"s{i}-{w}" for i in range(60)] for w in ("one", "two")]
+
+        def pool(suite: str) -> tuple[str, int]:
+            return ("team", 10) if int(suite[1:].split("-", maxsplit=1)[0]) % 4 == 0 else ("", 40)
 
         async def admit(store: Store, suites: list[str]) -> set[str]:
             refused: set[str] = set()
             for i in range(0, len(suites), 3):
-                refused |= await store.ingest.admit(suites[i : i + 3], 50)
+                chunk = suites[i : i + 3]
+                refused |= set(await store.ingest.admit({s: pool(s) for s in chunk}, 50))
             return refused
 
         refused = await asyncio.gather(admit(one, names[0]), admit(two, names[1]))
         admitted = set(await one.reads.suites())
         assert len(admitted) == 50
+        assert len([s for s in admitted if pool(s)[0] == "team"]) == 10
         assert admitted | refused[0] | refused[1] == set(names[0]) | set(names[1])
         assert not admitted & (refused[0] | refused[1])
+        sizes: dict[bytes, bytes] = await one.client.hgetall(one.keys.pool_sizes)  # type: ignore[assignment]
+        assert {k.decode(): int(v) for k, v in sizes.items()} == {"team": 10, "": 40}
 
 
 def test_a_label_that_cannot_name_a_slice_is_dead_lettered_with_the_reason(

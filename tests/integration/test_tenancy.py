@@ -16,7 +16,7 @@ import pytest
 
 from reliabilityd.cli._main import main
 from reliabilityd.client import Emitter, EmitterError
-from reliabilityd.config import Config, HttpConfig, HttpToken, OtlpConfig
+from reliabilityd.config import Config, GrantConfig, HttpConfig, HttpToken, OtlpConfig
 from reliabilityd.daemon._daemon import Daemon
 from tests.support.daemon import make_config, running, store_for
 from tests.support.helpers import publish, wait_until
@@ -72,8 +72,9 @@ async def test_a_bound_topic_counts_its_suite_and_dead_letters_each_other_elemen
         # Dead letters are at least once: a redelivered message writes its letter again.
         letters = await store.reads.deadletters()
         assert letters
+        # Filed under the suite the topic binds (the publisher's), not the one it names.
         assert {(d.source, d.suite, d.reason_class) for d in letters} == {
-            (f"mqtt:{prefix}/trials/teamA", "teamB", "topic_mismatch")
+            (f"mqtt:{prefix}/trials/teamA", "teamA", "topic_mismatch")
         }
         assert letters[0].reason == (
             f"topic '{prefix}/trials/teamA' binds suite 'teamA', not 'teamB' "
@@ -231,14 +232,22 @@ def _scoped(redis: RedisServer, prefix: str, *, host: str = "0.0.0.0", **http: A
             port=free_port(),
             token=ALL,
             tokens=[
-                HttpToken(token=TEAM_A, write=["teamA-*"], read=["teamA-*"]),
-                HttpToken(token=TEAM_B, write=["teamB-*"], read=["teamB-*"]),
+                HttpToken(token=TEAM_A, grant="teamA"),
+                HttpToken(token=TEAM_B, grant="teamB"),
                 HttpToken(token=READER, read=["*"]),
             ],
             **http,
         ),
     )
-    return msgspec.structs.replace(cfg, mqtt=msgspec.structs.replace(cfg.mqtt, enabled=False))
+    return msgspec.structs.replace(
+        cfg, mqtt=msgspec.structs.replace(cfg.mqtt, enabled=False), grants=TEAMS
+    )
+
+
+TEAMS = [
+    GrantConfig(name="teamA", suites=["teamA-*"]),
+    GrantConfig(name="teamB", suites=["teamB-*"]),
+]
 
 
 async def test_a_token_writes_only_its_suites_and_the_rest_is_neither_counted_nor_dead_lettered(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from reliabilityd.config import HttpConfig, HttpToken, load
+from reliabilityd.config import GrantConfig, HttpConfig, HttpToken, load
 from reliabilityd.daemon.auth import Authority
 from reliabilityd.errors import ConfigError
 
@@ -23,10 +23,11 @@ def _scoped(host: str = "0.0.0.0", token: str = "all-secret") -> Authority:
             port=1,
             token=token,
             tokens=[
-                HttpToken(token="a-secret", write=["teamA-*"], read=["teamA-*", "shared"]),
+                HttpToken(token="a-secret", grant="teamA", read=["teamA-*", "shared"]),
                 HttpToken(token="reader", read=["*"]),
             ],
-        )
+        ),
+        [GrantConfig(name="teamA", suites=["teamA-*"])],
     )
 
 
@@ -87,7 +88,8 @@ def test_without_any_token_writes_are_open() -> None:
 
 def test_globs_are_case_sensitive_and_whole_name() -> None:
     auth = Authority.from_config(
-        HttpConfig(tokens=[HttpToken(token="t", write=["team?-[ab]*", "exact"])])
+        HttpConfig(tokens=[HttpToken(token="t", grant="g")]),
+        [GrantConfig(name="g", suites=["team?-[ab]*", "exact"])],
     )
     assert auth.allows("t", "write", "team1-alpha")
     assert not auth.allows("t", "write", "team1-Alpha")
@@ -106,12 +108,13 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_token_env_is_read_at_load(tmp_path: Path) -> None:
     path = _write(
         tmp_path,
+        '[[grants]]\nname = "teamA"\nsuites = ["teamA-*"]\n'
         '[http]\nport = 9\nhost = "0.0.0.0"\n[[http.tokens]]\ntoken_env = "TEAM_A"\n'
-        'write = ["teamA-*"]\nread = ["teamA-*"]\n',
+        'grant = "teamA"\n',
     )
     cfg = load(path, environ={"TEAM_A": "from-the-environment"})
     assert cfg.http.tokens[0].token == "from-the-environment"
-    auth = Authority.from_config(cfg.http)
+    auth = Authority.from_config(cfg.http, cfg.grants)
     assert auth.allows("from-the-environment", "write", "teamA-x")
     assert auth.grant("from-the-environment").name == "TEAM_A"
     with pytest.raises(ConfigError) as info:
@@ -123,15 +126,15 @@ def test_token_env_is_read_at_load(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("entries", "field", "words"),
     [
-        ('[[http.tokens]]\nwrite = ["a"]\n', "$.http.tokens[0]", "one of `token` and `token_env`"),
+        ('[[http.tokens]]\nread = ["a"]\n', "$.http.tokens[0]", "one of `token` and `token_env`"),
         (
-            '[[http.tokens]]\ntoken = "x"\ntoken_env = "X"\nwrite = ["a"]\n',
+            '[[http.tokens]]\ntoken = "x"\ntoken_env = "X"\nread = ["a"]\n',
             "$.http.tokens[0]",
             "one of",
         ),
         ('[[http.tokens]]\ntoken = "x"\n', "$.http.tokens[0]", "grants nothing"),
         (
-            '[[http.tokens]]\ntoken = "x"\nwrite = ["a"]\n'
+            '[[http.tokens]]\ntoken = "x"\nread = ["a"]\n'
             '[[http.tokens]]\ntoken = "x"\nread = ["a"]\n',
             "$.http.tokens[1]",
             "tokens must differ",

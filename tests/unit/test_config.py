@@ -51,6 +51,25 @@ def write(tmp_path: Path, text: str) -> Path:
         ("[redis]\nmax_connections = 0\n", "$.redis.max_connections", ">= 1"),
         ("[redis]\nurl = 'redis://h/0?foo=1'\n", "$.redis.url", "unknown query parameter 'foo'"),
         ("[redis]\nurl = 'redis://h/0?socket_timeout=x'\n", "$.redis.url", "'socket_timeout'"),
+        (
+            "[stats]\nmax_suites = 10\n[[grants]]\nname = 'a'\nsuites = ['a-*']\nmax_suites = 6\n"
+            "[[grants]]\nname = 'b'\nsuites = ['b-*']\nmax_suites = 5\n",
+            "$.grants[1].max_suites",
+            "quotas reach 11 suites, past stats.max_suites (10)",
+        ),
+        (
+            "[[grants]]\nname = 'a'\nsuites = ['a-*']\n[[grants]]\nname = 'a'\nsuites = ['b']\n",
+            "$.grants[1].name",
+            "duplicate grant name 'a'",
+        ),
+        ("[[grants]]\nname = 'a b'\nsuites = ['a-*']\n", "$.grants[0].name", "matching regex"),
+        ("[[grants]]\nname = 'a'\nsuites = []\n", "$.grants[0].suites", "length >= 1"),
+        (
+            "[[grants]]\nname = 'a'\nsuites = ['a-*']\n[[http.tokens]]\ntoken = 't'\ngrant = 'b'\n",
+            "$.http.tokens[0].grant",
+            "no [[grants]] entry is named 'b'",
+        ),
+        ("[[http.tokens]]\ntoken = 't'\n", "$.http.tokens[0]", "name a `grant` or give `read`"),
     ],
 )
 def test_bad_values_name_the_file_and_field(
@@ -239,3 +258,20 @@ def test_the_redis_url_check_accepts_what_redis_py_takes() -> None:
     ):
         assert url_problem(url) is None, url
     assert url_problem("redis://h/0?ssl_cert_reqs=none") is not None  # only rediss:// has it
+
+
+def test_a_suite_is_counted_against_the_first_grant_that_owns_it(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "[stats]\nmax_suites = 10\n"
+        "[[grants]]\nname = 'a'\nsuites = ['team-a-*']\nmax_suites = 4\n"
+        "[[grants]]\nname = 'wide'\nsuites = ['team-*']\n"
+        "[[grants]]\nname = 'b'\nsuites = ['team-b-*']\nmax_suites = 3\n",
+    )
+    cfg = load(path, environ={})
+    assert cfg.pool_of("team-a-1") == ("a", 4)
+    # "wide" owns team-b-* first and has no quota: the shared pool of what is left.
+    assert cfg.pool_of("team-b-1") == ("", 3)
+    assert cfg.grant_name("team-b-1") == "wide"
+    assert cfg.pool_of("other") == ("", 3)
+    assert cfg.grant_name("other") is None

@@ -22,7 +22,7 @@ from reliabilityd.config import (
     StatsConfig,
     SuiteOverride,
 )
-from reliabilityd.daemon.auth import Grant
+from reliabilityd.daemon.auth import Access
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.events import MAX_LETTERS, TrialEvent, decode, elements, letters
 from reliabilityd.integrations.otlp import map_request
@@ -158,13 +158,13 @@ def test_the_admission_classes_its_rejections_whatever_the_suite_is_called() -> 
     kept, screened = screen_labels(cfg, events, refused)
     assert [r.reason_class for r in screened] == ["invalid_field"]
     assert "labels.model" in screened[0].reason
-    capped = past_suite_cap(cfg, kept, {odd}, refused)
+    capped = past_suite_cap(cfg, kept, {odd: "deployment"}, refused)
     assert [r.reason_class for r in capped] == ["too_many_suites"]
     assert sorted(r.reason_class for r in refused.values()) == ["invalid_field", "too_many_suites"]
 
 
 def test_a_write_the_token_may_not_make_is_forbidden() -> None:
-    grant = Grant("tokens[0]", write=("team-a-*",), read=())
+    grant = Access("tokens[0]", write=("team-a-*",), read=())
     outcomes: list[TrialEvent | Rejected] = [
         TrialEvent("team-a-x", "t", "1", "pass"),
         TrialEvent("team-b-x", "t", "1", "pass"),
@@ -174,7 +174,7 @@ def test_a_write_the_token_may_not_make_is_forbidden() -> None:
     refused = grant.refused_writes(outcomes)
     assert sorted(refused) == [1, 3]
     assert {(r.reason_class, r.suite) for r in refused.values()} == {("forbidden", "team-b-x")}
-    assert Grant("http.token", write=("*",), read=()).refused_writes(outcomes) == {}
+    assert Access("http.token", write=("*",), read=()).refused_writes(outcomes) == {}
 
 
 def test_the_otlp_mapping_classes_each_record_it_cannot_map() -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from aiohttp import web
 
 from reliabilityd.config import HttpConfig
-from reliabilityd.daemon.auth import Authority, Grant
+from reliabilityd.daemon.auth import Access, Authority
 
 COOKIE = "reliabilityd_token"
 HTTP_CONFIG: web.AppKey[HttpConfig] = web.AppKey("reliabilityd_ui_http", HttpConfig)
@@ -32,7 +32,7 @@ def presented_token(request: web.Request) -> str | None:
     return request.cookies.get(COOKIE) or None
 
 
-def grant_of(request: web.Request) -> Grant:
+def grant_of(request: web.Request) -> Access:
     """What this request's token (header or cookie) grants; anonymous without one."""
     return request.app[AUTHORITY].grant(presented_token(request))
 
