@@ -84,6 +84,7 @@ def _query(args: argparse.Namespace) -> int:
                     as_json=args.json,
                     n_boot=cfg.stats.n_boot,
                     where=target.describe(),
+                    config=cfg,
                 )
             if args.command == "cases":
                 k = args.k if args.k is not None else max(cfg.stats.k)

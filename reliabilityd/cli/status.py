@@ -10,13 +10,14 @@ from __future__ import annotations
 import fnmatch
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 import msgspec
 
 from reliabilityd.cli._rejected import rejected_summary
 from reliabilityd.client._client import AsyncClient, SuiteSummary
+from reliabilityd.config import Config
 from reliabilityd.rules import AlertState, Rule, for_slice
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.estimators import METRICS
@@ -133,8 +134,12 @@ async def status(
     n_boot: int = 2000,
     where: str = "this Redis",
     out: Callable[[str], None] = print,
+    config: Config | None = None,
 ) -> int:
-    """Print the suites' numbers and alerts; 2 when the suite asked for is not there."""
+    """Print the suites' numbers and alerts; 2 when the suite asked for is not there.
+
+    With ``config``'s ``[[grants]]``, the whole deployment's view ends with
+    each grant's suites against its quota."""
     suites = await client.suites()
     if suite is not None:
         if suite not in suites:
@@ -221,7 +226,22 @@ async def status(
     if rejected:
         out("")
         out(rejected)
+    if config is not None and config.grants and suite is None:
+        out("")
+        out(grants_line(config, await client.store.reads.pool_sizes()))
     return 0
+
+
+def grants_line(config: Config, sizes: Mapping[str, int]) -> str:
+    """Each grant's suites against its quota, then the shared pool's."""
+    parts = [
+        f"{g.name} {sizes.get(g.name, 0)} of {g.max_suites}"
+        for g in config.grants
+        if g.max_suites is not None
+    ]
+    shared = config.stats.max_suites - config.reserved_suites
+    parts.append(f"shared {sizes.get('', 0)} of {shared}")
+    return f"suites by grant: {', '.join(parts)} (stats.max_suites {config.stats.max_suites})"
 
 
 def missing(suite: str, where: str) -> None:

@@ -263,6 +263,11 @@ class Reads:
         out.sort(key=lambda letter: _entry_order(letter.id), reverse=True)
         return out[:limit]
 
+    async def pool_sizes(self) -> dict[str, int]:
+        """Suites admitted into each pool: a ``[[grants]]`` name, "" for the shared one."""
+        raw: Any = await self.client.hgetall(self.keys.pool_sizes)
+        return {_text(k): int(v) for k, v in raw.items()}
+
     async def rejected_counts(self, now: float, minutes: int = 60) -> dict[str | None, int]:
         """Dead letters by named suite (None: none named) in the ``minutes`` up to ``now``."""
         last = int(now // 60)

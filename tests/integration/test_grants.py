@@ -27,7 +27,7 @@ from reliabilityd.importers import ImportFileError, import_file
 from reliabilityd.store import Store
 from reliabilityd.testing import TestingSource
 from tests.support.daemon import make_config, running, store_for, with_stream
-from tests.support.helpers import publish, wait_until
+from tests.support.helpers import publish, toml_of, wait_until
 from tests.support.http import event, post, serving
 from tests.support.result_files import tau_bench_doc
 from tests.support.servers import Mosquitto, RedisServer, free_port
@@ -199,6 +199,24 @@ async def test_a_reset_frees_a_place_in_the_grant_that_held_it(
         assert sink.reason_classes() == ["too_many_suites"]
     finally:
         await daemon.store.client.aclose()
+
+
+async def test_status_shows_each_grants_suites_against_its_quota(
+    redis_server: RedisServer, prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _config(redis_server, prefix)
+    from reliabilityd.daemon._daemon import Daemon
+
+    daemon = Daemon(cfg)
+    try:
+        await TestingSource(_events("teamA-1", "teamA-2", "teamA-3", "x")).run(daemon.commit)
+    finally:
+        await daemon.store.client.aclose()
+    path = tmp_path / "c.toml"
+    path.write_bytes(toml_of(cfg))
+    assert await asyncio.to_thread(main, ["status", "-c", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "suites by grant: teamA 2 of 2, teamB 0 of 2, shared 1 of 1 (stats.max_suites 5)" in out
 
 
 async def test_one_tenants_letters_never_evict_anothers(
