@@ -6,6 +6,7 @@ import time
 
 from reliabilityd.alerting.watchdog import describe
 from reliabilityd.config import Config
+from reliabilityd.daemon._provable import unprovable_rules
 from reliabilityd.logs import redact
 from reliabilityd.store import Store, StoreError, connect
 
@@ -56,6 +57,8 @@ async def _check(config: Config, store: Store, where: str) -> int:
     print(f"healthy: instance {instance!r} beat {age:.1f} s ago")
     for line in _mqtt_notes(info.get("mqtt"), config.mqtt.client_id):
         print(line)
+    for rule, found in await unprovable_rules(config, store):
+        print(f"warning: {found.message(rule)}")
     return 0
 
 

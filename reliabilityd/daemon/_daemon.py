@@ -31,6 +31,7 @@ from reliabilityd.daemon import web
 from reliabilityd.daemon._canary import Canaries
 from reliabilityd.daemon._heartbeat import heartbeat_loop
 from reliabilityd.daemon._http_backend import HttpBackend
+from reliabilityd.daemon._provable import warn_unprovable
 from reliabilityd.daemon._recompute import Recompute
 from reliabilityd.daemon.auth import Authority
 from reliabilityd.daemon.metrics import Metrics
@@ -210,6 +211,9 @@ class Daemon:
                     tg.create_task(supervise(name, loop, stop), name=name)
                     for name, loop in loops.items()
                 ]
+                background.append(
+                    tg.create_task(warn_unprovable(cfg, self.store), name="rule-check")
+                )
                 await stop.wait()
                 intake_stop.set()
                 # Sources finish the batch in flight (commit, then acknowledge).
