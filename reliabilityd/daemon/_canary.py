@@ -14,6 +14,12 @@ and restarts never notify twice. The version a verdict rests on is the sum
 of both suites' data versions, read before their counts: each only grows,
 so a verdict on older data of either side is refused when a newer one is
 stored.
+
+Each comparison judged is kept as the rule's view (``rules.canary.CanaryView``:
+the difference, its interval and the tasks that got worse) and, once a minute
+at most, as a point of its difference over time: what the pages show between
+notifications. A state change is recorded in the home suite's history, as a
+threshold rule's is in its series'.
 """
 
 from __future__ import annotations
@@ -28,11 +34,13 @@ import msgspec
 
 from reliabilityd.alerting.notify import build_canary
 from reliabilityd.alerting.outbox import Outbox
+from reliabilityd.alerting.registry import watched
 from reliabilityd.config import Config
 from reliabilityd.logs import emit, kv, log
 from reliabilityd.rules import AlertState, canary
 from reliabilityd.rules.canary import CanaryRule, Pair
 from reliabilityd.stats.compare import Comparison, compare
+from reliabilityd.stats.history import Transition
 from reliabilityd.store import (
     Store,
     StoreError,
@@ -47,6 +55,8 @@ __all__ = ["Canaries"]
 # Redis errors pause the tick (the CI loop logs them); no other error leaves a judge.
 # Intervals between two judges past which the second judges every comparison.
 JUDGE_ALL_AFTER = 3.0
+# Seconds between two points of a canary's difference over time (per replica).
+POINT_EVERY = 60.0
 
 
 class Canaries:
@@ -67,14 +77,19 @@ class Canaries:
         # gap of more than JUDGE_ALL_AFTER intervals judges every comparison:
         # a tick in between failed (Redis) and its changed suites are unknown.
         self._last_judged: float | None = None
+        # When this replica last added a point to each (home, rule)'s difference over time.
+        self._last_point: dict[tuple[str, str], float] = {}
 
     async def judge(self, changed: Sequence[str]) -> None:
         """Judge every comparison that reads a changed suite or whose alert is under way."""
         if not self.rules:
             return
         now = time.time()
-        suites = await self.store.reads.suites()
-        todo = [(rule, pair) for rule in self.rules for pair in canary.pairs(rule, suites)]
+        todo = [
+            (w.rule, w.pair)
+            for w in await watched(self.store, self.rules)
+            if isinstance(w.rule, CanaryRule) and w.pair is not None
+        ]
         if not todo:
             return
         states = await self.store.alerts.alert_states(
@@ -154,6 +169,13 @@ class Canaries:
         cmp, runs, version = await self.compare(rule, pair)
         if version < current.snapshot_version:
             return  # the stored state rests on newer data than this replica read
+        key = (pair.home, rule.name)
+        point = now - self._last_point.get(key, -POINT_EVERY) >= POINT_EVERY
+        await self.store.alerts.write_canary_view(
+            pair.home, rule.name, canary.view(rule, cmp, now), point=point
+        )
+        if point:
+            self._last_point[key] = now
         note_for = partial(
             build_canary,
             self.config,
@@ -174,6 +196,15 @@ class Canaries:
                 new=new,
                 notification=None if note is None else msgspec.json.encode(note),
                 sinks=list(self.outbox.sinks),
+                transition=None
+                if new.state == current.state
+                else Transition(
+                    t=now,
+                    rule=rule.name,
+                    state=new.state,
+                    severity=rule.severity,
+                    reason=new.reason,
+                ),
             )
             if not cas.won:
                 return  # another replica moved the state on, or decided on newer data

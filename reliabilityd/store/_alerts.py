@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from reliabilityd.rules import AlertState
+from reliabilityd.rules.canary import CanaryView
 from reliabilityd.stats import history
 from reliabilityd.stats.history import Transition
 from reliabilityd.store._base import Redis
@@ -30,6 +31,13 @@ class Cas(msgspec.Struct, frozen=True):
 
     won: bool
     stale_snapshot: bool = False
+
+
+# A canary's difference over time: points kept (one a minute at most: a day of them).
+CANARY_POINTS_KEPT = 1440
+CanaryPoint = tuple[float, float | None, float | None, float | None]
+_canary_view = msgspec.json.Decoder(CanaryView)
+_canary_point = msgspec.msgpack.Decoder(tuple[float, float | None, float | None, float | None])
 
 
 class Baseline(msgspec.Struct, frozen=True):
@@ -130,6 +138,52 @@ class Alerts:
             n, c = _text(value).split(":")[:2]
             tasks[_text(task)] = (int(n), int(c))
         return Baseline(at=float(_text(at_raw)), tasks=tasks)
+
+    async def write_canary_view(
+        self, suite: str, rule: str, view: CanaryView, *, point: bool
+    ) -> None:
+        """Keep a canary's latest comparison; with ``point`` also add it to its difference
+        over time (``CANARY_POINTS_KEPT`` kept, the oldest dropped)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(self.keys.canary_view(suite, rule), msgspec.json.encode(view))
+        if point:
+            low, high = (None, None) if view.ci is None else view.ci
+            key = self.keys.canary_points(suite, rule)
+            pipe.lpush(key, msgspec.msgpack.encode((view.at, view.value, low, high)))
+            pipe.ltrim(key, 0, CANARY_POINTS_KEPT - 1)
+        await pipe.execute()
+
+    async def canary_views(self, pairs: Sequence[tuple[str, str]]) -> list[CanaryView | None]:
+        """Each (suite, canary rule)'s latest comparison in one round trip; None before the
+        first, or when the stored one does not decode (the next judge replaces it)."""
+        if not pairs:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for suite, rule in pairs:
+            pipe.get(self.keys.canary_view(suite, rule))
+        out: list[CanaryView | None] = []
+        for raw in await pipe.execute():
+            try:
+                out.append(None if raw is None else _canary_view.decode(raw))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                out.append(None)
+        return out
+
+    async def canary_points(
+        self, suite: str, rule: str, *, since: float | None = None
+    ) -> list[CanaryPoint]:
+        """A canary's difference over time, oldest first: ``(t, value, lo, hi)``."""
+        raws: Any = await self.client.lrange(self.keys.canary_points(suite, rule), 0, -1)
+        out: list[CanaryPoint] = []
+        for raw in raws:
+            try:
+                point = _canary_point.decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if since is None or point[0] >= since:
+                out.append(point)
+        out.sort(key=lambda p: p[0])
+        return out
 
     async def outbox_lengths(self, triples: Sequence[tuple[str, str, str]]) -> list[int]:
         if not triples:
