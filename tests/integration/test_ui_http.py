@@ -111,6 +111,7 @@ async def test_a_sliced_suites_page_lists_its_slices_as_their_snapshots_say(
             est = snap.get("pass^k", max(e.k for e in snap.pass_hat_k))
             assert est is not None
             assert est.ci is not None
+            assert est.value is not None
             # Its card beside the others: the value and interval in percent, its size, and
             # a link to its own page.
             start = html.index(f'<section class="slice" data-slice="{escape(sid)}">')
