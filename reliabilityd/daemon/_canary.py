@@ -16,9 +16,9 @@ so a verdict on older data of either side is refused when a newer one is
 stored.
 
 Each comparison judged is kept as the rule's view (``rules.canary.CanaryView``:
-the difference, its interval and the tasks that got worse) and, once a minute
-at most, as a point of its difference over time: what the pages show between
-notifications. A state change is recorded in the home suite's history, as a
+the difference, its interval and the tasks that got worse) and as its minute's
+point of the difference over time (the last comparison of each minute): what
+the pages show between notifications. A state change is recorded in the home suite's history, as a
 threshold rule's is in its series'.
 """
 
@@ -55,8 +55,6 @@ __all__ = ["Canaries"]
 # Redis errors pause the tick (the CI loop logs them); no other error leaves a judge.
 # Intervals between two judges past which the second judges every comparison.
 JUDGE_ALL_AFTER = 3.0
-# Seconds between two points of a canary's difference over time (per replica).
-POINT_EVERY = 60.0
 
 
 class Canaries:
@@ -77,8 +75,6 @@ class Canaries:
         # gap of more than JUDGE_ALL_AFTER intervals judges every comparison:
         # a tick in between failed (Redis) and its changed suites are unknown.
         self._last_judged: float | None = None
-        # When this replica last added a point to each (home, rule)'s difference over time.
-        self._last_point: dict[tuple[str, str], float] = {}
 
     async def judge(self, changed: Sequence[str]) -> None:
         """Judge every comparison that reads a changed suite or whose alert is under way."""
@@ -169,13 +165,7 @@ class Canaries:
         cmp, runs, version = await self.compare(rule, pair)
         if version < current.snapshot_version:
             return  # the stored state rests on newer data than this replica read
-        key = (pair.home, rule.name)
-        point = now - self._last_point.get(key, -POINT_EVERY) >= POINT_EVERY
-        await self.store.alerts.write_canary_view(
-            pair.home, rule.name, canary.view(rule, cmp, now), point=point
-        )
-        if point:
-            self._last_point[key] = now
+        await self.store.alerts.write_canary_view(pair.home, rule.name, canary.view(rule, cmp, now))
         note_for = partial(
             build_canary,
             self.config,

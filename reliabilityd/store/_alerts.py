@@ -33,7 +33,9 @@ class Cas(msgspec.Struct, frozen=True):
     stale_snapshot: bool = False
 
 
-# A canary's difference over time: points kept (one a minute at most: a day of them).
+# A canary's difference over time: one point per minute (the last comparison of that
+# minute), a day of them kept.
+CANARY_POINT_SECONDS = 60
 CANARY_POINTS_KEPT = 1440
 CanaryPoint = tuple[float, float | None, float | None, float | None]
 _canary_view = msgspec.json.Decoder(CanaryView)
@@ -139,19 +141,24 @@ class Alerts:
             tasks[_text(task)] = (int(n), int(c))
         return Baseline(at=float(_text(at_raw)), tasks=tasks)
 
-    async def write_canary_view(
-        self, suite: str, rule: str, view: CanaryView, *, point: bool
-    ) -> None:
-        """Keep a canary's latest comparison; with ``point`` also add it to its difference
-        over time (``CANARY_POINTS_KEPT`` kept, the oldest dropped)."""
+    async def write_canary_view(self, suite: str, rule: str, view: CanaryView) -> None:
+        """Keep a canary's latest comparison, and make it its minute's point of the
+        difference over time (a hash field per minute: the last write of a minute stands,
+        whichever replica wrote it). Past ``CANARY_POINTS_KEPT`` minutes the oldest go."""
+        low, high = (None, None) if view.ci is None else view.ci
+        key = self.keys.canary_points(suite, rule)
         pipe = self.client.pipeline(transaction=False)
         pipe.set(self.keys.canary_view(suite, rule), msgspec.json.encode(view))
-        if point:
-            low, high = (None, None) if view.ci is None else view.ci
-            key = self.keys.canary_points(suite, rule)
-            pipe.lpush(key, msgspec.msgpack.encode((view.at, view.value, low, high)))
-            pipe.ltrim(key, 0, CANARY_POINTS_KEPT - 1)
-        await pipe.execute()
+        pipe.hset(
+            key,
+            str(int(view.at // CANARY_POINT_SECONDS)),
+            msgspec.msgpack.encode((view.at, view.value, low, high)),
+        )
+        pipe.hlen(key)
+        *_, length = await pipe.execute()
+        if int(length) > CANARY_POINTS_KEPT + 60:  # trimmed an hour at a time
+            minutes = sorted(int(_text(f)) for f in await self.client.hkeys(key))
+            await self.client.hdel(key, *map(str, minutes[: len(minutes) - CANARY_POINTS_KEPT]))
 
     async def canary_views(self, pairs: Sequence[tuple[str, str]]) -> list[CanaryView | None]:
         """Each (suite, canary rule)'s latest comparison in one round trip; None before the
@@ -173,7 +180,7 @@ class Alerts:
         self, suite: str, rule: str, *, since: float | None = None
     ) -> list[CanaryPoint]:
         """A canary's difference over time, oldest first: ``(t, value, lo, hi)``."""
-        raws: Any = await self.client.lrange(self.keys.canary_points(suite, rule), 0, -1)
+        raws: Any = await self.client.hvals(self.keys.canary_points(suite, rule))
         out: list[CanaryPoint] = []
         for raw in raws:
             try:

@@ -157,8 +157,7 @@ class Keys:
         return self.suite(suite, f"alert:{rule}:view")
 
     def canary_points(self, suite: str, rule: str) -> str:
-        """A canary rule's difference over time: MessagePack ``[t, value, lo, hi]``, newest
-        first, capped."""
+        """A canary rule's difference over time: minute -> MessagePack ``[t, value, lo, hi]``."""
         return self.suite(suite, f"alert:{rule}:points")
 
     def outbox_lease(self, suite: str, rule: str, sink: str) -> str:

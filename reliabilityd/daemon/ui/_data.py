@@ -164,11 +164,16 @@ async def suite_page(
                     w.watch.suite, w.watch.name, since=t0
                 )
             ]
+        own_marks = [t.t for t in transitions if _of(t, w)]
         views.append(
             RuleView(
                 watched=w,
                 transitions=[_row(t) for t in transitions if _of(t, w)],
                 points=diff,
+                # A canary's chart spreads its own points over its axis.
+                t0=_model.drawn_from(t0, t1, [p.t for p in diff] + own_marks, anchor)
+                if diff
+                else None,
             )
         )
     t0 = _model.drawn_from(t0, t1, [s.t for s in hat + at] + [t.t for t in drawn], anchor)

@@ -47,6 +47,8 @@ class RuleView(msgspec.Struct, frozen=True):
     watched: Watched
     transitions: list[TransitionRow]
     points: list[Sample] = msgspec.field(default_factory=list)
+    # Where a canary's difference chart begins (None: the page's charts' start).
+    t0: float | None = None
 
     @property
     def name(self) -> str:
@@ -384,7 +386,7 @@ def _canary(page: SuitePage, view: RuleView) -> str:
             f"<figcaption>{escape(metric)} difference with its interval</figcaption>"
             + chart(
                 view.points,
-                t0=page.t0,
+                t0=page.t0 if view.t0 is None else view.t0,
                 t1=page.t1,
                 label=f"{metric} difference",
                 marks=[Mark(t.t, w.name, t.state) for t in view.transitions],
