@@ -15,7 +15,6 @@ overwritten by the next transition.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -25,9 +24,10 @@ import msgspec
 
 from reliabilityd.alerting.notify import build, parse_time
 from reliabilityd.alerting.outbox import Outbox
+from reliabilityd.alerting.registry import watched
 from reliabilityd.config import Config
 from reliabilityd.logs import emit
-from reliabilityd.rules import AlertState, Observation, Rule, for_slice, step
+from reliabilityd.rules import AlertState, Observation, Rule, step
 from reliabilityd.stats.history import Transition
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Series, Store, Undecodable, UndecodableLog
@@ -73,19 +73,14 @@ class Evaluator:
         return out
 
     async def pairs(self, suites: Sequence[str]) -> list[tuple[Series, Rule]]:
-        """Every (series, rule) to judge: each rule on the suites it matches and, for a
-        rule with ``slices = true``, on each of their slices (as ``for_slice``)."""
-        pairs = [
-            (Series(s), r) for s in suites for r in self.rules if fnmatch.fnmatchcase(s, r.suite)
+        """Every (series, rule) to judge: the registry's threshold watches of ``suites``
+        (``alerting.registry``: each rule on the suites it matches and, with
+        ``slices = true``, on each of their slices as ``<rule>[<slice>]``)."""
+        return [
+            (Series(w.suite, w.slice), w.rule)
+            for w in await watched(self.store, self.rules, suites)
+            if isinstance(w.rule, Rule)
         ]
-        sliced = [r for r in self.rules if r.slices]
-        if sliced:
-            watched = [s for s in suites if any(fnmatch.fnmatchcase(s, r.suite) for r in sliced)]
-            for suite, ids in (await self.store.reads.slices_of(watched)).items():
-                for rule in sliced:
-                    if fnmatch.fnmatchcase(suite, rule.suite):
-                        pairs += [(Series(suite, sid), for_slice(rule, sid)) for sid in ids]
-        return pairs
 
     async def evaluate(
         self, suites: Sequence[str], fresh: Mapping[Series, Snapshot] | None = None

@@ -150,7 +150,7 @@ def build_canary(
         severity=rule.severity,
         lottery=[],
         at=rfc3339(now),
-        generator_url=generator_url(config, suite, rule.name),
+        generator_url=generator_url(config, suite, rule.name, state.started_at),
         canary=detail(rule, comparison),
     )
 

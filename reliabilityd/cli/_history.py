@@ -2,7 +2,10 @@
 
 Reads what the daemon wrote with each snapshot (``stats.history``): one line
 per stored point, pass^k and pass@k at one k with their intervals, and the
-alert transitions interleaved at their times. Exit codes as ``status``: 2
+alert transitions interleaved at their times: those recorded on the series,
+and those of every other rule the registry says reads it (a suite's slice
+rules, a canary homed on the other side's suite), read from where each is
+recorded (``alerting.registry.transitions``). Exit codes as ``status``: 2
 for a suite the Redis asked does not have (or a k its history lacks), 4
 when Redis cannot be reached.
 """
@@ -16,6 +19,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from reliabilityd.alerting import registry
 from reliabilityd.cli._common import (
     EXIT_USAGE,
     add_redis_options,
@@ -25,9 +29,13 @@ from reliabilityd.cli._common import (
     say,
 )
 from reliabilityd.cli._rejected import duration
+from reliabilityd.client import AsyncClient
+from reliabilityd.rules import CanaryRule, Rule
+from reliabilityd.rules.registry import involving
 from reliabilityd.stats.history import TIERS, Estimate3, History, Point, Transition, label
+from reliabilityd.store import Series
 
-__all__ = ["add_parsers", "instant", "show"]
+__all__ = ["add_parsers", "instant", "show", "with_watched"]
 
 DEFAULT_SINCE = 86_400.0
 
@@ -166,10 +174,29 @@ def show(
     return 0
 
 
+async def with_watched(
+    client: AsyncClient,
+    alerts: Sequence[Rule | CanaryRule],
+    hist: History,
+    *,
+    since: float | None,
+    until: float | None,
+) -> History:
+    """The history with the transitions of every rule that reads the series and records
+    them elsewhere: a suite's slice rules, a canary homed on the other side's suite."""
+    own = Series(hist.suite, hist.slice)
+    ws = involving(await registry.watched(client.store, alerts), hist.suite, hist.slice)
+    others = [w for w in ws if Series(w.suite, w.slice) != own]
+    if not others:
+        return hist
+    more = await registry.transitions(client.store, others, since=since, until=until)
+    merged = sorted([*hist.transitions, *more], key=lambda tr: tr.t)
+    return msgspec.structs.replace(hist, transitions=merged)
+
+
 def _history(args: argparse.Namespace) -> int:
 
     from reliabilityd.cli.status import missing
-    from reliabilityd.client import AsyncClient
 
     target = redis_target(args)
     since = args.since if args.since is not None else time.time() - DEFAULT_SINCE
@@ -182,6 +209,9 @@ def _history(args: argparse.Namespace) -> int:
                 missing(args.suite, target.describe())
                 return EXIT_USAGE
             hist = await client.history(args.suite, slice=args.slice, since=since, until=args.until)
+            hist = await with_watched(
+                client, target.config.alerts, hist, since=since, until=args.until
+            )
             return show(hist, k=args.k, as_json=args.json, where=target.describe())
 
     return run_on_redis(target, run())

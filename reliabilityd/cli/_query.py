@@ -80,7 +80,7 @@ def _query(args: argparse.Namespace) -> int:
                     client,
                     args.suite,
                     ks=args.k,
-                    rules=cfg.rules(),
+                    rules=cfg.alerts,
                     as_json=args.json,
                     n_boot=cfg.stats.n_boot,
                     where=target.describe(),

@@ -7,7 +7,6 @@ demand from the stored histogram for any k.
 
 from __future__ import annotations
 
-import fnmatch
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -15,10 +14,12 @@ from datetime import datetime
 
 import msgspec
 
+from reliabilityd.alerting import registry
+from reliabilityd.alerting.registry import RuleStatus, Watched, suite_json
 from reliabilityd.cli._rejected import rejected_summary
 from reliabilityd.client._client import AsyncClient, SuiteSummary
 from reliabilityd.config import Config
-from reliabilityd.rules import AlertState, Rule, for_slice
+from reliabilityd.rules import CanaryRule, Rule
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.estimators import METRICS
 from reliabilityd.stats.slices import label_keys, shown
@@ -112,16 +113,28 @@ def slice_notes(summary: SuiteSummary) -> list[str]:
     return notes
 
 
-def format_alert(suite: str, rule: str, state: AlertState | Undecodable) -> list[str]:
-    if isinstance(state, Undecodable):
-        return [suite, rule, "undecodable", "", f"({state.error})"]
+def alert_row(status: RuleStatus) -> list[str]:
+    """One line of ``status``'s alert table: the suite holding the state, the rule as
+    stored (``<rule>[<slice>]`` on a slice), its state, since when, why, and what it
+    watches (a canary's candidate against its baseline, with the latest difference)."""
     since = ""
-    if state.state in ("pending", "firing") and state.started_at is not None:
-        since = "since " + datetime.fromtimestamp(state.started_at).astimezone().isoformat(
+    if status.state in ("pending", "firing") and status.started_at is not None:
+        since = "since " + datetime.fromtimestamp(status.started_at).astimezone().isoformat(
             timespec="seconds"
         )
-    reason = f"({state.reason})" if state.reason and state.state != "resolved" else ""
-    return [suite, rule, state.state, since, reason]
+    if status.state == "undecodable":
+        reason = f"({status.error})"
+    else:
+        reason = f"({status.reason})" if status.reason and status.state != "resolved" else ""
+    metric = status.metric.replace("k", str(status.k))
+    if status.kind == "canary":
+        diff = "UNKNOWN" if status.difference is None else f"{100 * status.difference:+.1f} pp"
+        ci = "" if status.ci is None else f" [{100 * status.ci[0]:+.1f}, {100 * status.ci[1]:+.1f}]"
+        what = f"canary {metric}: {status.candidate} - {status.baseline} = {diff}{ci}"
+    else:
+        where = "" if status.slice is None else f" on slice {shown(status.slice)}"
+        what = f"{status.trigger} {metric}{where}"
+    return [status.suite, status.name, status.state, since, reason, what]
 
 
 async def status(
@@ -129,7 +142,7 @@ async def status(
     suite: str | None,
     *,
     ks: Sequence[int],
-    rules: Sequence[Rule],
+    rules: Sequence[Rule | CanaryRule],
     as_json: bool,
     n_boot: int = 2000,
     where: str = "this Redis",
@@ -154,8 +167,12 @@ async def status(
             k: {m: await client.estimate(s.suite, k, m, n_boot=n_boot) for m in METRICS} for k in ks
         }
     if as_json:
+        # The suite's JSON read as GET /suites/<suite> serves it: the snapshot with its
+        # slices' snapshots and every rule that reads the suite (alerting.registry).
         docs: list[object] = []
+        every = await _statuses(client, rules, suite)
         for s in summaries:
+            alerts = [w.status() for w in registry.reading(every, s.suite)]
             if ks:
                 docs.append(
                     {
@@ -164,12 +181,16 @@ async def status(
                         "trials": s.counters.trials,
                         "pass_at_k": [computed[s.suite][k]["pass@k"] for k in ks],
                         "pass_hat_k": [computed[s.suite][k]["pass^k"] for k in ks],
+                        "alerts": alerts,
                     }
                 )
             elif isinstance(s.snapshot, Undecodable):
-                docs.append({"suite": s.suite, "undecodable": s.snapshot.error})
+                docs.append({"suite": s.suite, "undecodable": s.snapshot.error, "alerts": alerts})
+            elif s.snapshot is None:
+                docs.append({"suite": s.suite, "alerts": alerts})
             else:
-                docs.append(s.snapshot if s.snapshot is not None else {"suite": s.suite})
+                raw = await suite_json(client.store, rules, s.suite, watched=every)
+                docs.append(msgspec.Raw(raw) if raw is not None else {"suite": s.suite})
         out(msgspec.json.encode(docs[0] if suite is not None else docs).decode())
         return 0
     rejected = rejected_summary(await client.store.reads.rejected_counts(now), suite)
@@ -208,21 +229,12 @@ async def status(
     if notes:
         out("")
         out("\n".join(notes))
-    alert_rows = []
-    for s in summaries:
-        names = [r.name for r in rules if fnmatch.fnmatchcase(s.suite, r.suite)]
-        names += [
-            for_slice(r, sid).name
-            for r in rules
-            if r.slices and fnmatch.fnmatchcase(s.suite, r.suite)
-            for sid in s.slices
-        ]
-        if names:
-            for name, state in (await client.alert_states(s.suite, names)).items():
-                alert_rows.append(format_alert(s.suite, name, state))
+    # Every rule on every series it watches, from the registry every surface reads:
+    # threshold rules, slice rules (<rule>[<slice>]) and canaries on their candidate suite.
+    alert_rows = [alert_row(w.status()) for w in await _statuses(client, rules, suite)]
     if alert_rows:
         out("")
-        out(_table(["SUITE", "RULE", "STATE", "SINCE", "REASON"], alert_rows))
+        out(_table(["SUITE", "RULE", "STATE", "SINCE", "REASON", "WATCHES"], alert_rows))
     if rejected:
         out("")
         out(rejected)
@@ -242,6 +254,12 @@ def grants_line(config: Config, sizes: Mapping[str, int]) -> str:
     shared = config.stats.max_suites - config.reserved_suites
     parts.append(f"shared {sizes.get('', 0)} of {shared}")
     return f"suites by grant: {', '.join(parts)} (stats.max_suites {config.stats.max_suites})"
+
+
+async def _statuses(
+    client: AsyncClient, rules: Sequence[Rule | CanaryRule], suite: str | None
+) -> list[Watched]:
+    return await registry.statuses(client.store, rules, suite=suite)
 
 
 def missing(suite: str, where: str) -> None:

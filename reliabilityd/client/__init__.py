@@ -6,6 +6,7 @@ reach Redis its ``StoreUnavailable``, naming the Redis asked and how it was foun
 
 from __future__ import annotations
 
+from reliabilityd.alerting.registry import RuleStatus
 from reliabilityd.client._client import AsyncClient, Client, SuiteSummary
 from reliabilityd.client._errors import EmitterError, EmitterFull, UndecodableError
 from reliabilityd.client.emitter import Emitter
@@ -17,6 +18,7 @@ __all__ = [
     "Emitter",
     "EmitterError",
     "EmitterFull",
+    "RuleStatus",
     "StoreError",
     "StoreUnavailable",
     "SuiteSummary",

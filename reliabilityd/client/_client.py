@@ -24,6 +24,7 @@ in its message; every Redis failure is a ``StoreError`` (``reliabilityd.store``)
         rel.snapshot("deploy-bot", slice="agent_version=1.5")
         rel.compare(Side("deploy-bot", {"agent_version": "1.4"}),
                     Side("deploy-bot", {"agent_version": "1.5"}), 5)
+        rel.alerts(config.alerts, "deploy-bot")   # every rule watching it, with its state
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ from typing import Any, Concatenate, ParamSpec, Self, TypeVar, Unpack
 import msgspec
 
 from reliabilityd import locate
+from reliabilityd.alerting import registry
+from reliabilityd.alerting.registry import RuleStatus
 from reliabilityd.client._bridge import LoopThread
 from reliabilityd.client._errors import UndecodableError
 from reliabilityd.locate import Located, unreachable
-from reliabilityd.rules import AlertState
+from reliabilityd.rules import AlertState, CanaryRule, Rule
 from reliabilityd.stats.compare import CompareOptions, Comparison, Side, compare
 from reliabilityd.stats.estimate import Estimate, EstimateOptions, estimate
 from reliabilityd.stats.estimators import Metric
@@ -243,6 +246,23 @@ class AsyncClient:
         return dict(zip(rules, states, strict=True))
 
     @_naming_redis
+    async def alerts(
+        self,
+        rules: Sequence[Rule | CanaryRule],
+        suite: str | None = None,
+        *,
+        slice: str | None = None,
+    ) -> list[RuleStatus]:
+        """Every rule of ``rules`` (a config's ``alerts``) on every series it watches, with
+        its state: threshold rules on each suite they match, ``slices = true`` rules on
+        each slice (``<rule>[<slice>]``), canaries on their candidate's suite with their
+        latest difference. With ``suite``: those that read it (a canary on either side),
+        with ``slice`` the slice's own. The list every surface shows (``alerting.registry``).
+        """
+        watched = await registry.statuses(self.store, rules, suite=suite, slice=slice)
+        return [w.status() for w in watched]
+
+    @_naming_redis
     async def reset(self, suite: str) -> int:
         """Delete everything stored for the suite (counts, dedup records, snapshot, alerts)."""
         return await self.store.admin.reset_suite(suite)
@@ -333,6 +353,15 @@ class Client:
 
     def alert_states(self, suite: str, rules: Sequence[str]) -> dict[str, AlertState | Undecodable]:
         return self._bridge.call(self._async.alert_states(suite, rules))
+
+    def alerts(
+        self,
+        rules: Sequence[Rule | CanaryRule],
+        suite: str | None = None,
+        *,
+        slice: str | None = None,
+    ) -> list[RuleStatus]:
+        return self._bridge.call(self._async.alerts(rules, suite, slice=slice))
 
     def reset(self, suite: str) -> int:
         return self._bridge.call(self._async.reset(suite))

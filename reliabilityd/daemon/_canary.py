@@ -14,6 +14,12 @@ and restarts never notify twice. The version a verdict rests on is the sum
 of both suites' data versions, read before their counts: each only grows,
 so a verdict on older data of either side is refused when a newer one is
 stored.
+
+Each comparison judged is kept as the rule's view (``rules.canary.CanaryView``:
+the difference, its interval and the tasks that got worse) and as its minute's
+point of the difference over time (the last comparison of each minute): what
+the pages show between notifications. A state change is recorded in the home suite's history, as a
+threshold rule's is in its series'.
 """
 
 from __future__ import annotations
@@ -28,11 +34,13 @@ import msgspec
 
 from reliabilityd.alerting.notify import build_canary
 from reliabilityd.alerting.outbox import Outbox
+from reliabilityd.alerting.registry import watched
 from reliabilityd.config import Config
 from reliabilityd.logs import emit, kv, log
 from reliabilityd.rules import AlertState, canary
 from reliabilityd.rules.canary import CanaryRule, Pair
 from reliabilityd.stats.compare import Comparison, compare
+from reliabilityd.stats.history import Transition
 from reliabilityd.store import (
     Store,
     StoreError,
@@ -73,8 +81,11 @@ class Canaries:
         if not self.rules:
             return
         now = time.time()
-        suites = await self.store.reads.suites()
-        todo = [(rule, pair) for rule in self.rules for pair in canary.pairs(rule, suites)]
+        todo = [
+            (w.rule, w.pair)
+            for w in await watched(self.store, self.rules)
+            if isinstance(w.rule, CanaryRule) and w.pair is not None
+        ]
         if not todo:
             return
         states = await self.store.alerts.alert_states(
@@ -154,6 +165,7 @@ class Canaries:
         cmp, runs, version = await self.compare(rule, pair)
         if version < current.snapshot_version:
             return  # the stored state rests on newer data than this replica read
+        await self.store.alerts.write_canary_view(pair.home, rule.name, canary.view(rule, cmp, now))
         note_for = partial(
             build_canary,
             self.config,
@@ -174,6 +186,15 @@ class Canaries:
                 new=new,
                 notification=None if note is None else msgspec.json.encode(note),
                 sinks=list(self.outbox.sinks),
+                transition=None
+                if new.state == current.state
+                else Transition(
+                    t=now,
+                    rule=rule.name,
+                    state=new.state,
+                    severity=rule.severity,
+                    reason=new.reason,
+                ),
             )
             if not cas.won:
                 return  # another replica moved the state on, or decided on newer data

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
+from reliabilityd.alerting import registry
 from reliabilityd.config import Config
 from reliabilityd.daemon._compare import CompareQuery, compare_sides
 from reliabilityd.daemon._http_answers import probe
 from reliabilityd.daemon._offload import Busy, Worker
 from reliabilityd.daemon.auth import Authority
 from reliabilityd.daemon.metrics import Metrics
-from reliabilityd.rules import Rule
 from reliabilityd.sources import Commit, Observer
 from reliabilityd.stats.compare import Comparison
 from reliabilityd.store import Store, connect
@@ -47,9 +47,6 @@ class Host(Observer, Protocol):
 
     @property
     def authority(self) -> Authority: ...
-
-    @property
-    def rules(self) -> Sequence[Rule]: ...
 
     @property
     def sinks(self) -> Mapping[str, object]: ...
@@ -119,12 +116,13 @@ class HttpBackend:
     async def refresh_metrics(self) -> None:
         """Read the suite gauges before a scrape renders them (in a place of its own)."""
         async with self.reading() as store:
-            await self.host.metrics.refresh(store, self.host.rules, list(self.host.sinks))
+            await self.host.metrics.refresh(store, self.host.config.alerts, list(self.host.sinks))
 
-    async def snapshot_json(self, suite: str, slice: str | None = None) -> bytes | None:
-        """The stored snapshot document, byte for byte (in a place of its own)."""
+    async def suite_json(self, suite: str, slice: str | None = None) -> bytes | None:
+        """The suite's (or slice's) JSON read, ``alerting.registry.suite_json``: the stored
+        snapshot with its slices' snapshots and its rules added (in a place of its own)."""
         async with self.reading() as store:
-            return await store.snapshots.snapshot_json(suite, slice=slice)
+            return await registry.suite_json(store, self.host.config.alerts, suite, slice=slice)
 
     async def compare(self, query: CompareQuery, worker: Worker) -> Comparison:
         """The paired comparison with the settings ``reliabilityd compare`` uses; the

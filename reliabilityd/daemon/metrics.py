@@ -15,8 +15,11 @@ Two kinds of numbers, aggregated differently across replicas:
   ``slice`` label (the slice id; at most ``max_slices`` per suite), so a
   query over a suite's gauges never mixes the whole with its slices;
   ``reliabilityd_slice_overflow_events`` counts the events a suite holds in
-  no slice. Alert states of rules with ``slices = true`` carry the rule name
-  ``<rule>[<slice id>]``.
+  no slice.
+* **Alert states** (``reliabilityd_alert_state``): one series per watch of
+  the registry (``alerting.registry``): each threshold rule on each suite it
+  matches, each ``slices = true`` rule on each slice as ``<rule>[<slice id>]``,
+  and each canary comparison on its home (candidate) suite.
 
 prometheus-client renders a registry of our own (never the global one).
 Reading Redis is async and collectors are not, so ``refresh`` reads Redis
@@ -25,7 +28,6 @@ first and ``SuiteCollector.collect`` only formats what it read.
 
 from __future__ import annotations
 
-import fnmatch
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -33,10 +35,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from reliabilityd.alerting.registry import watched
 from reliabilityd.alerting.sinks import Note, Sink
 from reliabilityd.daemon._metrics_text import SuiteText, SuiteView
 from reliabilityd.rejections import REASON_CLASSES, Rejected
-from reliabilityd.rules import Rule, for_slice
+from reliabilityd.rules import CanaryRule, Rule
 from reliabilityd.sources.mqtt import Watch
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Applied, Series, Store, StoreError, Undecodable, UndecodableLog
@@ -102,7 +105,7 @@ async def _newest(
 
 async def read_view(
     store: Store,
-    rules: Sequence[Rule],
+    alerts: Sequence[Rule | CanaryRule],
     sinks: Sequence[str],
     known: Mapping[Series, Snapshot] | None = None,
 ) -> SuiteView:
@@ -118,21 +121,15 @@ async def read_view(
     slice_ids = await store.reads.slices_of(sorted(sliced))
     series = [Series(suite, sid) for suite, ids in slice_ids.items() for sid in ids]
     slice_snapshots = await _newest(store, series, known)
-    pairs = [(s, r.name) for s in suites for r in rules if fnmatch.fnmatchcase(s, r.suite)]
-    pairs += [
-        (suite, for_slice(r, sid).name)
-        for suite, ids in slice_ids.items()
-        for r in rules
-        if r.slices and fnmatch.fnmatchcase(suite, r.suite)
-        for sid in ids
-    ]
+    # The registry's watches: threshold rules, slice rules and canaries alike.
+    pairs = [(w.suite, w.name) for w in await watched(store, alerts, suites)]
     states = await store.alerts.alert_states(pairs)
-    alerts = []
+    known_states = []
     for (suite, rule), state in zip(pairs, states, strict=True):
         if isinstance(state, Undecodable):
             _undecodable_log.note(state)  # no gauge: a state not known is not "inactive"
         else:
-            alerts.append((suite, rule, state))
+            known_states.append((suite, rule, state))
     triples = [(s, r, sink) for s, r in pairs for sink in sinks]
     depths = await store.alerts.outbox_lengths(triples)
     outbox = dict.fromkeys(sinks, 0)
@@ -140,7 +137,7 @@ async def read_view(
         outbox[sink] += depth
     return SuiteView(
         snapshots=snapshots,
-        alerts=alerts,
+        alerts=known_states,
         outbox=outbox,
         redis_up=True,
         read_at=time.time(),
@@ -270,7 +267,9 @@ class Metrics:
 
     # --- scrape -------------------------------------------------------------
 
-    async def refresh(self, store: Store, rules: Sequence[Rule], sinks: Sequence[str]) -> None:
+    async def refresh(
+        self, store: Store, alerts: Sequence[Rule | CanaryRule], sinks: Sequence[str]
+    ) -> None:
         """Read the suite gauges from Redis; on a Redis error keep none and say so."""
         last = self.suites.view
         known = (
@@ -282,7 +281,7 @@ class Metrics:
             }
         )
         try:
-            self.suites.view = await read_view(store, rules, sinks, known)
+            self.suites.view = await read_view(store, alerts, sinks, known)
         except StoreError:
             self.suites.view = SuiteView([], [], {}, redis_up=False, read_at=time.time())
 

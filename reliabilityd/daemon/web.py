@@ -30,9 +30,11 @@
   while Redis is unusable (OTLP clients retry it; trial ids make it idempotent). Write
   scopes as for ``/v1/trials``: a forbidden record counts in
   ``partial_success`` (403 when nothing but forbidden trials came).
-* ``GET /suites/<suite>``: the newest snapshot document, 404 when the suite
-  has none; with ``?slice=<id>`` the slice's; a browser
-  (``Accept: text/html``) gets the suite's page instead.
+* ``GET /suites/<suite>``: the newest snapshot document as stored, with
+  ``slice_snapshots`` (each slice's) and ``alerts`` (every rule that reads
+  the suite, with its state: ``alerting.registry.suite_json``) added; 404
+  when the suite has none; with ``?slice=<id>`` the slice's, with its own
+  rules; a browser (``Accept: text/html``) gets the suite's page instead.
 * ``GET /`` and the suite pages: the web UI (``daemon.ui``), where alert
   ``generatorURL``s point.
 * ``GET /v1/compare?suite=S&baseline=agent_version=1.4&candidate=agent_version=1.5``
@@ -147,7 +149,7 @@ class Backend(ui.Source, Protocol):
         place came free in time."""
         ...
 
-    async def snapshot_json(self, suite: str, slice: str | None = None) -> bytes | None:
+    async def suite_json(self, suite: str, slice: str | None = None) -> bytes | None:
         """The stored document; Busy when no place came free in time."""
         ...
 
@@ -426,7 +428,7 @@ class Handlers:
         if denied is not None:  # before Redis: the answer says nothing of the suite
             return denied
         try:
-            raw = await self.backend.snapshot_json(name, request.query.get("slice"))
+            raw = await self.backend.suite_json(name, request.query.get("slice"))
         except Busy as exc:
             return busy(exc)
         except StoreError as exc:

@@ -61,6 +61,7 @@ from reliabilityd.stats.intervals import IntervalName
 __all__ = [
     "CanaryDetail",
     "CanaryRule",
+    "CanaryView",
     "Compare",
     "Pair",
     "SideRef",
@@ -72,6 +73,7 @@ __all__ = [
     "step",
     "unknown",
     "verdict",
+    "view",
 ]
 
 # A side table's keys and values: label names and values (and `suite`, a suite name).
@@ -287,3 +289,26 @@ def detail(rule: CanaryRule, cmp: Comparison) -> CanaryDetail:
         unknown_reason=cmp.unknown_reason,
         worse=cmp.worse(rule.top),
     )
+
+
+class CanaryView(msgspec.Struct, frozen=True, kw_only=True):
+    """What the pages show of a canary between notifications: its latest comparison.
+
+    Written by the judge each time it compares the pair (``daemon._canary``),
+    beside the rule's state under the home suite's hash tag: the time, the
+    difference ``candidate - baseline`` in the rule's metric at its k with
+    its interval (None while UNKNOWN), and the notification's detail (both
+    sides, the shared tasks, the tasks that got worse).
+    """
+
+    at: float
+    value: float | None
+    ci: tuple[float, float] | None
+    detail: CanaryDetail
+
+
+def view(rule: CanaryRule, cmp: Comparison, now: float) -> CanaryView:
+    """The view of a comparison judged at ``now``."""
+    diff = cmp.difference(rule.metric)
+    ci = None if diff.ci is None else (float(diff.ci[0]), float(diff.ci[1]))
+    return CanaryView(at=now, value=diff.value, ci=ci, detail=detail(rule, cmp))

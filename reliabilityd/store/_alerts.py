@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from reliabilityd.rules import AlertState
+from reliabilityd.rules.canary import CanaryView
 from reliabilityd.stats import history
 from reliabilityd.stats.history import Transition
 from reliabilityd.store._base import Redis
@@ -30,6 +31,15 @@ class Cas(msgspec.Struct, frozen=True):
 
     won: bool
     stale_snapshot: bool = False
+
+
+# A canary's difference over time: one point per minute (the last comparison of that
+# minute), a day of them kept.
+CANARY_POINT_SECONDS = 60
+CANARY_POINTS_KEPT = 1440
+CanaryPoint = tuple[float, float | None, float | None, float | None]
+_canary_view = msgspec.json.Decoder(CanaryView)
+_canary_point = msgspec.msgpack.Decoder(tuple[float, float | None, float | None, float | None])
 
 
 class Baseline(msgspec.Struct, frozen=True):
@@ -130,6 +140,57 @@ class Alerts:
             n, c = _text(value).split(":")[:2]
             tasks[_text(task)] = (int(n), int(c))
         return Baseline(at=float(_text(at_raw)), tasks=tasks)
+
+    async def write_canary_view(self, suite: str, rule: str, view: CanaryView) -> None:
+        """Keep a canary's latest comparison, and make it its minute's point of the
+        difference over time (a hash field per minute: the last write of a minute stands,
+        whichever replica wrote it). Past ``CANARY_POINTS_KEPT`` minutes the oldest go."""
+        low, high = (None, None) if view.ci is None else view.ci
+        key = self.keys.canary_points(suite, rule)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(self.keys.canary_view(suite, rule), msgspec.json.encode(view))
+        pipe.hset(
+            key,
+            str(int(view.at // CANARY_POINT_SECONDS)),
+            msgspec.msgpack.encode((view.at, view.value, low, high)),
+        )
+        pipe.hlen(key)
+        *_, length = await pipe.execute()
+        if int(length) > CANARY_POINTS_KEPT + 60:  # trimmed an hour at a time
+            minutes = sorted(int(_text(f)) for f in await self.client.hkeys(key))
+            await self.client.hdel(key, *map(str, minutes[: len(minutes) - CANARY_POINTS_KEPT]))
+
+    async def canary_views(self, pairs: Sequence[tuple[str, str]]) -> list[CanaryView | None]:
+        """Each (suite, canary rule)'s latest comparison in one round trip; None before the
+        first, or when the stored one does not decode (the next judge replaces it)."""
+        if not pairs:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for suite, rule in pairs:
+            pipe.get(self.keys.canary_view(suite, rule))
+        out: list[CanaryView | None] = []
+        for raw in await pipe.execute():
+            try:
+                out.append(None if raw is None else _canary_view.decode(raw))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                out.append(None)
+        return out
+
+    async def canary_points(
+        self, suite: str, rule: str, *, since: float | None = None
+    ) -> list[CanaryPoint]:
+        """A canary's difference over time, oldest first: ``(t, value, lo, hi)``."""
+        raws: Any = await self.client.hvals(self.keys.canary_points(suite, rule))
+        out: list[CanaryPoint] = []
+        for raw in raws:
+            try:
+                point = _canary_point.decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if since is None or point[0] >= since:
+                out.append(point)
+        out.sort(key=lambda p: p[0])
+        return out
 
     async def outbox_lengths(self, triples: Sequence[tuple[str, str, str]]) -> list[int]:
         if not triples:

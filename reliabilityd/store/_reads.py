@@ -146,6 +146,10 @@ class Reads:
             if matches(sid, side.labels)
         ]
 
+    async def series_task_hash(self, series: Series) -> dict[bytes | str, bytes | str]:
+        """One series' raw per-task hash (a suite's whole, or one slice's): O(tasks)."""
+        return await self._task_hash(series)
+
     async def _task_hash(self, series: Series) -> dict[bytes | str, bytes | str]:
         key = self.keys.series(series, "tasks")
         out: dict[bytes | str, bytes | str] = {}

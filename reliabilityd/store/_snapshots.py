@@ -86,6 +86,15 @@ class Snapshots:
         raw: Any = await self.client.hget(self._key(Series(suite, slice)), "json")
         return None if raw is None else bytes(raw)
 
+    async def snapshot_jsons(self, series: Sequence[Series]) -> list[bytes | None]:
+        """``snapshot_json`` of each series, in one round trip."""
+        if not series:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for one in series:
+            pipe.hget(self._key(one), "json")
+        return [None if raw is None else bytes(raw) for raw in await pipe.execute()]
+
     async def document(
         self, suite: str, *, slice: str | None = None
     ) -> Snapshot | Undecodable | None:

@@ -162,6 +162,14 @@ class Keys:
     def outbox(self, suite: str, rule: str, sink: str) -> str:
         return self.suite(suite, f"alert:{rule}:outbox:{sink}")
 
+    def canary_view(self, suite: str, rule: str) -> str:
+        """A canary rule's latest comparison (``rules.canary.CanaryView``), as JSON."""
+        return self.suite(suite, f"alert:{rule}:view")
+
+    def canary_points(self, suite: str, rule: str) -> str:
+        """A canary rule's difference over time: minute -> MessagePack ``[t, value, lo, hi]``."""
+        return self.suite(suite, f"alert:{rule}:points")
+
     def outbox_lease(self, suite: str, rule: str, sink: str) -> str:
         return self.outbox(suite, rule, sink) + ":lease"
 

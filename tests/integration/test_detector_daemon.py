@@ -110,7 +110,7 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
             await status(client, suite, ks=[], rules=[RULE], as_json=False, out=status_lines.append)
         printed = "\n".join(status_lines).splitlines()
         row_cells = next(line.split() for line in printed if RULE.name in line)
-        assert row_cells == [suite, RULE.name, "inactive"]
+        assert row_cells == [suite, RULE.name, "inactive", "detector", "pass^5"]
         snap = await snapshot_of(store, suite)
         assert snap is not None
         assert snap.pace is not None

@@ -269,19 +269,20 @@ async def test_hostile_names_are_text_in_every_table_chart_and_title_of_every_pa
             assert doc.all("h3")[0].text.startswith(f"{RULE} ")
             movers = doc.cells("movers")
             lottery = doc.cells("lottery")
-            slices = doc.cells("slices")
+            slices = [e.text for e in doc.all("p", "slice-name")]
             for task in TASKS:
                 assert task in movers, movers
                 assert task in lottery, lottery
             for model in MODELS:
-                assert shown(slice_id(["model"], {"model": model})) in slices, slices
+                name = shown(slice_id(["model"], {"model": model}))
+                assert any(text.startswith(f"{name} ") for text in slices), slices
             assert any(e.text.startswith(f"Since {RULE} began breaching") for e in doc.all("p"))
             letters = doc.cells("letters")
             assert any(SCRIPT in cell and "outcome" in cell for cell in letters), letters
             assert f"mqtt:{topic}" in letters, letters
             # The charts: the rule's threshold and its firing mark, named in their titles.
             titles = svg_titles(page)
-            assert any(t.startswith(f"{RULE}: fires below") for t in titles), titles
+            assert any(t.startswith(f"{RULE}: judged against") for t in titles), titles
             assert any(t.startswith(f"{RULE} firing at") for t in titles), titles
             rules = [e.get("data-rule") for svg in charts(page) for e in svg.iter("line")]
             assert RULE in rules, rules

@@ -111,16 +111,31 @@ async def test_a_sliced_suites_page_lists_its_slices_as_their_snapshots_say(
             est = snap.get("pass^k", max(e.k for e in snap.pass_hat_k))
             assert est is not None
             assert est.ci is not None
-            row = (
-                f"<tr><td>{escape(shown(sid))}</td><td>{est.value:.3f}</td>"
-                f"<td>[{est.ci[0]:.3f}, {est.ci[1]:.3f}]</td><td>4</td><td>12</td></tr>"
-            )
-            assert row in html
+            assert est.value is not None
+            # Its card beside the others: the value and interval in percent, its size, and
+            # a link to its own page.
+            start = html.index(f'<section class="slice" data-slice="{escape(sid)}">')
+            card = html[start : html.index("</section>", start)]
+            assert escape(shown(sid)) in card
+            assert f"{100 * est.value:.1f}%" in card
+            assert f"[{100 * est.ci[0]:.1f}, {100 * est.ci[1]:.1f}]" in card
+            assert "4 tasks, 12 trials" in card
+            href = escape(f"/suites/web?slice={quote(sid, safe='')}")
+            assert f'href="{href}"' in card
+            # The slice's own page: its snapshot's numbers and its charts.
+            status, _, own = await _get(base, f"/suites/web?slice={quote(sid)}", accept=BROWSER)
+            assert status == 200
+            text = own.decode()
+            assert f'<span class="slice-id">[{escape(shown(sid))}]</span>' in text
+            assert text.count('<svg class="chart"') == 2
+            assert f"{100 * est.value:.1f}%" in text
         assert "<h2>Slices</h2>" in html
+        status, _, _ = await _get(base, "/suites/web?slice=model%3Dnone", accept=BROWSER)
+        assert status == 404
         assert "b<&>" not in html  # escaped
 
 
-async def test_the_json_body_is_the_stored_document_byte_for_byte(
+async def test_the_json_body_is_the_stored_document_with_its_slices_and_rules_added(
     redis_server: RedisServer, prefix: str
 ) -> None:
     cfg = http_config(redis_server, prefix)
@@ -133,7 +148,8 @@ async def test_the_json_body_is_the_stored_document_byte_for_byte(
         assert stored is not None
         assert msgspec.json.decode(body)["version"] <= msgspec.json.decode(stored)["version"]
         if msgspec.json.decode(body)["version"] == msgspec.json.decode(stored)["version"]:
-            assert body == stored
+            # The stored bytes, then what the registry adds: no slice, no rule here.
+            assert body == stored.rstrip()[:-1] + b',"slice_snapshots":[],"alerts":[]}'
 
 
 async def test_unknown_suites_and_bad_queries_say_what_is_wrong(

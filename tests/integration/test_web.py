@@ -200,7 +200,7 @@ async def test_suite_url_answers_the_newest_snapshot(
             if before is None or before != await store.snapshots.snapshot_json("web"):
                 return False
             assert status == 200
-            assert raw == before
+            assert raw == before.rstrip()[:-1] + b',"slice_snapshots":[],"alerts":[]}'
             return bool(msgspec.json.decode(raw)["tasks"] == 4)
 
         await wait_until(answered_as_stored)

@@ -8,6 +8,7 @@ from html.parser import HTMLParser
 import pytest
 
 from reliabilityd.alerting.notify import base_url, generator_url
+from reliabilityd.alerting.registry import Watched
 from reliabilityd.config import Config, HttpConfig
 from reliabilityd.daemon.ui import _model, wants_html
 from reliabilityd.daemon.ui._pages import (
@@ -23,6 +24,7 @@ from reliabilityd.daemon.ui._pages import (
 from reliabilityd.daemon.ui._routes import BadQuery, parse_time
 from reliabilityd.daemon.ui._svg import Mark, Sample, Threshold, chart, runs, sparkline
 from reliabilityd.rules import AlertState, Rule
+from reliabilityd.rules.registry import Watch
 from reliabilityd.stats.estimate import estimate_metrics
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.snapshot import StatsSettings, build, full_estimates
@@ -269,8 +271,9 @@ def _page(**overrides: object) -> SuitePage:
         "marks": [Mark(1150.0, "rel", "firing")],
         "rules": [
             RuleView(
-                rule=rule,
-                state=AlertState(state="firing", started_at=1150.0),
+                watched=Watched(
+                    Watch(rule=rule, suite="<s>"), AlertState(state="firing", started_at=1150.0)
+                ),
                 transitions=[TransitionRow(1150.0, "firing", "page")],
             )
         ],
@@ -321,7 +324,7 @@ def test_a_suite_page_without_snapshot_or_rules_says_what_is_missing() -> None:
     )
     assert "No snapshot yet" in html
     assert "No alert rule watches this suite" in html
-    assert "No breach has begun" in html
+    assert "No threshold rule has begun a breach on this suite yet" in html
     assert "No dead letter names this suite" in html
     parsed(html)
 

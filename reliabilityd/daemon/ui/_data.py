@@ -1,20 +1,30 @@
 """What the pages read from Redis, through the Store: snapshots, alert states, history,
 breach baselines, dead letters and rejected counts. Every read is the Store's; the
-numbers shown are what any other reader of Redis sees. A document the store cannot
-decode (``store.Undecodable``) is shown as undecodable and logged, never decoded here.
+numbers shown are what any other reader of Redis sees. The rules a page lists are the
+registry's (``alerting.registry``), as on every other surface. A document the store
+cannot decode (``store.Undecodable``) is shown as undecodable and logged, never decoded
+here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from reliabilityd.alerting import registry
+from reliabilityd.alerting.registry import Watched
 from reliabilityd.config import Config
 from reliabilityd.daemon.ui import _model
-from reliabilityd.daemon.ui._pages import IndexPage, IndexRow, RuleView, SuitePage, TransitionRow
-from reliabilityd.daemon.ui._svg import Mark
+from reliabilityd.daemon.ui._pages import (
+    IndexPage,
+    IndexRow,
+    RuleView,
+    SliceCard,
+    SuitePage,
+    TransitionRow,
+)
+from reliabilityd.daemon.ui._svg import Mark, Sample
 from reliabilityd.rules import AlertState, Rule
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import (
@@ -27,7 +37,7 @@ from reliabilityd.store import (
 )
 
 if TYPE_CHECKING:
-    from reliabilityd.stats.history import Estimate3, History
+    from reliabilityd.stats.history import Estimate3, History, Transition
 
 T = TypeVar("T")
 HOUR = 3600.0
@@ -45,8 +55,13 @@ def _noted(docs: Sequence[T]) -> list[T]:
     return list(docs)
 
 
-def watching(config: Config, suite: str) -> list[Rule]:
-    return [r for r in config.rules() if fnmatch.fnmatchcase(suite, r.suite)]
+def thresholds(watched: Sequence[Watched], suite: str, slice: str | None = None) -> list[Rule]:
+    """The threshold rules that judge the series itself (a suite's, or one slice's)."""
+    return [
+        w.watch.rule
+        for w in watched
+        if isinstance(w.watch.rule, Rule) and w.watch.suite == suite and w.watch.slice == slice
+    ]
 
 
 def _points(history: History) -> list[tuple[float, dict[str, Estimate3]]]:
@@ -60,11 +75,12 @@ async def index(
     readable: Callable[[list[str]], list[str]] = list,
 ) -> IndexPage:
     """Each readable suite's headline value, interval, day's trend, alerts and rejected count."""
-    suites = readable(await store.reads.suites())
+    known = await store.reads.suites()
+    suites = readable(known)
     docs = _noted(await store.snapshots.documents(suites))
-    rules = {s: watching(config, s) for s in suites}
-    pairs = [(s, r.name) for s in suites for r in rules[s]]
-    states = dict(zip(pairs, _noted(await store.alerts.alert_states(pairs)), strict=True))
+    # The registry over every suite: a canary reads both sides, readable or not.
+    every = await registry.statuses(store, config.alerts, suites=known)
+    _noted([w.state for w in every])
     rejected = await store.reads.rejected_counts(now)
     # One read for every suite's day: the page takes one connection, however many suites.
     histories = await store.history.read_many(
@@ -72,7 +88,9 @@ async def index(
     )
     rows = []
     for suite, snap, history in zip(suites, docs, histories, strict=True):
-        k = _model.headline_k(snap, rules[suite])
+        mine = registry.reading(every, suite)
+        own = thresholds(mine, suite)
+        k = _model.headline_k(snap, own)
         trend = (
             [] if k is None else _model.samples(_points(history), _model.series_key("pass^k", k))
         )
@@ -82,8 +100,10 @@ async def index(
                 snap=snap,
                 k=k,
                 trend=trend,
-                alert=_model.worst_state(states[(suite, r.name)] for r in rules[suite]),
+                # None: no rule watches the suite (no state to show).
+                alert=_model.worst_state(w.state for w in mine) if mine else None,
                 rejected=rejected.get(suite, 0),
+                below=_model.below_at(own, "pass^k", k),
             )
         )
     return IndexPage(rows=rows, unattributed=rejected.get(None, 0), now=now)
@@ -95,57 +115,82 @@ async def suite_page(
     suite: str,
     *,
     now: float,
+    slice: str | None = None,
     k: int | None = None,
     focus: str | None = None,
     anchor: float | None = None,
     since: float | None = None,
 ) -> SuitePage | None:
-    """A suite's page; None when Redis knows no such suite."""
-    (snap,) = _noted([await store.snapshots.document(suite)])
-    if snap is None and suite not in await store.reads.suites():
-        return None
-    rules = watching(config, suite)
-    states = _noted(await store.alerts.alert_states([(suite, r.name) for r in rules]))
+    """A suite's page, or with ``slice`` one slice's; None when Redis knows no such series."""
+    (snap,) = _noted([await store.snapshots.document(suite, slice=slice)])
+    if snap is None:
+        if suite not in await store.reads.suites():
+            return None
+        if slice is not None and slice not in await store.reads.slices(suite):
+            return None
+    watched = await registry.statuses(store, config.alerts, suite=suite, slice=slice)
+    _noted([w.state for w in watched])
     if focus is not None and anchor is None:
         # An alert link without a time opens at the rule's latest breach.
-        state = next((s for r, s in zip(rules, states, strict=True) if r.name == focus), None)
+        state = next((w.state for w in watched if w.watch.name == focus), None)
         anchor = state.started_at if isinstance(state, AlertState) else None
     t0, t1 = _model.time_range(now, anchor, since)
-    history = await store.history.read(suite, since=t0, until=t1)
+    history = await store.history.read(suite, slice=slice, since=t0, until=t1)
+    own = thresholds(watched, suite, slice)
     readable = snap if isinstance(snap, Snapshot) else None
     shown = k if k is not None and readable is not None and readable.get("pass^k", k) else None
-    shown = shown or _model.headline_k(snap, rules)
+    shown = shown or _model.headline_k(snap, own)
     points = _points(history)
     hat = [] if shown is None else _model.samples(points, _model.series_key("pass^k", shown))
     at = [] if shown is None else _model.samples(points, _model.series_key("pass@k", shown))
-    names = {r.name for r in rules}
-    transitions = [t for t in history.transitions if t.rule in names]
-    t0 = _model.drawn_from(t0, t1, [s.t for s in hat + at] + [t.t for t in transitions], anchor)
-    views = [
-        RuleView(
-            rule=r,
-            state=s,
-            transitions=[
-                TransitionRow(t.t, t.state, t.severity) for t in transitions if t.rule == r.name
-            ],
+    transitions = await registry.transitions(
+        store,
+        [w.watch for w in watched],
+        since=t0,
+        until=t1,
+        known={Series(suite, slice): history.transitions},
+    )
+    # The charts mark the transitions of the rules that judge this series and of the
+    # canaries that read it; a slice rule's are on its slice's page.
+    marked = {w.watch.name for w in watched if w.watch.slice == slice}
+    drawn = [t for t in transitions if t.rule in marked]
+    views = []
+    for w in watched:
+        diff = []
+        if w.watch.pair is not None:
+            diff = [
+                Sample(t, v, lo, hi)
+                for t, v, lo, hi in await store.alerts.canary_points(
+                    w.watch.suite, w.watch.name, since=t0
+                )
+            ]
+        own_marks = [t.t for t in transitions if _of(t, w)]
+        views.append(
+            RuleView(
+                watched=w,
+                transitions=[_row(t) for t in transitions if _of(t, w)],
+                points=diff,
+                # A canary's chart spreads its own points over its axis.
+                t0=_model.drawn_from(t0, t1, [p.t for p in diff] + own_marks, anchor)
+                if diff
+                else None,
+            )
         )
-        for r, s in zip(rules, states, strict=True)
-    ]
-    movers_rule, movers_since, movers = await _movers(store, config, suite, rules, views)
+    t0 = _model.drawn_from(t0, t1, [s.t for s in hat + at] + [t.t for t in drawn], anchor)
+    movers_rule, movers_since, movers = await _movers(store, config, views)
     letters = await store.reads.recent_deadletters(
         since=now - LETTERS_SINCE, suite=suite, limit=LETTERS
     )
     rejected = (await store.reads.rejected_counts(now)).get(suite, 0)
-    ids = await store.reads.slices(suite) if readable is not None and readable.slices else []
-    docs = _noted(await store.snapshots.documents([Series(suite, sid) for sid in ids]))
-    slices = [(sid, doc) for sid, doc in zip(ids, docs, strict=True) if doc is not None]
+    slices = [] if slice is not None else await _slices(store, suite, readable, watched, now)
     return SuitePage(
         suite=suite,
+        slice=slice,
         snap=snap,
         k=shown,
         hat=hat,
         at=at,
-        marks=[Mark(t.t, t.rule, t.state) for t in transitions],
+        marks=[Mark(t.t, t.rule, t.state) for t in drawn],
         rules=views,
         movers=movers,
         movers_rule=movers_rule,
@@ -158,29 +203,77 @@ async def suite_page(
         focus=focus,
         now=now,
         slices=slices,
+        below=_model.below_at(own, "pass^k", shown),
     )
 
 
+def _row(t: Transition) -> TransitionRow:
+    return TransitionRow(t.t, t.state, t.severity)
+
+
+def _of(t: Transition, w: Watched) -> bool:
+    return t.rule == w.watch.name
+
+
+async def _slices(
+    store: Store, suite: str, snap: Snapshot | None, watched: Sequence[Watched], now: float
+) -> list[SliceCard]:
+    """Each slice side by side: its snapshot, its day's trend, its rules' worst state."""
+    ids = await store.reads.slices(suite) if snap is not None and snap.slices else []
+    if not ids:
+        return []
+    series = [Series(suite, sid) for sid in ids]
+    docs = _noted(await store.snapshots.documents(series))
+    histories = await store.history.read_many(series, since=now - _model.DAY, until=now)
+    cards = []
+    for sid, doc, hist in zip(ids, docs, histories, strict=True):
+        if doc is None:
+            continue
+        mine = [w for w in watched if w.watch.slice == sid]
+        own = thresholds(mine, suite, sid)
+        k = _model.headline_k(doc, own) or _model.headline_k(snap, thresholds(watched, suite))
+        cards.append(
+            SliceCard(
+                slice=sid,
+                snap=doc,
+                k=k,
+                trend=[]
+                if k is None
+                else _model.samples(_points(hist), _model.series_key("pass^k", k)),
+                alert=_model.worst_state(w.state for w in mine) if mine else None,
+                below=_model.below_at(own, "pass^k", k),
+            )
+        )
+    return cards
+
+
 async def _movers(
-    store: Store, config: Config, suite: str, rules: Sequence[Rule], views: Sequence[RuleView]
+    store: Store, config: Config, views: Sequence[RuleView]
 ) -> tuple[str | None, float | None, list[_model.Mover]]:
-    """The tasks that moved most since the breach of the rule that needs a person most."""
+    """The tasks that moved most since the breach of the threshold rule (on the suite or a
+    slice) that needs a person most; a canary shows its worse tasks on its own card."""
     breached: list[tuple[RuleView, AlertState]] = []
     for v in views:
-        s = v.state
-        if isinstance(s, AlertState) and s.started_at is not None and s.state != "inactive":
+        s = v.watched.state
+        if (
+            v.watched.watch.pair is None
+            and isinstance(s, AlertState)
+            and s.started_at is not None
+            and s.state != "inactive"
+        ):
             breached.append((v, s))
     if not breached:
         return None, None, []
     view, _ = max(breached, key=lambda vs: (_model.STATE_RANK[vs[1].state], vs[1].started_at))
-    baseline = await store.alerts.baseline(suite, view.rule.name)
+    watch = view.watched.watch
+    baseline = await store.alerts.baseline(watch.suite, watch.name)
     if baseline is None:
         return None, None, []
-    hashes = await store.reads.task_hashes(suite)
-    window, _ = config.suite_settings(suite)
-    # Every task of the suite, parsed and ranked: O(tasks) of Python, off the event loop.
+    hashes = [await store.reads.series_task_hash(Series(watch.suite, watch.slice))]
+    window, _ = config.suite_settings(watch.suite)
+    # Every task of the series, parsed and ranked: O(tasks) of Python, off the event loop.
     rows = await asyncio.to_thread(_movers_of, baseline.tasks, hashes, window > 0)
-    return view.rule.name, baseline.at, rows
+    return watch.name, baseline.at, rows
 
 
 def _movers_of(

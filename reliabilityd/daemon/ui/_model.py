@@ -40,6 +40,13 @@ def headline_k(snap: Snapshot | Undecodable | None, rules: Sequence[Rule]) -> in
     return max(have)
 
 
+def below_at(rules: Sequence[Rule], metric: str, k: int | None) -> float | None:
+    """The highest ``below`` of the threshold rules on ``metric`` at ``k``: a value under it
+    is shown in the firing colour (None when no rule judges that number)."""
+    belows = [r.below for r in rules if r.metric == metric and r.k == k]
+    return max(belows, default=None)
+
+
 def worst_state(states: Iterable[AlertState | Undecodable]) -> str:
     """The state that needs a person most: firing, pending, undecodable, resolved, inactive."""
     return max(map(state_name, states), key=STATE_RANK.__getitem__, default="inactive")

@@ -1,4 +1,9 @@
-"""The pages as HTML: the index of suites and a suite's page. Pure: data in, text out.
+"""The pages as HTML: the index of suites, a suite's page and a slice's. Pure: data in, text out.
+
+Numbers are percent as ``reliabilityd status`` prints them (a canary's
+difference in percentage points); a number a rule judges is in the firing
+colour while it is under the rule's threshold. Every rule is the registry's
+(``alerting.registry``), described by its trigger (``rules.registry.describe``).
 
 Every value that came from outside (suite, task and rule names, dead-letter
 reasons and payloads) is escaped. A page is a layout around a ``<main>``
@@ -15,9 +20,11 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 
+from reliabilityd.alerting.registry import Watched
 from reliabilityd.daemon.ui._model import Mover, state_name
-from reliabilityd.daemon.ui._svg import Mark, Sample, Threshold, chart, sparkline, utc
-from reliabilityd.rules import AlertState, Rule
+from reliabilityd.daemon.ui._svg import Mark, Sample, Threshold, chart, pct, sparkline, utc
+from reliabilityd.rules import CanaryRule, Rule
+from reliabilityd.rules.registry import describe
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.slices import shown
 from reliabilityd.stats.snapshot import Snapshot
@@ -34,9 +41,18 @@ class TransitionRow(NamedTuple):
 
 
 class RuleView(msgspec.Struct, frozen=True):
-    rule: Rule
-    state: AlertState | Undecodable
+    """One of the registry's watches as a card: its state, transitions in range and, for a
+    canary, its difference over time."""
+
+    watched: Watched
     transitions: list[TransitionRow]
+    points: list[Sample] = msgspec.field(default_factory=list)
+    # Where a canary's difference chart begins (None: the page's charts' start).
+    t0: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.watched.watch.name
 
 
 class IndexRow(msgspec.Struct, frozen=True):
@@ -44,8 +60,22 @@ class IndexRow(msgspec.Struct, frozen=True):
     snap: Snapshot | Undecodable | None
     k: int | None
     trend: list[Sample]
-    alert: str
+    # The state that needs a person most; None when no rule watches the suite.
+    alert: str | None
     rejected: int
+    # The highest threshold a rule judges the headline value against.
+    below: float | None = None
+
+
+class SliceCard(msgspec.Struct, frozen=True):
+    """One slice beside the others on its suite's page."""
+
+    slice: str
+    snap: Snapshot | Undecodable
+    k: int | None
+    trend: list[Sample]
+    alert: str | None
+    below: float | None = None
 
 
 class IndexPage(msgspec.Struct, frozen=True):
@@ -56,6 +86,8 @@ class IndexPage(msgspec.Struct, frozen=True):
 
 class SuitePage(msgspec.Struct, frozen=True, kw_only=True):
     suite: str
+    # A slice's page: its id (the suite's page: None).
+    slice: str | None = None
     snap: Snapshot | Undecodable | None
     k: int | None
     hat: list[Sample]
@@ -72,8 +104,10 @@ class SuitePage(msgspec.Struct, frozen=True, kw_only=True):
     anchor: float | None
     focus: str | None
     now: float
-    # The newest snapshot of each of the suite's slices that has one, by slice id.
-    slices: list[tuple[str, Snapshot | Undecodable]] = msgspec.field(default_factory=list)
+    # Each of the suite's slices that has a snapshot, side by side.
+    slices: list[SliceCard] = msgspec.field(default_factory=list)
+    # The highest threshold a rule judges the page's pass^k at its k against.
+    below: float | None = None
 
 
 def suite_href(suite: str, **query: str) -> str:
@@ -99,14 +133,32 @@ def layout(title: str, main: str, *, refresh: str | None) -> str:
     )
 
 
-def _num(x: float | None) -> str:
-    return "UNKNOWN" if x is None else f"{x:.3f}"
+def _num(x: float | None, below: float | None = None) -> str:
+    """A ratio in percent; in the firing colour (``num under``) when under ``below``."""
+    if x is None:
+        return '<span class="num unknown">UNKNOWN</span>'
+    if below is not None and x < below:
+        return f'<span class="num under" title="under the rule\'s {pct(below)}">{pct(x)}</span>'
+    return f'<span class="num">{pct(x)}</span>'
 
 
 def _ci(est: Estimate | None) -> str:
     if est is None or est.ci is None:
         return "&ndash;"
-    return f"[{est.ci[0]:.3f}, {est.ci[1]:.3f}]"
+    return f"[{100 * est.ci[0]:.1f}, {100 * est.ci[1]:.1f}]"
+
+
+def _pp(x: float | None) -> str:
+    return "UNKNOWN" if x is None else f"{100 * x:+.1f} pp"
+
+
+def slice_href(suite: str, sid: str, **query: str) -> str:
+    return suite_href(suite, slice=sid, **query)
+
+
+def _alert_cell(alert: str | None) -> str:
+    """The state that needs a person most, or that no rule watches (no badge)."""
+    return '<span class="norule">no rule</span>' if alert is None else _state(alert)
 
 
 def _ago(then: float | None, now: float) -> str:
@@ -141,7 +193,8 @@ def index_main(page: IndexPage) -> str:
     else:
         parts.append(
             '<div class="scroll"><table class="suites"><thead><tr><th>suite</th>'
-            "<th>pass^k</th><th>interval</th><th>trend</th><th>alert</th>"
+            '<th title="the chance a task passes all of k tries">pass^k</th>'
+            "<th>interval</th><th>trend</th><th>alert</th>"
             "<th>last trial</th><th>rejected (1 h)</th></tr></thead><tbody>"
         )
         for row in page.rows:
@@ -149,7 +202,7 @@ def index_main(page: IndexPage) -> str:
             est = None if snap is None or row.k is None else snap.get("pass^k", row.k)
             label = "" if row.k is None else f'<span class="k">k={row.k}</span> '
             last = None if snap is None else _parse_time(snap.last_trial_at)
-            value = _num(None if est is None else est.value)
+            value = _num(None if est is None else est.value, row.below)
             if isinstance(row.snap, Undecodable):
                 value = _UNDECODABLE
             parts.append(
@@ -157,10 +210,14 @@ def index_main(page: IndexPage) -> str:
                 f'<td><a href="{escape(suite_href(row.suite))}">{escape(row.suite)}</a></td>'
                 f'<td class="value">{label}{value}</td>'
                 f"<td>{_ci(est)}</td><td>{sparkline(row.trend)}</td>"
-                f"<td>{_state(row.alert)}</td><td>{_ago(last, page.now)}</td>"
+                f"<td>{_alert_cell(row.alert)}</td><td>{_ago(last, page.now)}</td>"
                 f'<td class="rejected">{row.rejected}</td></tr>'
             )
         parts.append("</tbody></table></div>")
+    parts.append(
+        '<p class="note">Values in percent; the interval is the 95% one, in percent. '
+        "A value in red is under the threshold of a rule that judges it.</p>"
+    )
     parts.append(
         f'<p class="note">Rejected in the last hour without a suite named: '
         f'<span class="unattributed">{page.unattributed}</span>. '
@@ -169,13 +226,17 @@ def index_main(page: IndexPage) -> str:
     return "".join(parts)
 
 
-def _estimates_table(snap: Snapshot) -> str:
+def _estimates_table(snap: Snapshot, rules: Sequence[Rule]) -> str:
     rows = []
     for hat in snap.pass_hat_k:
         at = snap.get("pass@k", hat.k)
+        below = max((r.below for r in rules if r.metric == "pass^k" and r.k == hat.k), default=None)
+        at_below = max(
+            (r.below for r in rules if r.metric == "pass@k" and r.k == hat.k), default=None
+        )
         rows.append(
-            f"<tr><td>{hat.k}</td><td>{_num(hat.value)}</td><td>{_ci(hat)}</td>"
-            f"<td>{_num(None if at is None else at.value)}</td><td>{_ci(at)}</td>"
+            f"<tr><td>{hat.k}</td><td>{_num(hat.value, below)}</td><td>{_ci(hat)}</td>"
+            f"<td>{_num(None if at is None else at.value, at_below)}</td><td>{_ci(at)}</td>"
             f"<td>{hat.tasks}</td><td>{hat.runs}</td></tr>"
         )
         if hat.unknown_reason:
@@ -188,51 +249,87 @@ def _estimates_table(snap: Snapshot) -> str:
         '<th title="the fewest trials any task used has">runs</th></tr></thead><tbody>'
         + "".join(rows)
         + "</tbody></table></div>"
+        '<p class="note legend">pass^k: the chance a task passes all of k tries; pass@k: '
+        "that it passes at least one of k; both averaged over the tasks, in percent, each "
+        "with its 95% interval. tasks: the tasks estimated at that k; runs: the fewest "
+        "trials among them (a task with fewer than k trials is left out).</p>"
     )
 
 
 def _slices(page: SuitePage) -> str:
-    """Each slice's pass^k at the page's k with its interval, and its size."""
-    k = page.k
-    rows = []
-    for sid, snap in page.slices:
-        if isinstance(snap, Undecodable):
-            rows.append(
-                f"<tr><td>{escape(shown(sid))}</td><td>{_UNDECODABLE}</td><td>&ndash;</td>"
-                "<td>&ndash;</td><td>&ndash;</td></tr>"
+    """The suite's slices side by side, each a card with its value, interval, trend and
+    state; the one that needs a person most (or the lowest under its rule) singled out."""
+    failing = _failing(page.slices)
+    cards = []
+    for card in page.slices:
+        sid = escape(card.slice)
+        href = escape(slice_href(page.suite, card.slice))
+        single = " failing" if card.slice == failing else ""
+        head = (
+            f'<p class="slice-name"><a href="{href}">{escape(shown(card.slice))}</a> '
+            f"{_alert_cell(card.alert)}</p>"
+        )
+        if isinstance(card.snap, Undecodable):
+            cards.append(
+                f'<section class="slice{single}" data-slice="{sid}">{head}'
+                f"<p>{_UNDECODABLE}</p></section>"
             )
             continue
-        est = None if k is None else snap.get("pass^k", k)
-        rows.append(
-            f"<tr><td>{escape(shown(sid))}</td>"
-            f"<td>{_num(None if est is None else est.value)}</td><td>{_ci(est)}</td>"
-            f"<td>{snap.tasks}</td><td>{snap.trials}</td></tr>"
+        est = None if card.k is None else card.snap.get("pass^k", card.k)
+        label = "pass^k" if card.k is None else f"pass^{card.k}"
+        cards.append(
+            f'<section class="slice{single}" data-slice="{sid}">{head}'
+            f'<p class="value">{label} {_num(None if est is None else est.value, card.below)} '
+            f'<span class="ci">{_ci(est)}</span></p>{sparkline(card.trend)}'
+            f'<p class="facts">{card.snap.tasks} tasks, {card.snap.trials} trials</p></section>'
         )
-    head = "pass^k" if k is None else f"pass^{k}"
-    return (
-        '<div class="scroll"><table class="slices"><thead><tr><th>slice</th>'
-        f"<th>{head}</th><th>interval</th><th>tasks</th><th>trials</th></tr></thead><tbody>"
-        + "".join(rows)
-        + "</tbody></table></div>"
+    note = (
+        ""
+        if failing is None
+        else f'<p class="failing-slice">Failing: <a href="'
+        f'{escape(slice_href(page.suite, failing))}">{escape(shown(failing))}</a></p>'
     )
+    return note + '<div class="slices">' + "".join(cards) + "</div>"
+
+
+def _failing(cards: Sequence[SliceCard]) -> str | None:
+    """The slice to single out: the worst rule state among firing and pending, else the
+    lowest value under its rule's threshold; None when no slice fails."""
+    rank = {"firing": 2, "pending": 1}
+    worst = [c for c in cards if c.alert in rank]
+    if worst:
+        return max(worst, key=lambda c: rank[c.alert or ""]).slice
+    under = []
+    for c in cards:
+        if isinstance(c.snap, Snapshot) and c.k is not None and c.below is not None:
+            est = c.snap.get("pass^k", c.k)
+            if est is not None and est.value is not None and est.value < c.below:
+                under.append((est.value, c.slice))
+    return min(under)[1] if under else None
 
 
 def _rules(page: SuitePage) -> str:
     if not page.rules:
-        return '<p class="empty">No alert rule watches this suite.</p>'
+        what = "slice" if page.slice is not None else "suite"
+        return f'<p class="empty">No alert rule watches this {what}.</p>'
     parts = []
-    for view in sorted(page.rules, key=lambda v: v.rule.name != page.focus):
-        r, s = view.rule, view.state
-        focus = " focus" if r.name == page.focus else ""
+    for view in sorted(page.rules, key=lambda v: v.name != page.focus):
+        w, s = view.watched.watch, view.watched.state
+        name = escape(w.name)
+        focus = " focus" if w.name == page.focus else ""
         if isinstance(s, Undecodable):
-            since = f" (undecodable: {escape(s.error)}; the next transition replaces it)"
-            ended = ""
+            since = f"Undecodable: {escape(s.error)}; the next transition replaces it."
         else:
-            since = "" if s.started_at is None else f", breach since {utc(s.started_at)}"
-            ended = (
-                ""
-                if s.ended_at is None or s.state != "resolved"
-                else f", resolved {utc(s.ended_at)}"
+            since = "" if s.started_at is None else f"Breach since {utc(s.started_at)}"
+            if s.ended_at is not None and s.state == "resolved":
+                since += f"{'; r' if since else 'R'}esolved {utc(s.ended_at)}"
+            since = f"{since}." if since else ""
+        where = ""
+        if w.slice is not None and page.slice is None:
+            where = (
+                f'<p class="where">On the slice <a href="'
+                f'{escape(slice_href(w.suite, w.slice, rule=w.name))}">'
+                f"{escape(shown(w.slice))}</a>.</p>"
             )
         history = (
             "".join(
@@ -240,28 +337,96 @@ def _rules(page: SuitePage) -> str:
             )
             or "<li>no transition in this range</li>"
         )
+        kind = "canary" if isinstance(w.rule, CanaryRule) else "threshold"
         parts.append(
-            f'<section class="rule{focus}" id="rule-{escape(r.name)}" data-rule="{escape(r.name)}">'
-            f"<h3>{escape(r.name)} {_state(state_name(s))}</h3>"
-            f"<p>{escape(r.metric)} at k={r.k}: fires when the lower bound is below "
-            f"{r.below:.3f}, resolves at {r.resolve_at:.3f}; {escape(r.trigger)} trigger"
-            f'{since}{ended}.</p><ul class="transitions">{history}</ul></section>'
+            f'<section class="rule {kind}{focus}" id="rule-{name}" data-rule="{name}">'
+            f"<h3>{name} {_state(state_name(s))}</h3>{where}"
+            f'<p class="trigger">{escape(describe(w))}</p>'
+            + (_canary(page, view) if kind == "canary" else "")
+            + (f'<p class="since">{since}</p>' if since else "")
+            + f'<ul class="transitions">{history}</ul></section>'
+        )
+    return "".join(parts)
+
+
+def _canary(page: SuitePage, view: RuleView) -> str:
+    """A canary's card body: both sides, the latest difference with its interval, its
+    difference over time, and the tasks that got worse."""
+    w = view.watched.watch
+    rule = w.rule
+    assert isinstance(rule, CanaryRule)
+    v = view.watched.view
+    sides = (
+        f'<p class="sides">baseline <strong class="baseline">{escape(w.baseline or "")}'
+        f'</strong>, candidate <strong class="candidate">{escape(w.candidate or "")}'
+        "</strong></p>"
+    )
+    if v is None:
+        return sides + '<p class="empty">Not compared yet: the next CI tick compares.</p>'
+    d = v.detail
+    ci = "" if v.ci is None else f" [{_pp(v.ci[0])}, {_pp(v.ci[1])}]"
+    worse = v.value is not None and v.ci is not None and v.ci[1] < -rule.margin
+    cls = "num under" if worse else "num"
+    metric = rule.metric.replace("k", str(rule.k))
+    means = (
+        ""
+        if d.baseline_value is None or d.candidate_value is None
+        else f" ({metric} {pct(d.candidate_value)} against {pct(d.baseline_value)})"
+    )
+    unknown = f" {escape(d.unknown_reason)}" if d.unknown_reason else ""
+    parts = [
+        sides,
+        f'<p class="difference">candidate - baseline: <span class="{cls}">{_pp(v.value)}</span>'
+        f'<span class="ci">{ci}</span>{means} over {d.shared} shared tasks, '
+        f"compared {_ago(v.at, page.now)}.{unknown}</p>",
+    ]
+    if view.points:
+        parts.append(
+            f'<figure class="series difference" data-rule="{escape(w.name)}">'
+            f"<figcaption>{escape(metric)} difference with its interval</figcaption>"
+            + chart(
+                view.points,
+                t0=page.t0 if view.t0 is None else view.t0,
+                t1=page.t1,
+                label=f"{metric} difference",
+                marks=[Mark(t.t, w.name, t.state) for t in view.transitions],
+                thresholds=[Threshold(w.name, -rule.margin)],
+                anchor=page.anchor,
+                domain=(-1.0, 1.0),
+            )
+            + "</figure>"
+        )
+    if d.worse:
+        rows = "".join(
+            f"<tr><td>{escape(m.task)}</td><td>{m.baseline_c}/{m.baseline_n}</td>"
+            f"<td>{m.candidate_c}/{m.candidate_n}</td><td>{_pp(m.change)}</td></tr>"
+            for m in d.worse
+        )
+        parts.append(
+            '<div class="scroll"><table class="worse"><thead><tr><th>task</th>'
+            "<th>baseline c/n</th><th>candidate c/n</th><th>change</th></tr></thead><tbody>"
+            + rows
+            + "</tbody></table></div>"
+            '<p class="note legend">c/n: the trials a task passed of the trials counted '
+            "for it (its window's, with a window) on each side.</p>"
         )
     return "".join(parts)
 
 
 def _movers(page: SuitePage) -> str:
     if page.movers_rule is None or page.movers_since is None:
-        return '<p class="empty">No breach has begun on this suite yet.</p>'
+        what = "slice" if page.slice is not None else "suite"
+        return f'<p class="empty">No threshold rule has begun a breach on this {what} yet.</p>'
     head = (
         f"<p>Since {escape(page.movers_rule)} began breaching at {utc(page.movers_since)}: "
-        "each task's pass rate before and after.</p>"
+        "each task's passes of its trials (c/n) before and after, and the change in its "
+        "pass rate.</p>"
     )
     if not page.movers:
         return head + '<p class="empty">No task has moved since then.</p>'
     rows = "".join(
         f"<tr><td>{escape(m.task)}</td><td>{m.before_c}/{m.before_n}</td>"
-        f"<td>{m.after_c}/{m.after_n}</td><td>{m.change:+.2f}</td></tr>"
+        f"<td>{m.after_c}/{m.after_n}</td><td>{_pp(m.change)}</td></tr>"
         for m in page.movers
     )
     return (
@@ -294,9 +459,12 @@ def _letters(page: SuitePage) -> str:
 def _chart(page: SuitePage, metric: str, samples: Sequence[Sample]) -> str:
     label = metric.replace("k", str(page.k)) if page.k is not None else metric
     thresholds = [
-        Threshold(v.rule.name, v.rule.below)
+        Threshold(v.name, r.below)
         for v in page.rules
-        if v.rule.metric == metric and v.rule.k == page.k
+        if isinstance(r := v.watched.watch.rule, Rule)
+        and v.watched.watch.slice == page.slice
+        and r.metric == metric
+        and r.k == page.k
     ]
     return (
         f'<figure class="series" data-metric="{escape(metric)}">'
@@ -316,10 +484,18 @@ def _chart(page: SuitePage, metric: str, samples: Sequence[Sample]) -> str:
 
 def suite_main(page: SuitePage) -> str:
     snap = page.snap
-    parts = [f"<h1>{escape(page.suite)}</h1>"]
+    if page.slice is None:
+        parts = [f"<h1>{escape(page.suite)}</h1>"]
+    else:
+        parts = [
+            f'<h1>{escape(page.suite)} <span class="slice-id">[{escape(shown(page.slice))}]'
+            "</span></h1>"
+            f'<p class="note">One slice of <a href="{escape(suite_href(page.suite))}">'
+            f"{escape(page.suite)}</a>, from its own snapshot and history.</p>"
+        ]
     if page.focus is not None:
-        view = next((v for v in page.rules if v.rule.name == page.focus), None)
-        state = "unknown rule" if view is None else state_name(view.state)
+        view = next((v for v in page.rules if v.name == page.focus), None)
+        state = "unknown rule" if view is None else state_name(view.watched.state)
         at = "" if page.anchor is None else f" at {utc(page.anchor)}"
         parts.append(
             f'<p class="banner">Opened at alert <a href="#rule-{escape(page.focus)}">'
@@ -340,7 +516,12 @@ def suite_main(page: SuitePage) -> str:
             f"{snap.skips} skips; last trial {_ago(last, page.now)}; "
             f'rejected in the last hour: <span class="rejected">{page.rejected}</span></p>'
         )
-        parts.append(_estimates_table(snap))
+        own = [
+            r
+            for v in page.rules
+            if isinstance(r := v.watched.watch.rule, Rule) and v.watched.watch.slice == page.slice
+        ]
+        parts.append(_estimates_table(snap, own))
         if page.slices:
             parts.append("<h2>Slices</h2>" + _slices(page))
     parts.append(f'<h2>Over time</h2><p class="range">{utc(page.t0)} to {utc(page.t1)}</p>')
@@ -356,8 +537,12 @@ def suite_main(page: SuitePage) -> str:
     parts.append(f"<h2>Lottery cases{at_k}</h2>")
     if lottery:
         parts.append(
-            '<div class="scroll"><table class="lottery"><thead><tr><th>task</th><th>n</th>'
-            "<th>c</th></tr></thead><tbody>"
+            '<p class="note legend">Tasks that pass sometimes but not reliably, the widest gap '
+            "between pass@k and pass^k first. n: the trials counted for the task (its window's, "
+            "with a window); c: how many of them passed.</p>"
+            '<div class="scroll"><table class="lottery"><thead><tr>'
+            '<th>task</th><th title="trials counted">n</th><th title="trials passed">c</th>'
+            "</tr></thead><tbody>"
             + "".join(
                 f"<tr><td>{escape(r.task)}</td><td>{r.n}</td><td>{r.c}</td></tr>" for r in lottery
             )

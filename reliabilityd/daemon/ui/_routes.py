@@ -229,18 +229,23 @@ class Routes:
                     self.source.config,
                     name,
                     now=time.time(),
+                    slice=q.get("slice") or None,
                     k=None if k_text is None else int(k_text),
                     focus=q.get("rule") or None,
                     anchor=anchor,
                     since=since,
                 )
             if view is None:
-                return _problem(request, 404, f"no suite {name!r} in Redis", html=True)
+                what = f"suite {name!r}"
+                if q.get("slice"):
+                    what = f"slice {q['slice']!r} of {what}"
+                return _problem(request, 404, f"no {what} in Redis", html=True)
             main = _pages.suite_main(view)
             if q.get("fragment"):
                 return _html(main)
             refresh = request.rel_url.update_query(fragment="1")
-            return _html(_pages.layout(f"{name}: reliabilityd", main, refresh=str(refresh)))
+            title = name if view.slice is None else f"{name} [{view.slice}]"
+            return _html(_pages.layout(f"{title}: reliabilityd", main, refresh=str(refresh)))
 
         return await self._guard(request, page)
 

@@ -48,6 +48,11 @@ class Threshold(NamedTuple):
     below: float
 
 
+def pct(x: float) -> str:
+    """A ratio as the pages and the CLI print it: ``85.0%``."""
+    return f"{100 * x:.1f}%"
+
+
 def _fmt(x: float) -> str:
     return f"{x:.1f}"
 
@@ -66,18 +71,30 @@ def utc(t: float) -> str:
 class _Frame:
     """Maps (t, value) into the drawing area of a chart."""
 
-    def __init__(self, t0: float, t1: float, width: float, height: float, pad: tuple[float, ...]):
+    def __init__(
+        self,
+        t0: float,
+        t1: float,
+        width: float,
+        height: float,
+        pad: tuple[float, ...],
+        *,
+        domain: tuple[float, float] = (0.0, 1.0),
+    ):
         self.t0 = t0
         self.t1 = t1 if t1 > t0 else t0 + 1.0
         left, right, top, bottom = pad
         self.x0, self.x1 = left, width - right
-        self.y0, self.y1 = height - bottom, top  # value 0 at the bottom, 1 at the top
+        # The domain's low end at the bottom, its high end at the top.
+        self.y0, self.y1 = height - bottom, top
+        self.low, self.high = domain
 
     def x(self, t: float) -> float:
         return self.x0 + (t - self.t0) / (self.t1 - self.t0) * (self.x1 - self.x0)
 
     def y(self, v: float) -> float:
-        return self.y0 + min(max(v, 0.0), 1.0) * (self.y1 - self.y0)
+        share = (min(max(v, self.low), self.high) - self.low) / (self.high - self.low)
+        return self.y0 + share * (self.y1 - self.y0)
 
 
 def runs(samples: Iterable[Sample], present: str) -> list[list[Sample]]:
@@ -121,9 +138,15 @@ def chart(
     marks: Sequence[Mark] = (),
     thresholds: Sequence[Threshold] = (),
     anchor: float | None = None,
+    domain: tuple[float, float] = (0.0, 1.0),
 ) -> str:
-    """An SVG chart of one estimate from t0 to t1: line, interval band, points, marks."""
-    frame = _Frame(t0, t1, WIDTH, HEIGHT, (PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM))
+    """An SVG chart of one estimate from t0 to t1: line, interval band, points, marks.
+
+    ``domain``: the values at the bottom and the top (a difference spans -1 to 1);
+    the axis is labelled in percent (points of percent for a difference)."""
+    frame = _Frame(t0, t1, WIDTH, HEIGHT, (PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM), domain=domain)
+    low, high = domain
+    signed = low < 0
     span = frame.t1 - frame.t0
     parts = [
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
@@ -131,12 +154,14 @@ def chart(
         f'data-t0="{frame.t0!r}" data-t1="{frame.t1!r}">',
         f"<title>{escape(label)}</title>",
     ]
-    for v in (0.0, 0.25, 0.5, 0.75, 1.0):
+    for i in range(5):
+        v = low + (high - low) * i / 4
         y = _fmt(frame.y(v))
+        text = f"{100 * v:+.0f} pp" if signed else f"{100 * v:.0f}%"
         parts.append(
             f'<line class="grid" x1="{_fmt(frame.x0)}" x2="{_fmt(frame.x1)}" y1="{y}" y2="{y}"/>'
             f'<text class="axis" x="{_fmt(frame.x0 - 4)}" y="{y}" text-anchor="end" '
-            f'dominant-baseline="middle">{v:.2f}</text>'
+            f'dominant-baseline="middle">{text}</text>'
         )
     for i in range(5):
         t = frame.t0 + span * i / 4
@@ -149,8 +174,8 @@ def chart(
         y = _fmt(frame.y(th.below))
         parts.append(
             f'<line class="threshold" x1="{_fmt(frame.x0)}" x2="{_fmt(frame.x1)}" y1="{y}" '
-            f'y2="{y}" data-rule="{escape(th.rule)}"><title>{escape(th.rule)}: fires below '
-            f"{th.below:.3f}</title></line>"
+            f'y2="{y}" data-rule="{escape(th.rule)}"><title>{escape(th.rule)}: judged against '
+            f"{_value(th.below, signed)}</title></line>"
         )
     for run in runs(samples, "ci"):
         parts.append(f'<path class="band" d="{_band(frame, run)}"/>')
@@ -164,11 +189,15 @@ def chart(
                 f'data-t="{s.t!r}"><title>{utc(s.t)}: UNKNOWN</title></circle>'
             )
             continue
-        ci = "" if s.lo is None or s.hi is None else f" [{s.lo:.3f}, {s.hi:.3f}]"
+        ci = (
+            ""
+            if s.lo is None or s.hi is None
+            else f" [{_value(s.lo, signed)}, {_value(s.hi, signed)}]"
+        )
         parts.append(
             f'<circle class="pt" cx="{x}" cy="{_fmt(frame.y(s.value))}" r="2.5" '
-            f'data-t="{s.t!r}" data-v="{s.value!r}"><title>{utc(s.t)}: {s.value:.3f}{ci}'
-            "</title></circle>"
+            f'data-t="{s.t!r}" data-v="{s.value!r}"><title>{utc(s.t)}: '
+            f"{_value(s.value, signed)}{ci}</title></circle>"
         )
     for m in marks:
         x = _fmt(frame.x(m.t))
@@ -191,6 +220,10 @@ def chart(
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _value(v: float, signed: bool) -> str:
+    return f"{100 * v:+.1f} pp" if signed else pct(v)
 
 
 def sparkline(samples: Sequence[Sample]) -> str:
