@@ -28,10 +28,9 @@ from reliabilityd.rules import CanaryRule, Rule
 from reliabilityd.rules.canary import CanaryDetail, CanaryView, Compare
 from reliabilityd.stats.slices import slice_id
 from reliabilityd.store import Store
-from reliabilityd.testing import TestingSource, commit_to
 from tests.support.browser import Page, browser
 from tests.support.daemon import running, store_for
-from tests.support.helpers import stored_state, wait_until
+from tests.support.helpers import commit_all, stored_state, wait_until
 from tests.support.http import http_config
 from tests.support.servers import RedisServer
 
@@ -75,12 +74,6 @@ def _trials(suite: str, passes: Sequence[int], model: str | None = None) -> list
         for i, c in enumerate(passes)
         for j in range(10)
     ]
-
-
-async def _send(cfg: Config, events: list[TrialEvent]) -> None:
-    async with commit_to(cfg) as commit:
-        sink = await TestingSource([events], topic=f"{cfg.redis.prefix}/trials/a").run(commit)
-    assert sink.counted() == len(events)
 
 
 async def _write_past(store: Store, now: float) -> None:
@@ -162,7 +155,7 @@ async def test_a_firing_canary_and_a_failing_slice_on_desktop_and_phone(
         await _write_past(store, time.time())
         async with running(cfg) as daemon, browser() as b:
             await asyncio.wait_for(daemon.http_listening.wait(), 10)
-            await _send(
+            await commit_all(
                 cfg,
                 [
                     *_trials(BASELINE, [10] * TASKS),

@@ -34,9 +34,8 @@ from reliabilityd.rules import CanaryRule, Rule
 from reliabilityd.rules.canary import Compare
 from reliabilityd.stats.slices import slice_id
 from reliabilityd.store import Store
-from reliabilityd.testing import TestingSource, commit_to
 from tests.support.daemon import store_for
-from tests.support.helpers import current_snapshot, stored_state, toml_of, wait_until
+from tests.support.helpers import commit_all, current_snapshot, stored_state, toml_of, wait_until
 from tests.support.http import http_config, scrape, serving
 from tests.support.servers import RedisServer
 
@@ -82,12 +81,6 @@ def _trials(suite: str, passes: Sequence[int], **labels: str) -> list[TrialEvent
     ]
 
 
-async def _send(cfg: Config, events: list[TrialEvent]) -> None:
-    async with commit_to(cfg) as commit:
-        sink = await TestingSource([events], topic=f"{cfg.redis.prefix}/trials/a").run(commit)
-    assert sink.counted() == len(events)
-
-
 async def _firing(store: Store) -> bool:
     canary = await stored_state(store, CANDIDATE, CANARY.name)
     sliced = await stored_state(store, SLICED, SLICE_NAME)
@@ -121,7 +114,7 @@ async def test_a_firing_canary_and_slice_rule_appear_on_every_surface(
     async with serving(cfg) as (_, base), store_for(cfg) as store:
         # The canary: 16 of 40 tasks fall from 10/10 to 2/10. The sliced suite: the
         # "bad" slice's 4 tasks fail every trial, the "good" slice's 36 pass.
-        await _send(
+        await commit_all(
             cfg,
             [
                 *_trials(BASELINE, [10] * TASKS),

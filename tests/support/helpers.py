@@ -23,6 +23,7 @@ from reliabilityd.rules import AlertState
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Series, Store, Undecodable
+from reliabilityd.testing import TestingSource, commit_to
 
 
 class Truth:
@@ -318,3 +319,10 @@ class DaemonProcess:
             return self.output().count("event=mqtt_subscribed") >= times
 
         await wait_until(seen, within)
+
+
+async def commit_all(cfg: Config, events: list[TrialEvent]) -> None:
+    """Commit ``events`` as one MQTT batch through the real commit, every one counted."""
+    async with commit_to(cfg) as commit:
+        sink = await TestingSource([events], topic=f"{cfg.redis.prefix}/trials/a").run(commit)
+    assert sink.counted() == len(events)
