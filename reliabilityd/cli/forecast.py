@@ -1,8 +1,8 @@
 """``reliabilityd forecast``: what each alert rule would cost on-call at a suite's current data.
 
 Computed on demand, never on the daemon's tick: a simulation (``rules.forecast``)
-of the suite with its current per-task estimates taken as the truth, at the
-pace its trials arrive. The output says what it assumes.
+of the suite at its window's estimate, no task certain, at the pace its trials
+arrive, with an upper bound. The output says what it assumes.
 """
 
 from __future__ import annotations
@@ -75,10 +75,11 @@ async def forecast(
             printed += 1
     if printed:
         out(
-            "(assumes: every task keeps passing each trial with its window's c/n, so a task that "
-            "has not failed in its window never fails; trials arrive at the pace shown; the rule "
-            "is judged every ci_interval with its own interval and trigger; a forecast, not a "
-            "measurement)"
+            "(assumes: the suite stays at its window's estimate, each task at its counts with "
+            "half a pass and half a fail added, all moved by one log-odds shift to that level, so "
+            "a task that has not failed yet still may; trials arrive at the pace shown; the rule "
+            "is judged every ci_interval with its own interval and trigger; 'at most' is the "
+            "Poisson upper limit of the pages simulated; a forecast, not a measurement)"
         )
     return 0 if printed else 1
 
@@ -118,6 +119,7 @@ def _line(
         tick=config.stats.ci_interval,
     )
     return head + (
-        f"{pages.per_day:.2g} expected false pages/day at {pace:.3g} trials/task/day "
+        f"{pages.per_day:.2g} expected false pages/day, at most {pages.upper:.2g} "
+        f"({pages.confidence:.0%}), at {pace:.3g} trials/task/day "
         f"({hist.tasks} tasks, {simulated:.2g} h simulated)"
     )

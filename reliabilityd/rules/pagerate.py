@@ -284,3 +284,6 @@ class Pages:
     pages: int
     days: float
     firing_share: float
+    # The Poisson upper limit of ``per_day`` at ``confidence`` (nan: not computed).
+    upper: float = float("nan")
+    confidence: float = 0.9

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from reliabilityd.rules import Rule
-from reliabilityd.rules.forecast import expected_false_pages
+from reliabilityd.rules.forecast import expected_false_pages, poisson_upper
 from reliabilityd.rules.pagerate import MAKE_UPS, SHAPES, Shape, pass_hat, window_estimates
 from reliabilityd.rules.simulator import RATES, Path, false_pages_per_day, regressions
 from reliabilityd.stats.estimate import estimate_metrics
@@ -201,8 +203,19 @@ def test_the_forecast_simulates_the_rules_own_interval_and_trigger() -> None:
     # A suite whose windows are well under `below`: the detector's level fires.
     low = Histogram.from_pairs([(20, 17)] * 50)
     assert expected_false_pages(DETECTOR, low, window=20, rounds_per_day=1440, hours=1).pages >= 1
-    # A suite whose tasks have not failed in their windows is taken to never fail.
+    # A suite whose tasks have not failed in their windows still may, and the upper
+    # bound says how far a quiet simulation goes: 2.3 pages (90%) in an hour.
     perfect = Histogram.from_pairs([(20, 20)] * 50)
-    assert expected_false_pages(TODAY, perfect, window=20, rounds_per_day=1440, hours=1).pages == 0
+    clean = expected_false_pages(TODAY, perfect, window=20, rounds_per_day=1440, hours=1)
+    assert clean.upper == pytest.approx(poisson_upper(clean.pages, 0.9) * 24)
+    assert clean.upper > clean.per_day
     with pytest.raises(ValueError, match="window"):
         expected_false_pages(TODAY, hist, window=3, rounds_per_day=1440)
+
+
+def test_the_poisson_upper_limit_is_exact() -> None:
+    # The mean at which count or fewer events have probability 1 - confidence.
+    assert poisson_upper(0, 0.9) == pytest.approx(math.log(10), rel=1e-9)
+    assert poisson_upper(1, 0.9) == pytest.approx(3.889720, rel=1e-6)
+    assert poisson_upper(10, 0.95) == pytest.approx(16.962219, rel=1e-6)
+    assert poisson_upper(1000, 0.9) == pytest.approx(1000 + 1.2816 * math.sqrt(1000) + 1, rel=2e-3)
