@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from reliabilityd.config import Config
 from reliabilityd.rules import Rule
-from reliabilityd.rules.forecast import expected_false_pages
+from reliabilityd.rules.forecast import STAYS_ON, expected_false_pages
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store, Undecodable
@@ -118,8 +118,21 @@ def _line(
         interval=config.suite_interval(suite),
         tick=config.stats.ci_interval,
     )
+    if pages.firing_share >= STAYS_ON:
+        # One page that never resolves: a rate of pages says nothing, the time firing does.
+        return head + (
+            f"firing {pages.firing_share:.0%} of the simulated time at {pace:.3g} "
+            f"trials/task/day ({hist.tasks} tasks, {simulated:.2g} h simulated): an alert "
+            "that stays on, not a rate of pages"
+        )
     return head + (
-        f"{pages.per_day:.2g} expected false pages/day, at most {pages.upper:.2g} "
+        f"{_rate(pages.per_day)} expected false pages/day, at most {_rate(pages.upper)} "
         f"({pages.confidence:.0%}), at {pace:.3g} trials/task/day "
-        f"({hist.tasks} tasks, {simulated:.2g} h simulated)"
+        f"({hist.tasks} tasks, {simulated:.2g} h simulated"
+        + (f", firing {pages.firing_share:.0%} of it" if pages.firing_share >= 0.25 else "")
+        + ")"
     )
+
+
+def _rate(per_day: float) -> str:
+    return f"{per_day:.2g}" if per_day < 100 else f"{per_day:,.0f}"

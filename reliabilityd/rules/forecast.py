@@ -26,7 +26,11 @@ from reliabilityd.rules.threshold import Rule
 from reliabilityd.stats.estimators import pass_at_k_cells, pass_hat_k_cells
 from reliabilityd.stats.histogram import Histogram
 
-__all__ = ["expected_false_pages", "poisson_upper"]
+__all__ = ["STAYS_ON", "expected_false_pages", "poisson_upper"]
+
+# Past this share of the simulated time firing, a rule stays on: one page that never
+# resolves, where the time firing says what a rate of pages cannot.
+STAYS_ON = 0.9
 
 
 def poisson_upper(count: int, confidence: float) -> float:

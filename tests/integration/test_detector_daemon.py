@@ -100,8 +100,10 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
         lines: list[str] = []
         assert await forecast(store, cfg, suite, hours=1.0, out=lines.append) == 0
         row = next(line for line in lines if RULE.name in line)
-        # Every task passed all it ran: at that truth the rule never pages.
-        assert row.startswith(f"{suite}  {RULE.name}: 0 expected false pages/day at "), row
+        # Every task passed all it ran: at that level the rule does not page in what is
+        # simulated, and the upper bound says what so short a quiet stretch can prove.
+        assert row.startswith(f"{suite}  {RULE.name}: 0 expected false pages/day, at most "), row
+        assert "(90%)" in row
         assert "assumes" in lines[-1]
         assert (await stored_state(store, suite, RULE.name)).state == "inactive"
         # And `reliabilityd status` shows the rule's state.
