@@ -178,24 +178,24 @@ class _Reconnecting(AbstractConnection):
     ``HEALTH_CHECK_SECONDS`` pings first (redis-py's health check); when the
     ping fails it connects again before the command is sent, so nothing is
     ever sent twice, and a Redis that is really down still fails the command.
+
+    The handshake of a new socket never pings: redis-py pipelines it (CLIENT
+    SETINFO twice, SELECT, then reads their replies), and a ping due between
+    two of its sends, when the loop stalls past the interval, would read the
+    first SETINFO's reply as its own (on Redis before 7.2 an error, which
+    failed whatever command had opened the connection).
     """
 
-    _reconnecting = False
-
-    # redis-py leaves check_health and connect unannotated.
+    # redis-py leaves check_health, connect and the handshake unannotated.
     async def check_health(self) -> None:
-        if self._reconnecting:  # the handshake of the reconnect checks health too
-            await super().check_health()  # type: ignore[no-untyped-call]
-            return
         try:
             await super().check_health()  # type: ignore[no-untyped-call]
         except (RedisConnectionError, RedisTimeoutError):
             await self.disconnect()
-            self._reconnecting = True
-            try:
-                await self.connect()  # type: ignore[no-untyped-call]
-            finally:
-                self._reconnecting = False
+            await self.connect()  # type: ignore[no-untyped-call]
+
+    async def on_connect_check_health(self, check_health: bool = True) -> None:
+        await super().on_connect_check_health(check_health=False)
 
 
 _RECONNECTING: dict[type[AbstractConnection], type[AbstractConnection]] = {}

@@ -40,3 +40,26 @@ async def test_no_pooled_connection_fails_its_next_command_after_a_redis_restart
         assert await client.get("n") == str(CONNECTIONS).encode()
     finally:
         await client.aclose()
+
+
+async def test_a_loop_stalled_inside_the_handshake_fails_no_command(
+    private_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An interval this short is a loop that stalls past the interval between
+    # every two sends of redis-py's pipelined handshake (CLIENT SETINFO twice,
+    # SELECT): a ping there would read a handshake reply as its own. On the
+    # Redis before 7.2 the tests run, the first reply is SETINFO's error.
+    monkeypatch.setattr("reliabilityd.store._base.HEALTH_CHECK_SECONDS", 1e-9)
+    client = connect(f"{private_redis.url}/1", max_connections=8)
+    try:
+        for _ in range(3):  # each round opens new connections
+            results = await asyncio.gather(
+                *(client.blpop(["nothing"], timeout=0.1) for _ in range(CONNECTIONS)),
+                return_exceptions=True,
+            )
+            assert results == [None] * CONNECTIONS
+            await client.connection_pool.disconnect()
+        assert await client.incr("n") == 1
+        assert await client.get("n") == b"1"  # on database 1, as the URL says
+    finally:
+        await client.aclose()
