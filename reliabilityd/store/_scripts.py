@@ -19,6 +19,7 @@ __all__ = [
     "APPLY",
     "CLAIM",
     "CURSOR_MAX",
+    "DROP_ROWS",
     "EXPIRE_IDLE",
     "FORGET",
     "IMPORT_APPLY",
@@ -27,6 +28,8 @@ __all__ = [
     "READ",
     "READ_WINDOWS",
     "RELEASE",
+    "ROW_STATES",
+    "WRITE_ROWS",
     "WRITE_SNAPSHOT",
 ]
 
@@ -49,6 +52,9 @@ RELEASE = _lua("release")
 READ = _lua("read")
 READ_WINDOWS = _lua("read_windows")
 WRITE_SNAPSHOT = _lua("write_snapshot")
+WRITE_ROWS = _lua("write_rows")
+ROW_STATES = _lua("row_states")
+DROP_ROWS = _lua("drop_rows")
 ALERT_CAS = _lua("alert_cas")
 OUTBOX_POP = _lua("outbox_pop")
 LEASE = _lua("lease")

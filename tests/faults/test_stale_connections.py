@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis.asyncio as aioredis
 
 from reliabilityd.store import connect
 from reliabilityd.store._base import HEALTH_CHECK_SECONDS
@@ -51,6 +52,7 @@ async def test_a_loop_stalled_inside_the_handshake_fails_no_command(
     # Redis before 7.2 the tests run, the first reply is SETINFO's error.
     monkeypatch.setattr("reliabilityd.store._base.HEALTH_CHECK_SECONDS", 1e-9)
     client = connect(f"{private_redis.url}/1", max_connections=8)
+    assert isinstance(client, aioredis.Redis)  # a URL to one server: no cluster client
     try:
         for _ in range(3):  # each round opens new connections
             results = await asyncio.gather(

@@ -42,6 +42,7 @@ from reliabilityd.daemon.ui._access import (
 )
 from reliabilityd.logs import RateLimited
 from reliabilityd.store import Store
+from reliabilityd.store.keys import ROW_STATES
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 STATIC = {"ui.css": "text/css", "ui.js": "text/javascript"}
@@ -190,17 +191,29 @@ class Routes:
             return _refused(request, None)
 
         async def page() -> web.Response:
+            q = request.query
+            number = q.get("page", "1")
+            if not number.isdigit() or int(number) < 1:
+                raise BadQuery(f"page={number!r}: give a positive integer")
+            state = q.get("state") or None
+            if state is not None and state not in ROW_STATES:
+                raise BadQuery(f"state={state!r}: give one of {', '.join(ROW_STATES)}")
+            every = grant_of(request).may_all("read")
             async with self.source.reading() as store:
                 view = await _data.index(
                     store,
-                    self.source.config,
                     time.time(),
-                    lambda suites: readable(request, suites),
+                    page=int(number),
+                    state=state,
+                    prefix=q.get("prefix", ""),
+                    contains=q.get("q", ""),
+                    readable=None if every else (lambda suites: readable(request, suites)),
                 )
             main = _pages.index_main(view)
-            if request.query.get("fragment"):
+            if q.get("fragment"):
                 return _html(main)
-            return _html(_pages.layout("reliabilityd", main, refresh="/?fragment=1"))
+            refresh = request.rel_url.update_query(fragment="1")
+            return _html(_pages.layout("reliabilityd", main, refresh=str(refresh)))
 
         return await self._guard(request, page)
 
