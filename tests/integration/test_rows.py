@@ -49,14 +49,16 @@ async def test_rows_are_written_paged_filtered_and_dropped(
         await daemon.recompute._tick()
 
         page = await store.rows.page()
-        assert page.suites == names and page.total == 5
+        assert page.suites == names
+        assert page.total == 5
         assert page.states == ["firing", "firing", "none", "none", "none"]
         row = page.rows[0]
         assert isinstance(row, Row)
         snap = await store.snapshots.document("alpha-1")
         assert isinstance(snap, Snapshot)
         est = snap.get("pass^k", 1)
-        assert est is not None and (row.k, row.value, row.tasks) == (1, est.value, 10)
+        assert est is not None
+        assert (row.k, row.value, row.tasks) == (1, est.value, 10)
         assert row.rules == [("low", "firing")]
         assert row.below == 0.9
         assert len(row.trend) == 1  # the tick's own history point
@@ -82,7 +84,8 @@ async def test_rows_are_written_paged_filtered_and_dropped(
         await store.admin.forget_task("gamma", "t0")
         await daemon.recompute._tick()
         (gamma,) = (await store.rows.page(prefix="gamma")).rows
-        assert isinstance(gamma, Row) and gamma.tasks == 9
+        assert isinstance(gamma, Row)
+        assert gamma.tasks == 9
 
         # reset: the suite's row and its index entries are gone.
         await store.admin.reset_suite("alpha-1")
