@@ -4,10 +4,12 @@ After a tick's snapshots and verdicts, each series whose snapshot the tick
 wrote gets a new row (its headline value and interval, the states of the
 rules that read it, the last trial, a day's trend thinned to a handful of
 points from the history read), and each suite whose worst state moved is
-moved between the state indexes. The states of every suite come from the
-registry in one read, as the evaluator's do; a state this replica has
-already written is not written again until ``FORGET_WRITTEN`` has passed
-(another replica may have written one since). Every ``SWEEP_EVERY`` the
+moved between the state indexes; a row whose rules' states moved without
+a new snapshot (a rule's ``for`` ran out, a canary decided) has its rules
+rewritten. The states of every suite come from the registry in one read, as
+the evaluator's do; what this replica has already written is not written
+again until ``FORGET_WRITTEN`` has passed (another replica may have written
+since). Every ``SWEEP_EVERY`` the
 rows of suites Redis no longer has are dropped.
 """
 
@@ -17,11 +19,14 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+import msgspec
+
 from reliabilityd.alerting import registry
 from reliabilityd.alerting.registry import Watched
 from reliabilityd.config import Config
 from reliabilityd.daemon.ui import _model
 from reliabilityd.rules import Rule
+from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.history import History
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Row, Series, Store
@@ -74,10 +79,23 @@ def row_of(snap: Snapshot, watched: Sequence[Watched], history: History | None, 
         tasks=snap.tasks,
         last_trial_at=snap.last_trial_at,
         below=_model.below_at(own, "pass^k", k),
-        rules=[(w.watch.name, _model.state_name(w.state)) for w in watched],
+        rules=_rules(watched),
         trend=trend,
         unknown_reason=None if est is None else est.unknown_reason,
+        pass_at_k=[_four(e) for e in snap.pass_at_k],
+        pass_hat_k=[_four(e) for e in snap.pass_hat_k],
+        slices=snap.slices,
+        slice_overflow=snap.slice_overflow,
     )
+
+
+def _four(est: Estimate) -> tuple[int, float | None, float | None, float | None]:
+    lo, hi = (None, None) if est.ci is None else est.ci
+    return (est.k, est.value, lo, hi)
+
+
+def _rules(watched: Sequence[Watched]) -> list[tuple[str, str, str]]:
+    return [(w.watch.name, _model.state_name(w.state), w.watch.suite) for w in watched]
 
 
 def _by_series(every: Sequence[Watched]) -> dict[Series, list[Watched]]:
@@ -98,6 +116,7 @@ class RowWriter:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._written: dict[str, str] = {}
+        self._rules: dict[Series, list[tuple[str, str, str]]] = {}
         self._forget_at = 0.0
         self._next_sweep = 0.0
 
@@ -108,6 +127,7 @@ class RowWriter:
         now = time.time()
         if time.monotonic() >= self._forget_at:
             self._written.clear()
+            self._rules.clear()
             self._forget_at = time.monotonic() + FORGET_WRITTEN
         every = await registry.statuses(self.store, config.alerts, suites=suites)
         by_series = _by_series(every)
@@ -117,7 +137,19 @@ class RowWriter:
             row_of(snapshots[s], by_series.get(s, []), h, now)
             for s, h in zip(written, histories, strict=True)
         ]
+        # Rows whose rules' states moved since they were written: the same row, its rules new.
+        moved = [
+            s
+            for s, ws in by_series.items()
+            if s not in snapshots and self._rules.get(s) != _rules(ws)
+        ]
+        for series, old in zip(moved, await self.store.rows.read(moved), strict=True):
+            new = _rules(by_series[series])
+            if isinstance(old, Row) and [tuple(r) for r in old.rules] != new:
+                rows.append(msgspec.structs.replace(old, rules=new))
         await self.store.rows.write(rows)
+        for series in [*written, *moved]:
+            self._rules[series] = _rules(by_series.get(series, []))
         fresh = {s.suite for s in written if s.slice is None}
         states: dict[str, str] = {}
         for suite in suites:

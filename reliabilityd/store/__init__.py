@@ -39,10 +39,11 @@ from reliabilityd.store._reads import TaskHashes, task_counts_of
 from reliabilityd.store._rows import Row, RowPage
 from reliabilityd.store._snapshots import SnapshotWrite
 from reliabilityd.store._store import Store
-from reliabilityd.store.keys import Series
+from reliabilityd.store.keys import ROW_STATES, Series
 
 __all__ = [
     "DEFAULT_CONNECTIONS",
+    "ROW_STATES",
     "Applied",
     "Baseline",
     "Counters",

@@ -37,9 +37,11 @@ class Row(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
 
     ``k``: the headline k (the first pass^k rule's, else the largest), with its
     ``value`` and ``ci`` (None while UNKNOWN); ``below``: the highest threshold
-    a rule judges that value against; ``rules``: (rule, state) of every rule
-    that reads the series; ``trend``: (t, value, low, high) points of the last
-    day at the headline k.
+    a rule judges that value against; ``rules``: (rule, state, the suite that
+    holds its state) of every rule that reads the series, kept current by
+    every tick; ``trend``: (t, value, low, high) points of the last day at the
+    headline k; ``pass_at_k`` and ``pass_hat_k``: (k, value, low, high) of
+    every k of the snapshot (what ``/metrics`` exposes).
     """
 
     suite: str
@@ -52,11 +54,19 @@ class Row(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
     tasks: int
     last_trial_at: str | None
     below: float | None = None
-    rules: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    rules: list[tuple[str, str, str]] = msgspec.field(default_factory=list)
     trend: list[tuple[float, float | None, float | None, float | None]] = msgspec.field(
         default_factory=list
     )
     unknown_reason: str | None = None
+    pass_at_k: list[tuple[int, float | None, float | None, float | None]] = msgspec.field(
+        default_factory=list
+    )
+    pass_hat_k: list[tuple[int, float | None, float | None, float | None]] = msgspec.field(
+        default_factory=list
+    )
+    slices: int = 0
+    slice_overflow: int = 0
 
 
 class RowPage(msgspec.Struct, frozen=True):

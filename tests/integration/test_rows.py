@@ -59,7 +59,7 @@ async def test_rows_are_written_paged_filtered_and_dropped(
         est = snap.get("pass^k", 1)
         assert est is not None
         assert (row.k, row.value, row.tasks) == (1, est.value, 10)
-        assert row.rules == [("low", "firing")]
+        assert row.rules == [("low", "firing", "alpha-1")]
         assert row.below == 0.9
         assert len(row.trend) == 1  # the tick's own history point
 

@@ -28,8 +28,7 @@ from reliabilityd.rules.registry import describe
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.slices import shown
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import DeadLetter, Row, Undecodable
-from reliabilityd.store.keys import ROW_STATES
+from reliabilityd.store import ROW_STATES, DeadLetter, Row, Undecodable
 
 EXCERPT = 160  # characters of a dead letter's payload shown
 _UNDECODABLE = '<span class="undecodable">undecodable</span>'

@@ -41,8 +41,7 @@ from reliabilityd.daemon.ui._access import (
     token_reads,
 )
 from reliabilityd.logs import RateLimited
-from reliabilityd.store import Store
-from reliabilityd.store.keys import ROW_STATES
+from reliabilityd.store import ROW_STATES, Store
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 STATIC = {"ui.css": "text/css", "ui.js": "text/javascript"}
