@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs only the package and its `embedded` extra, not the test tools.
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history \
+.PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-reads \
 	study-pages study-coverage study-compare soak servers clean
 
 $(STAMP): pyproject.toml
@@ -71,7 +71,7 @@ fuzz: $(STAMP) servers
 			tests/unit tests/statistics tests/integration || exit 1; \
 	done; echo "fuzz: $$round rounds, no failure"
 
-bench: bench-stats bench-ci bench-ingest bench-import bench-http bench-history
+bench: bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-reads
 
 bench-stats: $(STAMP)
 	$(PY) -m benchmarks.bench_stats
@@ -88,6 +88,11 @@ bench-ci: $(STAMP) servers
 ## The snapshot write with its history point, beside the same write without it.
 bench-history: $(STAMP) servers
 	$(PY) -m benchmarks.bench_history
+
+## The index's pages, /metrics and status from the summary rows at 1,000 and 10,000 suites,
+## beside the per-suite read path in the same run, with the load average.
+bench-reads: $(STAMP) servers
+	$(PY) -m benchmarks.bench_reads
 
 bench-ingest: $(STAMP) servers
 	$(PY) -m benchmarks.bench_ingest
