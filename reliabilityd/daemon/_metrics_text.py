@@ -48,8 +48,6 @@ Four = tuple[int, float | None, float | None, float | None]
 
 def _estimates(summary: Summary, metric: str) -> list[Four]:
     """(k, value, low, high) of each k of one metric, from a row or a snapshot."""
-    if isinstance(summary, Row):
-        return list(getattr(summary, metric))
     out: list[Four] = []
     for est in getattr(summary, metric):
         lo, hi = (None, None) if est.ci is None else est.ci

@@ -26,7 +26,6 @@ from reliabilityd.alerting.registry import Watched
 from reliabilityd.config import Config
 from reliabilityd.daemon.ui import _model
 from reliabilityd.rules import Rule
-from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.history import History
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Row, Series, Store
@@ -82,16 +81,12 @@ def row_of(snap: Snapshot, watched: Sequence[Watched], history: History | None, 
         rules=_rules(watched),
         trend=trend,
         unknown_reason=None if est is None else est.unknown_reason,
-        pass_at_k=[_four(e) for e in snap.pass_at_k],
-        pass_hat_k=[_four(e) for e in snap.pass_hat_k],
+        pass_at_k=list(snap.pass_at_k),
+        pass_hat_k=list(snap.pass_hat_k),
         slices=snap.slices,
         slice_overflow=snap.slice_overflow,
+        trials=snap.trials,
     )
-
-
-def _four(est: Estimate) -> tuple[int, float | None, float | None, float | None]:
-    lo, hi = (None, None) if est.ci is None else est.ci
-    return (est.k, est.value, lo, hi)
 
 
 def _rules(watched: Sequence[Watched]) -> list[tuple[str, str, str]]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from reliabilityd.stats.estimate import Estimate
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._documents import Undecodable
 from reliabilityd.store._errors import boundary
@@ -40,8 +41,8 @@ class Row(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
     a rule judges that value against; ``rules``: (rule, state, the suite that
     holds its state) of every rule that reads the series, kept current by
     every tick; ``trend``: (t, value, low, high) points of the last day at the
-    headline k; ``pass_at_k`` and ``pass_hat_k``: (k, value, low, high) of
-    every k of the snapshot (what ``/metrics`` exposes).
+    headline k; ``pass_at_k`` and ``pass_hat_k``: the snapshot's estimates at
+    every k (what ``/metrics`` and ``status`` show), ``trials`` its count.
     """
 
     suite: str
@@ -59,14 +60,11 @@ class Row(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
         default_factory=list
     )
     unknown_reason: str | None = None
-    pass_at_k: list[tuple[int, float | None, float | None, float | None]] = msgspec.field(
-        default_factory=list
-    )
-    pass_hat_k: list[tuple[int, float | None, float | None, float | None]] = msgspec.field(
-        default_factory=list
-    )
+    pass_at_k: list[Estimate] = msgspec.field(default_factory=list)
+    pass_hat_k: list[Estimate] = msgspec.field(default_factory=list)
     slices: int = 0
     slice_overflow: int = 0
+    trials: int = 0
 
 
 class RowPage(msgspec.Struct, frozen=True):

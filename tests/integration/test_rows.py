@@ -4,14 +4,21 @@ with ``reset`` (rewritten after ``forget``)."""
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
+from reliabilityd.cli.status import status
+from reliabilityd.client import AsyncClient
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import TrialEvent
 from reliabilityd.rules import Rule
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Row, Series, Store, connect
+from tests.support.daemon import store_for
+from tests.support.helpers import wait_until
+from tests.support.http import get, http_config, serving
 from tests.support.servers import RedisServer
 
 
@@ -109,3 +116,66 @@ async def test_a_newer_row_is_never_overwritten_by_an_older_one(
         assert await store.rows.read([Series("s")]) == [new]
     finally:
         await client.aclose()
+
+
+async def test_the_index_pages_and_filters_over_http_and_every_list_read_reads_the_rows(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """250 suites: the index's pages of 100, its filters, ``GET /v1/suites``, the Client's
+    ``rows`` and ``status`` all list what the rows hold."""
+    cfg = http_config(redis_server, prefix, ks=[1])
+    rule = Rule(name="low", suite="bad-*", k=1, below=0.9, trigger="ci-low")
+    cfg = msgspec.structs.replace(
+        cfg, alerts=[rule], stats=msgspec.structs.replace(cfg.stats, ci_interval=3600.0)
+    )
+    names = [f"bad-{i:03d}" for i in range(20)] + [f"good-{i:03d}" for i in range(230)]
+    async with store_for(cfg) as store:
+        batch = {n: _events(n, 4, 2 if n.startswith("bad") else 4) for n in names}
+        await store.ingest.apply(batch, windows=dict.fromkeys(names, 0), dedup_ttl=3600)
+    async with serving(cfg) as (_daemon, base), store_for(cfg) as store:
+
+        async def indexed() -> bool:
+            return (await store.rows.page(limit=1)).total == len(names) and all(
+                r is not None for r in (await store.rows.page(limit=300)).rows
+            )
+
+        await wait_until(indexed, 60)
+        code, html = await get(base, "/")
+        assert code == 200
+        shown = re.findall(r'<tr class="suite" data-suite="([^"]+)"', html.decode())
+        assert shown == sorted(names)[:100]
+        assert "1&ndash;100 of 250" in html.decode()
+        code, html = await get(base, "/?page=3")
+        assert re.findall(r'data-suite="([^"]+)"', html.decode()) == sorted(names)[200:]
+        code, html = await get(base, "/?state=firing&q=-01")
+        assert re.findall(r'data-suite="([^"]+)"', html.decode()) == [
+            f"bad-{i:03d}" for i in range(10, 20)
+        ]
+        assert (await get(base, "/?page=0"))[0] == 400
+        assert (await get(base, "/?state=burning"))[0] == 400
+
+        code, raw = await get(base, "/v1/suites?prefix=good-&page=3")
+        assert code == 200
+        doc = msgspec.json.decode(raw)
+        assert (doc["total"], doc["page"], doc["pages"]) == (230, 3, 3)
+        assert [s["suite"] for s in doc["suites"]] == [f"good-{i}" for i in range(200, 230)]
+        assert doc["suites"][0]["state"] == "none"
+        assert doc["suites"][0]["row"]["tasks"] == 4
+
+        async with AsyncClient(redis_server.url, prefix=prefix) as client:
+            page = await client.rows(state="firing", page_size=5, page=4)
+            assert page.suites == [f"bad-{i:03d}" for i in range(15, 20)]
+            assert page.total == 20
+            lines: list[str] = []
+            assert (
+                await status(client, None, ks=[], rules=cfg.alerts, as_json=False, out=lines.append)
+                == 0
+            )
+        table = [line.split() for line in "\n".join(lines).splitlines()]
+        assert [r[0] for r in table if r and r[0] in names] == [
+            *names,
+            *(f"bad-{i:03d}" for i in range(20)),
+        ]
+        (good,) = [r for r in table if r[:1] == ["good-000"]]
+        assert good[1:5] == ["4", "16", "1", "4"]  # tasks, trials, k, runs
+        assert good[5].startswith("100.0%")

@@ -235,6 +235,41 @@ def _pager(page: IndexPage) -> str:
     )
 
 
+def row_json(row: Row) -> dict[str, object]:
+    """A summary row as a JSON object, its fields by name."""
+    return {field: getattr(row, field) for field in row.__struct_fields__}
+
+
+def index_json(page: IndexPage) -> bytes:
+    """``GET /v1/suites``: the page's suites, each with its state and its summary row
+    (null before its first snapshot; ``{"undecodable": error}`` when it does not decode),
+    and the page's place among all that match."""
+    suites = []
+    for item in page.rows:
+        row: object = None
+        if isinstance(item.row, Row):
+            row = row_json(item.row)
+        elif isinstance(item.row, Undecodable):
+            row = {"undecodable": item.row.error}
+        suites.append(
+            {
+                "suite": item.suite,
+                "state": item.alert or "none",
+                "rejected": item.rejected,
+                "row": row,
+            }
+        )
+    return msgspec.json.encode(
+        {
+            "suites": suites,
+            "total": page.total,
+            "page": page.page,
+            "pages": page.pages,
+            "page_size": 100,
+        }
+    )
+
+
 def _trend_samples(row: Row) -> list[Sample]:
     return [Sample(t, v, lo, hi) for t, v, lo, hi in row.trend]
 
