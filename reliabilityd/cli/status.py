@@ -80,7 +80,7 @@ def status_rows(
         for est in [*snap.pass_at_k, *snap.pass_hat_k]:
             per_k.setdefault(est.k, {})[est.metric] = est
     elif row is not None:
-        for est in [*row.pass_at_k, *row.pass_hat_k]:
+        for est in [*row.estimates("pass@k"), *row.estimates("pass^k")]:
             per_k.setdefault(est.k, {})[est.metric] = est
     age = _age(summary.counters.last_trial_at, now)
     name = summary.suite if summary.slice is None else f"  [{shown(summary.slice)}]"

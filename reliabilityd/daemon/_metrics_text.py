@@ -48,6 +48,8 @@ Four = tuple[int, float | None, float | None, float | None]
 
 def _estimates(summary: Summary, metric: str) -> list[Four]:
     """(k, value, low, high) of each k of one metric, from a row or a snapshot."""
+    if isinstance(summary, Row):
+        return [c[:4] for c in getattr(summary, metric)]
     out: list[Four] = []
     for est in getattr(summary, metric):
         lo, hi = (None, None) if est.ci is None else est.ci
@@ -189,6 +191,7 @@ class SuiteText:
     def __init__(self) -> None:
         self.view: SuiteView | None = None
         self._lines: dict[Series, _Kept] = {}
+        self._alerts: dict[tuple[str, str, str], str] = {}
         self._rendered: tuple[SuiteView | None, bytes] | None = None
 
     def render(self) -> bytes:
@@ -265,16 +268,23 @@ class SuiteText:
             for i, (name, text) in enumerate(suite_names)
             if i > len(names)
         ]
+        # A rule's four lines are formatted once per state it is in, and kept.
+        alert_lines: dict[tuple[str, str, str], str] = {}
+        for suite, rule, current in view.alerts:
+            key = (suite, rule, _state_name(current))
+            lines = self._alerts.get(key)
+            if lines is None:
+                labels = f'reliabilityd_alert_state{{suite="{_label(suite)}",rule="{_label(rule)}",'
+                lines = "".join(
+                    f'{labels}state="{s}"}} {1.0 if key[2] == s else 0.0}\n' for s in ALERT_STATES
+                )
+            alert_lines[key] = lines
+        self._alerts = alert_lines
         parts.append(
             _family(
                 "reliabilityd_alert_state",
                 "1 for the alert rule's current state on the suite, 0 for the others",
-                (
-                    f'reliabilityd_alert_state{{suite="{_label(suite)}",rule="{_label(rule)}",'
-                    f'state="{s}"}} {1.0 if _state_name(current) == s else 0.0}\n'
-                    for suite, rule, current in view.alerts
-                    for s in ALERT_STATES
-                ),
+                alert_lines.values(),
             )
         )
         parts.append(

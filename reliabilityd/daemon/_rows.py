@@ -29,7 +29,7 @@ from reliabilityd.rules import Rule
 from reliabilityd.stats.history import History
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Row, Series, Store
-from reliabilityd.store._rows import TREND_POINTS
+from reliabilityd.store._rows import TREND_POINTS, compact
 
 __all__ = ["RowWriter", "row_of"]
 
@@ -81,8 +81,8 @@ def row_of(snap: Snapshot, watched: Sequence[Watched], history: History | None, 
         rules=_rules(watched),
         trend=trend,
         unknown_reason=None if est is None else est.unknown_reason,
-        pass_at_k=list(snap.pass_at_k),
-        pass_hat_k=list(snap.pass_hat_k),
+        pass_at_k=[compact(e) for e in snap.pass_at_k],
+        pass_hat_k=[compact(e) for e in snap.pass_hat_k],
         slices=snap.slices,
         slice_overflow=snap.slice_overflow,
         trials=snap.trials,

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from reliabilityd.stats.estimate import Estimate
+from reliabilityd.stats.estimators import ESTIMATOR_NAME, Metric
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._documents import Undecodable
 from reliabilityd.store._errors import boundary
@@ -25,7 +26,7 @@ from reliabilityd.store._scripts import DROP_ROWS, ROW_STATES, WRITE_ROWS
 from reliabilityd.store.keys import ROW_STATES as STATES
 from reliabilityd.store.keys import Keys, Series, glob_escape
 
-__all__ = ["Row", "RowPage", "Rows"]
+__all__ = ["Row", "RowPage", "Rows", "compact"]
 
 # Index entries read per ZSCAN call when a page filters by a substring.
 SCAN_COUNT = 5000
@@ -33,7 +34,13 @@ SCAN_COUNT = 5000
 TREND_POINTS = 24
 
 
-class Row(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
+# An estimate in a row: (k, value, low, high, runs, tasks, left out).
+Compact = tuple[int, float | None, float | None, float | None, int, int, int]
+
+
+# gc=False: a row holds only scalars, strings and tuples of them (no cycles), and a scrape
+# decodes thousands at once, which would otherwise run the cyclic collector again and again.
+class Row(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True, gc=False):
     """One series as the list-wide reads show it, as of its newest snapshot.
 
     ``k``: the headline k (the first pass^k rule's, else the largest), with its
@@ -42,7 +49,8 @@ class Row(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
     holds its state) of every rule that reads the series, kept current by
     every tick; ``trend``: (t, value, low, high) points of the last day at the
     headline k; ``pass_at_k`` and ``pass_hat_k``: the snapshot's estimates at
-    every k (what ``/metrics`` and ``status`` show), ``trials`` its count.
+    every k, compact (``compact``; what ``/metrics`` and ``status`` show, read
+    back by ``estimates``), ``trials`` its count.
     """
 
     suite: str
@@ -60,11 +68,35 @@ class Row(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
         default_factory=list
     )
     unknown_reason: str | None = None
-    pass_at_k: list[Estimate] = msgspec.field(default_factory=list)
-    pass_hat_k: list[Estimate] = msgspec.field(default_factory=list)
+    pass_at_k: list[Compact] = msgspec.field(default_factory=list)
+    pass_hat_k: list[Compact] = msgspec.field(default_factory=list)
     slices: int = 0
     slice_overflow: int = 0
     trials: int = 0
+
+    def estimates(self, metric: Metric) -> list[Estimate]:
+        """The row's estimates of ``metric`` at every k (without their CI's method)."""
+        name = ESTIMATOR_NAME[metric]
+        return [
+            Estimate(
+                k=k,
+                value=value,
+                ci=None if lo is None or hi is None else (lo, hi),
+                estimator=name,
+                runs=runs,
+                tasks=tasks,
+                left_out=left_out,
+            )
+            for k, value, lo, hi, runs, tasks, left_out in (
+                self.pass_at_k if metric == "pass@k" else self.pass_hat_k
+            )
+        ]
+
+
+def compact(est: Estimate) -> Compact:
+    """An estimate as a row keeps it: (k, value, low, high, runs, tasks, left out)."""
+    lo, hi = (None, None) if est.ci is None else est.ci
+    return (est.k, est.value, lo, hi, est.runs, est.tasks, est.left_out)
 
 
 class RowPage(msgspec.Struct, frozen=True):
