@@ -116,6 +116,7 @@ async def index(
         state=state,
         prefix=prefix,
         contains=contains,
+        page_size=PAGE_ROWS,
     )
 
 

@@ -87,6 +87,7 @@ class IndexPage(msgspec.Struct, frozen=True, kw_only=True):
     state: str | None = None
     prefix: str = ""
     contains: str = ""
+    page_size: int = 100
 
 
 class SuitePage(msgspec.Struct, frozen=True, kw_only=True):
@@ -222,7 +223,7 @@ def _filters(page: IndexPage) -> str:
 
 
 def _pager(page: IndexPage) -> str:
-    first = (page.page - 1) * 100 + 1 if page.rows else 0
+    first = (page.page - 1) * page.page_size + 1 if page.rows else 0
     last = first + len(page.rows) - 1 if page.rows else 0
     links = []
     if page.page > 1:
@@ -265,7 +266,7 @@ def index_json(page: IndexPage) -> bytes:
             "total": page.total,
             "page": page.page,
             "pages": page.pages,
-            "page_size": 100,
+            "page_size": page.page_size,
         }
     )
 
