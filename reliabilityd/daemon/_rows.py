@@ -158,4 +158,5 @@ class RowWriter:
             self._next_sweep = time.monotonic() + SWEEP_EVERY
             known = set(suites)
             gone = [s for s in await self.store.rows.indexed() if s not in known]
-            await self.store.rows.drop(gone)
+            orphans = [s for s in await self.store.rows.series() if s.suite not in known]
+            await self.store.rows.drop(gone, [s for s in orphans if s.slice is not None])

@@ -181,6 +181,11 @@ class Rows:
         names: list[Any] = await self.client.zrange(self.keys.row_names, 0, -1)
         return [_text(m) for m in names]
 
+    async def series(self) -> list[Series]:
+        """Every series that has a row (the daemon's sweep of suites gone)."""
+        members: list[Any] = await self.client.hkeys(self.keys.row_versions)
+        return [Series.of_member(_text(m)) for m in members]
+
     async def read(self, series: Sequence[Series]) -> list[Row | Undecodable | None]:
         """The rows of the given series, in one round trip."""
         if not series:

@@ -4,6 +4,7 @@ with ``reset`` (rewritten after ``forget``)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import msgspec
@@ -179,3 +180,45 @@ async def test_the_index_pages_and_filters_over_http_and_every_list_read_reads_t
         (good,) = [r for r in table if r[:1] == ["good-000"]]
         assert good[1:5] == ["4", "16", "1", "4"]  # tasks, trials, k, runs
         assert good[5].startswith("100.0%")
+
+
+async def test_a_state_that_moves_without_a_new_snapshot_moves_the_row(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """A rule's `for` runs out between two ticks with no new trial: no snapshot is written,
+    and still the row's rules and the state index say firing; a suite gone from Redis
+    without `reset` loses its rows at the sweep."""
+    cfg = _config(redis_server.url, prefix)
+    rule = Rule(name="low", suite="alpha-*", k=1, below=0.9, trigger="ci-low", for_seconds=0.5)
+    cfg = msgspec.structs.replace(cfg, alerts=[rule])
+    client = connect(redis_server.url)
+    store = Store(client, prefix)
+    try:
+        await store.ingest.apply(
+            {"alpha-1": _events("alpha-1", 10, 5)}, windows={"alpha-1": 0}, dedup_ttl=3600
+        )
+        daemon = Daemon(cfg, store)
+        await daemon.recompute._tick()
+        assert (await store.rows.page(state="pending")).suites == ["alpha-1"]
+        await asyncio.sleep(0.6)
+        (before,) = await store.rows.read([Series("alpha-1")])
+        assert isinstance(before, Row)
+        tick = await daemon.recompute.ci_tick()
+        assert tick.snapshots == {}  # nothing new to compute
+        await daemon.evaluator.evaluate(["alpha-1"], {})
+        await daemon.recompute.rows.write(cfg, ["alpha-1"], {})
+        (row,) = await store.rows.read([Series("alpha-1")])
+        assert isinstance(row, Row)
+        assert row.rules == [("low", "firing", "alpha-1")]
+        assert row.version == before.version
+        assert (await store.rows.page(state="firing")).suites == ["alpha-1"]
+        assert (await store.rows.page(state="pending")).suites == []
+
+        # Gone from the suite set behind the daemon's back: the sweep drops its rows.
+        await client.srem(store.keys.suites, "alpha-1")
+        daemon.recompute.rows._next_sweep = 0.0
+        await daemon.recompute.rows.write(cfg, await store.reads.suites(), {})
+        assert (await store.rows.page()).suites == []
+        assert await store.rows.series() == []
+    finally:
+        await client.aclose()
