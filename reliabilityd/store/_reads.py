@@ -13,7 +13,7 @@ from reliabilityd.stats.lottery import LotteryCase
 from reliabilityd.stats.slices import label_keys, matches
 from reliabilityd.store._base import Counters, DeadLetter, Redis, SuiteState, _pairs, _text
 from reliabilityd.store._errors import boundary
-from reliabilityd.store._scripts import READ, READ_WINDOWS
+from reliabilityd.store._scripts import LOTTERY, READ, READ_WINDOWS
 from reliabilityd.store.keys import Keys, Series
 
 # Fields of a task hash per HSCAN round trip (Reads.task_hashes): a reply of
@@ -189,20 +189,21 @@ class Reads:
         if limit <= 0 or not any(groups for _, groups in wanted):
             return out
         ids: list[str | None] = [None] * len(wanted) if slices is None else list(slices)
+        # One script call per series (one key each: Redis Cluster routes it),
+        # reading every cell's range, instead of a ZRANGE per cell.
         pipe = self.client.pipeline(transaction=False)
         for (suite, groups), sid in zip(wanted, ids, strict=True):
-            key = self.keys.series(Series(suite, sid), "lottery")
-            for group in groups:
-                for n, c in group:
-                    prefix = f"{n:0{CELL_PAD}d}:{c:0{CELL_PAD}d}:"
-                    # ';' sorts right after ':', so "(prefix;" bounds the cell's range.
-                    pipe.zrange(
-                        key, f"[{prefix}", f"({prefix[:-1]};", bylex=True, offset=0, num=limit
-                    )
-        replies = iter(await pipe.execute())
+            prefixes = [f"{n:0{CELL_PAD}d}:{c:0{CELL_PAD}d}:" for group in groups for n, c in group]
+            if prefixes:
+                key = self.keys.series(Series(suite, sid), "lottery")
+                pipe.eval(LOTTERY, 1, key, limit, *prefixes)
+        per_series = iter(await pipe.execute())
         cut = 2 * CELL_PAD + 2
         for i, (_, groups) in enumerate(wanted):
             rows: list[LotteryCase] = []
+            if not any(groups):
+                continue
+            replies = iter(cast(list[list[bytes]], next(per_series)))
             for group in groups:
                 found = [
                     LotteryCase(task=_text(m)[cut:], n=n, c=c)

@@ -23,6 +23,7 @@ __all__ = [
     "FORGET",
     "IMPORT_APPLY",
     "LEASE",
+    "LOTTERY",
     "OUTBOX_POP",
     "READ",
     "READ_WINDOWS",
@@ -52,6 +53,7 @@ WRITE_SNAPSHOT = _lua("write_snapshot")
 ALERT_CAS = _lua("alert_cas")
 OUTBOX_POP = _lua("outbox_pop")
 LEASE = _lua("lease")
+LOTTERY = _lua("lottery")
 CLAIM = _lua("claim")
 CURSOR_MAX = _lua("cursor_max")
 _FORGET_ONE = _lua("forget_one")
