@@ -14,6 +14,7 @@ from reliabilityd.stats.slices import label_keys, matches
 from reliabilityd.store._base import Counters, DeadLetter, Redis, SuiteState, _pairs, _text
 from reliabilityd.store._errors import boundary
 from reliabilityd.store._scripts import LOTTERY, READ, READ_WINDOWS
+from reliabilityd.store._wire import pipelined
 from reliabilityd.store.keys import Keys, Series
 
 # Fields of a task hash per HSCAN round trip (Reads.task_hashes): a reply of
@@ -191,13 +192,13 @@ class Reads:
         ids: list[str | None] = [None] * len(wanted) if slices is None else list(slices)
         # One script call per series (one key each: Redis Cluster routes it),
         # reading every cell's range, instead of a ZRANGE per cell.
-        pipe = self.client.pipeline(transaction=False)
+        commands: list[tuple[str | int | bytes, ...]] = []
         for (suite, groups), sid in zip(wanted, ids, strict=True):
             prefixes = [f"{n:0{CELL_PAD}d}:{c:0{CELL_PAD}d}:" for group in groups for n, c in group]
             if prefixes:
                 key = self.keys.series(Series(suite, sid), "lottery")
-                pipe.eval(LOTTERY, 1, key, limit, *prefixes)
-        per_series = iter(await pipe.execute())
+                commands.append(("EVAL", LOTTERY, 1, key, limit, *prefixes))
+        per_series = iter(await pipelined(self.client, commands))
         cut = 2 * CELL_PAD + 2
         for i, (_, groups) in enumerate(wanted):
             rows: list[LotteryCase] = []
