@@ -77,15 +77,15 @@ class Reads:
             return []
         want = [False] * len(suites) if windows is None else list(windows)
         ids: list[str | None] = [None] * len(suites) if slices is None else list(slices)
-        pipe = self.client.pipeline(transaction=False)
+        commands: list[tuple[str | int | bytes, ...]] = []
         for suite, sid, with_windows in zip(suites, ids, want, strict=True):
             series = Series(suite, sid)
             keys = [self.keys.series(series, "meta"), self.keys.series(series, "hist")]
             if with_windows:
-                pipe.eval(READ_WINDOWS, 3, *keys, self.keys.series(series, "tasks"))
+                commands.append(("EVAL", READ_WINDOWS, 3, *keys, self.keys.series(series, "tasks")))
             else:
-                pipe.eval(READ, 2, *keys)
-        replies = await pipe.execute()
+                commands.append(("EVAL", READ, 2, *keys))
+        replies = await pipelined(self.client, commands)
         return [
             _suite_state(suite, sid, reply, with_windows)
             for suite, sid, reply, with_windows in zip(suites, ids, replies, want, strict=True)

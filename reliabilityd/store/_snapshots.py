@@ -20,6 +20,7 @@ from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._documents import Undecodable, snapshot_of
 from reliabilityd.store._errors import boundary
 from reliabilityd.store._scripts import CLAIM, WRITE_SNAPSHOT
+from reliabilityd.store._wire import pipelined
 from reliabilityd.store.keys import Keys, Series
 
 SeriesLike = str | Series
@@ -177,11 +178,13 @@ class Snapshots:
         """``write_snapshot`` of each write, in one round trip (one script call each)."""
         if not writes:
             return []
-        pipe = self.client.pipeline(transaction=False)
+        commands: list[tuple[Any, ...]] = []
         for write in writes:
             keys, args = self._write_call(write)
-            pipe.eval(WRITE_SNAPSHOT, len(keys), *keys, *args)
-        return [(bool(int(r) & 1), bool(int(r) & 2)) for r in await pipe.execute()]
+            commands.append(("EVAL", WRITE_SNAPSHOT, len(keys), *keys, *args))
+        return [
+            (bool(int(r) & 1), bool(int(r) & 2)) for r in await pipelined(self.client, commands)
+        ]
 
     def _write_call(self, w: SnapshotWrite) -> tuple[list[str], list[Any]]:
         """The write script's KEYS and ARGV for one write (see write_snapshot.lua)."""

@@ -40,7 +40,7 @@ _pack = cast("Any", hiredis).pack_command  # its stub types the argument as a 1-
 
 async def pipelined(
     client: Redis,
-    commands: Sequence[tuple[str | int | bytes, ...]],
+    commands: Sequence[tuple[Any, ...]],
     sent: asyncio.Event | None = None,
 ) -> list[Any]:
     """Send the commands in one write, read every reply in order: ingest's round trip.
@@ -62,7 +62,7 @@ async def pipelined(
 
 async def _round_trip(
     client: Redis,
-    commands: Sequence[tuple[str | int | bytes, ...]],
+    commands: Sequence[tuple[Any, ...]],
     sent: asyncio.Event | None,
 ) -> list[Any]:
     if isinstance(client, RedisCluster):
