@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history \
-	study-pages study-coverage study-compare soak servers clean
+	study-pages study-coverage study-compare study-looks soak servers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -103,6 +103,10 @@ study-pages: $(STAMP)
 ## (docs/statistics.md); about 8 minutes on a shared 2-core machine.
 study-compare: $(STAMP)
 	$(PY) -m studies.compare --out compare.jsonl
+
+## A gate re-run as trials arrive: false passes with and without --looks (docs/statistics.md).
+study-looks: $(STAMP)
+	$(PY) -m studies.looks
 
 bench-http: $(STAMP) servers
 	$(PY) -m benchmarks.bench_http
