@@ -23,10 +23,12 @@ __all__ = [
     "FORGET",
     "IMPORT_APPLY",
     "LEASE",
+    "MARK_UNCLAIMED",
     "OUTBOX_POP",
     "READ",
     "READ_WINDOWS",
     "RELEASE",
+    "RELEASE_CLAIMS",
     "WRITE_SNAPSHOT",
 ]
 
@@ -53,6 +55,8 @@ ALERT_CAS = _lua("alert_cas")
 OUTBOX_POP = _lua("outbox_pop")
 LEASE = _lua("lease")
 CLAIM = _lua("claim")
+RELEASE_CLAIMS = _lua("release_claims")
+MARK_UNCLAIMED = _lua("mark_unclaimed")
 CURSOR_MAX = _lua("cursor_max")
 _FORGET_ONE = _lua("forget_one")
 FORGET = _FORGET_ONE + _lua("forget")

@@ -30,6 +30,8 @@ claim script can move a suite between them atomically::
 
     <p>:{/ci}:changed         set   suites whose data moved since their snapshot
     <p>:{/ci}:claims          zset  suite -> claim deadline (ms) of the replica recomputing it
+    <p>:{/ci}:released        zset  suite -> when its last claim was released (ms), kept
+                              for a minute so the reconcile does not re-mark it
 
 The suite set and its quotas share the tag ``{/suites}``, so the admission
 script counts a new suite against its grant and the deployment at once::
@@ -213,6 +215,10 @@ class Keys:
     @property
     def claims(self) -> str:
         return f"{self.prefix}:{CHANGES_TAG}:claims"
+
+    @property
+    def released(self) -> str:
+        return f"{self.prefix}:{CHANGES_TAG}:released"
 
     @property
     def deadletter(self) -> str:
