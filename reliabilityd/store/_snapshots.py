@@ -203,7 +203,7 @@ class Snapshots:
             args += [int(point.t), history.KEY_TTL * 1000, len(history.TIERS)]
             for tier in history.TIERS:
                 args += [tier.resolution, tier.capacity]
-            args.append(history.RECORD_SIZE)
+            args += [history.RECORD_SIZE, history.LAYOUT]
             for k, record in records.items():
                 args += [k, record]
         for field, value in ci_fields.items():
