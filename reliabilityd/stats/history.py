@@ -3,7 +3,9 @@
 The read API (``store.history.read``) returns these Structs::
 
     History(suite, slice, points, transitions)
-    Point(t, values, tier)      values: {"pass^k@5": (point, lo, hi), "pass@k@5": ...}
+    Point(t, values, tier, minima)
+                                values: {"pass^k@5": (point, lo, hi), "pass@k@5": ...}
+                                minima: {"pass^k@5": lowest point of the bucket, ...}
                                 an element None = UNKNOWN
     Transition(t, rule, state, severity, reason)
 

@@ -9,8 +9,9 @@ Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
     <p>:{<suite>}:dedup:<w>:<b>  set with TTL: digests of the (task, trial)s applied in
                               bucket b of the clock (b = floor(unix seconds / width w))
     <p>:{<suite>}:snapshot    hash  flat numbers for redis-cli, plus `json`
-    <p>:{<suite>}:snapshot:h:k<k>     string  the suite's history at k: fixed-size records
-                              in tiers (stats/history.py), TTL refreshed by every point
+    <p>:{<suite>}:snapshot:h:k<k>     string  the suite's history at k: a header and records
+                              in tiers that grow with the points (stats/history.py), TTL
+                              refreshed by every point
     <p>:{<suite>}:snapshot:transitions  list  alert transitions (capped, newest last)
     <p>:{<suite>}:touched     zset  task -> time of its last event (suites with an idle expiry)
     <p>:{<suite>}:imported    hash  import ledger: digest of every imported (task, trial) -> 1
