@@ -93,3 +93,26 @@ async def test_two_replicas_shares_sum_to_the_changed_series_and_a_dead_claim_co
     finally:
         for c in clients:
             await c.aclose()
+
+
+async def test_a_mark_of_a_series_another_replica_computes_waits_for_its_release(
+    store: Store,
+) -> None:
+    """New data while one replica holds the series: the mark stays, no second claim, until
+    the holder releases; then the next claim takes it."""
+    await store.snapshots.mark_changed(["a", "b"])
+    taken, held = await store.snapshots.claim_marks(1, lifetime=30)
+    (mine,) = taken
+    assert held == 0
+    await store.snapshots.mark_changed([mine])  # a commit while it is being computed
+    other, held = await store.snapshots.claim_marks(10, lifetime=30)
+    assert (other, held) == ([next(s for s in ("a", "b") if s != mine)], 1)
+    assert await store.snapshots.changed() == [mine]
+    # The reconcile does not mark it either, while claimed or just released.
+    since, _ = await store.snapshots._mark_unclaimed(-1, [])
+    assert (await store.snapshots._mark_unclaimed(since, [mine]))[1] == []
+    await store.snapshots.release_claims([mine, *other])
+    assert (await store.snapshots._mark_unclaimed(since, [mine]))[1] == []
+    later, _ = await store.snapshots._mark_unclaimed(-1, [])
+    assert (await store.snapshots._mark_unclaimed(later + 1, [mine]))[1] == [mine]
+    assert await store.snapshots.claim_marks(10, lifetime=30) == ([mine], 0)
