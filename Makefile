@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs only the package and its `embedded` extra, not the test tools.
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history \
+.PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-memory \
 	study-pages study-coverage study-compare study-looks soak servers clean
 
 $(STAMP): pyproject.toml
@@ -71,7 +71,7 @@ fuzz: $(STAMP) servers
 			tests/unit tests/statistics tests/integration || exit 1; \
 	done; echo "fuzz: $$round rounds, no failure"
 
-bench: bench-stats bench-ci bench-ingest bench-import bench-http bench-history
+bench: bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-memory
 
 bench-stats: $(STAMP)
 	$(PY) -m benchmarks.bench_stats
@@ -88,6 +88,11 @@ bench-ci: $(STAMP) servers
 ## The snapshot write with its history point, beside the same write without it.
 bench-history: $(STAMP) servers
 	$(PY) -m benchmarks.bench_history
+
+## Redis bytes per suite of 50 tasks x 6 trials (the scale probe's shape) by kind of key,
+## beside the previous history layout's figure; the per-series budget (docs/operating.md).
+bench-memory: $(STAMP) servers
+	$(PY) -m benchmarks.bench_memory
 
 bench-ingest: $(STAMP) servers
 	$(PY) -m benchmarks.bench_ingest

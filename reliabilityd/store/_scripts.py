@@ -24,10 +24,12 @@ __all__ = [
     "IMPORT_APPLY",
     "LEASE",
     "LOTTERY",
+    "MARK_UNCLAIMED",
     "OUTBOX_POP",
     "READ",
     "READ_WINDOWS",
     "RELEASE",
+    "RELEASE_CLAIMS",
     "WRITE_SNAPSHOT",
 ]
 
@@ -55,6 +57,8 @@ OUTBOX_POP = _lua("outbox_pop")
 LEASE = _lua("lease")
 LOTTERY = _lua("lottery")
 CLAIM = _lua("claim")
+RELEASE_CLAIMS = _lua("release_claims")
+MARK_UNCLAIMED = _lua("mark_unclaimed")
 CURSOR_MAX = _lua("cursor_max")
 _FORGET_ONE = _lua("forget_one")
 FORGET = _FORGET_ONE + _lua("forget")
