@@ -6,8 +6,8 @@ STAMP := $(VENV)/.installed
 # The demo needs only the package and its `embedded` extra, not the test tools.
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-reads \
-	study-pages study-coverage study-compare soak servers clean
+.PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-memory bench-reads \
+	study-pages study-coverage study-compare study-looks soak servers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,7 +71,7 @@ fuzz: $(STAMP) servers
 			tests/unit tests/statistics tests/integration || exit 1; \
 	done; echo "fuzz: $$round rounds, no failure"
 
-bench: bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-reads
+bench: bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-memory bench-reads
 
 bench-stats: $(STAMP)
 	$(PY) -m benchmarks.bench_stats
@@ -88,6 +88,11 @@ bench-ci: $(STAMP) servers
 ## The snapshot write with its history point, beside the same write without it.
 bench-history: $(STAMP) servers
 	$(PY) -m benchmarks.bench_history
+
+## Redis bytes per suite of 50 tasks x 6 trials (the scale probe's shape) by kind of key,
+## beside the previous history layout's figure; the per-series budget (docs/operating.md).
+bench-memory: $(STAMP) servers
+	$(PY) -m benchmarks.bench_memory
 
 ## The index's pages, /metrics and status from the summary rows at 1,000 and 10,000 suites,
 ## beside the per-suite read path in the same run, with the load average.
@@ -108,6 +113,10 @@ study-pages: $(STAMP)
 ## (docs/statistics.md); about 8 minutes on a shared 2-core machine.
 study-compare: $(STAMP)
 	$(PY) -m studies.compare --out compare.jsonl
+
+## A gate re-run as trials arrive: false passes with and without --looks (docs/statistics.md).
+study-looks: $(STAMP)
+	$(PY) -m studies.looks
 
 bench-http: $(STAMP) servers
 	$(PY) -m benchmarks.bench_http

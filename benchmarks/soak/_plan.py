@@ -24,8 +24,10 @@ MAX_DEDUP_TTL = 300
 RSS_GROWTH_BYTES = 16 << 20
 RSS_GROWTH_SHARE = 0.15
 # Redis once the dedup records have cycled: the counts of a fixed set of
-# tasks, fixed-size history strings and capped streams stay flat, and the
-# dedup records follow the steady rate. Dedup records that never expired
+# tasks and capped streams stay flat, the history strings grow until their
+# tiers are full (the 10 s tier within an hour: at most 7.2 KB per series and
+# k; the minute tier 1.2 KB per series and k an hour), and the dedup records
+# follow the steady rate. Dedup records that never expired
 # would pass 1 MiB in under five minutes at the default rates.
 REDIS_GROWTH_BYTES = 1 << 20
 REDIS_GROWTH_SHARE = 0.25

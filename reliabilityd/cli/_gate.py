@@ -103,6 +103,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="with --compare: pass when candidate - baseline >= -margin (default 0)",
     )
     gate.add_argument("--min-shared", type=positive, default=DEFAULT_MIN_SHARED)
+    gate.add_argument(
+        "--looks",
+        type=positive,
+        default=1,
+        help="a pipeline re-runs this gate at most this many times as trials arrive: each run "
+        "judges at the confidence that keeps the false-pass risk of all of them that of one "
+        "(default 1: one look)",
+    )
     gate.set_defaults(handler=_run)
 
 
@@ -195,11 +203,13 @@ async def _judge(
     baseline: Side | None,
     candidate: Side,
 ) -> int:
-    from reliabilityd.stats.gate import judge_at_least, judge_not_worse
+    from reliabilityd.stats.gate import judge_at_least, judge_not_worse, look_confidence
 
     k = args.k if args.k is not None else max(cfg.stats.k)
     interval = args.interval or cfg.suite_interval(candidate.suite)
     conf, n_boot, seed = cfg.stats.confidence, cfg.stats.n_boot, cfg.stats.seed
+    looks = getattr(args, "looks", 1)  # compare has no looks: it decides nothing
+    conf = look_confidence(conf, looks)
     if baseline is None:
         est = await client.estimate(
             candidate,
@@ -218,6 +228,7 @@ async def _judge(
             "labels": candidate.labels,
             "metric": args.metric,
             "at_least": args.at_least,
+            "looks": looks,
             "estimate": est,
         }
         label = args.metric.replace("k", str(k))
@@ -257,6 +268,7 @@ async def _judge(
             "baseline_labels": baseline.labels,
             "metric": args.metric,
             "margin": args.margin,
+            "looks": looks,
             "comparison": cmp,
         }
         lines = [
@@ -264,6 +276,12 @@ async def _judge(
             f"by more than {_pp(args.margin).lstrip('+')}",
             *describe_comparison(cmp),
         ]
+    if looks > 1:
+        lines.append(
+            f"one of at most {looks} looks: each judged at {conf:.2%} confidence, so that all "
+            f"of them together risk a false pass no more than one look at "
+            f"{cfg.stats.confidence:.0%}"
+        )
     code = EXIT_OF[verdict]
     if args.json:
         print(msgspec.json.encode({**doc, "exit_code": code}).decode())

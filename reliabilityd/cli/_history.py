@@ -112,7 +112,11 @@ def _ks(points: Sequence[Point]) -> list[int]:
 def _only_k(hist: History, k: int) -> History:
     names = {label("pass^k", k), label("pass@k", k)}
     points = [
-        msgspec.structs.replace(p, values={n: v for n, v in p.values.items() if n in names})
+        msgspec.structs.replace(
+            p,
+            values={n: v for n, v in p.values.items() if n in names},
+            minima={n: v for n, v in p.minima.items() if n in names},
+        )
         for p in hist.points
     ]
     return msgspec.structs.replace(hist, points=[p for p in points if p.values])

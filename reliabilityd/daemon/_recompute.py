@@ -424,7 +424,7 @@ class Recompute:
                     wrote[Series.of_member(mark)] = snap
 
         while True:
-            claimed = await self.store.snapshots.claim_changed(CLAIM_BATCH, CLAIM_LIFETIME)
+            claimed, held = await self.store.snapshots.claim_marks(CLAIM_BATCH, CLAIM_LIFETIME)
             batches = [claimed[i : i + LANE_BATCH] for i in range(0, len(claimed), LANE_BATCH)]
             # Two batches at once: one's Redis round trips overlap the other's
             # math (numpy releases the GIL in the worker thread).
@@ -442,7 +442,9 @@ class Recompute:
             # One write for the claims (each write waits for the AOF fsync).
             await self.store.snapshots.release_claims(claimed)
             done.extend(claimed)
-            if len(claimed) < CLAIM_BATCH or time.monotonic() >= deadline:
+            # Marks held back are series another replica is computing: the claim after
+            # its release takes them, and more marks may wait behind them.
+            if not claimed or len(claimed) + held < CLAIM_BATCH or time.monotonic() >= deadline:
                 return Tick(done, wrote)
 
     async def expire_idle(self, suites: Sequence[str]) -> int:

@@ -142,9 +142,8 @@ class RowWriter:
             new = _rules(by_series[series])
             if isinstance(old, Row) and [tuple(r) for r in old.rules] != new:
                 rows.append(msgspec.structs.replace(old, rules=new))
-        await self.store.rows.write(rows)
-        for series in [*written, *moved]:
-            self._rules[series] = _rules(by_series.get(series, []))
+        # The state indexes first: a reader that sees a row's new states finds its suite
+        # in the index of its state too.
         fresh = {s.suite for s in written if s.slice is None}
         states: dict[str, str] = {}
         for suite in suites:
@@ -154,6 +153,9 @@ class RowWriter:
                 states[suite] = state
         await self.store.rows.set_states(states)
         self._written.update(states)
+        await self.store.rows.write(rows)
+        for series in [*written, *moved]:
+            self._rules[series] = _rules(by_series.get(series, []))
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + SWEEP_EVERY
             known = set(suites)

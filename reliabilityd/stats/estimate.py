@@ -197,15 +197,39 @@ def estimate_many(
     out: list[list[Estimate | None]] = []
     jobs: list[tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]] = []
     pending: list[_Pending] = []
-    for i, tasks in enumerate(series):
-        hist = as_histogram(tasks)
-        row: list[Estimate | None] = []
-        out.append(row)
+    # First every series' cells with enough trials at each k, then each
+    # (metric, k)'s per-cell values over all of them in one vectorised call
+    # (elementwise, so each series' values are what it would get alone).
+    hists = [as_histogram(tasks) for tasks in series]
+    used_at: list[list[Histogram | None]] = []
+    for hist in hists:
+        chosen: list[Histogram | None] = []
         for k in ks:
             used = hist.at_least(k)
-            total = hist.tasks
-            left_out = total - used.tasks
-            if not (used.tasks > 0 and used.tasks / total >= min_coverage):
+            computable = used.tasks > 0 and used.tasks / hist.tasks >= min_coverage
+            chosen.append(used if computable else None)
+        used_at.append(chosen)
+    cells: dict[tuple[str, int], list[npt.NDArray[np.float64]]] = {}
+    for j, k in enumerate(ks):
+        at_k = [h for h in (row[j] for row in used_at) if h is not None]
+        if not at_k:
+            continue
+        n_all = np.concatenate([h.n for h in at_k])
+        c_all = np.concatenate([h.c for h in at_k])
+        ends = np.cumsum([len(h.n) for h in at_k])[:-1]
+        for metric in metrics:
+            key = "k=1" if k == 1 else metric
+            if (key, k) not in cells:
+                cells[(key, k)] = np.split(metric_cells(metric, n_all, c_all, k), ends)
+    taken: dict[tuple[str, int], int] = {}
+    for i, hist in enumerate(hists):
+        row: list[Estimate | None] = []
+        out.append(row)
+        for j, k in enumerate(ks):
+            used_or_none = used_at[i][j]
+            if used_or_none is None:
+                used = hist.at_least(k)
+                total = hist.tasks
                 runs = int(hist.n.min()) if total else 0
                 row.extend(
                     Estimate(
@@ -215,12 +239,14 @@ def estimate_many(
                         estimator=ESTIMATOR_NAME[metric],
                         runs=runs,
                         tasks=used.tasks,
-                        left_out=left_out,
+                        left_out=total - used.tasks,
                         unknown_reason=_unknown_reason(hist, used, k, metric, min_coverage),
                     )
                     for metric in metrics
                 )
                 continue
+            used = used_or_none
+            left_out = hist.tasks - used.tasks
             m = used.tasks
             runs = int(used.n.min())
             # At k = 1 both metrics are c / n per task: one value, one interval.
@@ -228,7 +254,9 @@ def estimate_many(
             for metric in metrics:
                 key = "k=1" if k == 1 else metric
                 if key not in computed:
-                    per_cell = metric_cells(metric, used.n, used.c, k)
+                    place = taken.get((key, k), 0)
+                    taken[(key, k)] = place + 1
+                    per_cell = cells[(key, k)][place]
                     value = float(per_cell @ used.count) / m
                     # Float sums can leave 1 + 1e-16; the estimand lives in [0, 1].
                     value = min(1.0, max(0.0, value))

@@ -5,6 +5,16 @@ interval's lower bound reaches the threshold, fails when its upper bound is
 below it, and is undecided otherwise (more trials or tasks may decide it);
 ``judge_not_worse`` does the same for a paired difference against ``-margin``.
 UNKNOWN is undecided, never a pass.
+
+A verdict is valid at its confidence for one look. A gate re-run as trials
+arrive until it passes looks many times, and a false pass at any look
+counts: with its 95% interval, each look risks a false pass of up to 2.5%,
+and N looks up to N times that. ``look_confidence`` spreads the error over
+a planned number of looks (Bonferroni's bound: whatever the dependence
+between the looks, the chance that any of them passes falsely stays within
+the one-look risk), so a pipeline that re-runs a gate at most N times runs
+each look at ``look_confidence(confidence, N)``. ``studies/looks.py``
+measures both.
 """
 
 from __future__ import annotations
@@ -16,9 +26,25 @@ from reliabilityd.stats.compare import Difference
 from reliabilityd.stats.estimate import Estimate, Tasks, estimate
 from reliabilityd.stats.estimators import metric_cells
 
-__all__ = ["Verdict", "assert_pass_hat_k", "judge_at_least", "judge_not_worse"]
+__all__ = [
+    "Verdict",
+    "assert_pass_hat_k",
+    "judge_at_least",
+    "judge_not_worse",
+    "look_confidence",
+]
 
 Verdict: TypeAlias = Literal["pass", "fail", "undecided"]
+
+
+def look_confidence(confidence: float, looks: int) -> float:
+    """The confidence of each of ``looks`` planned looks, so that all of them together
+    keep the error of one look at ``confidence``: ``1 - (1 - confidence) / looks``."""
+    if looks < 1:
+        raise ValueError(f"looks must be at least 1, got {looks}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    return 1.0 - (1.0 - confidence) / looks
 
 
 def judge_at_least(est: Estimate, threshold: float) -> Verdict:
@@ -64,6 +90,7 @@ def assert_pass_hat_k(
     seed: int = 0,
     interval: str = "gaffke",
     worst: int = 5,
+    looks: int = 1,
 ) -> Estimate:
     """Assert that pass^k is at least ``at_least``: its interval's lower bound reaches it.
 
@@ -71,12 +98,20 @@ def assert_pass_hat_k(
     (``Client.tasks``); with names, the message lists the ``worst`` least
     reliable tasks. Raises ``AssertionError`` with the numbers when the lower
     bound is under the threshold (failing, or not decided yet), returns the
-    estimate otherwise.
+    estimate otherwise. A test re-run as trials arrive, at most ``looks``
+    times, passes ``looks`` so that its error over all of them stays that
+    of one look at ``confidence`` (``look_confidence``).
     """
     named = dict(tasks) if isinstance(tasks, Mapping) else None
     pairs: Tasks = list(named.values()) if named is not None else cast(Tasks, tasks)
     est = estimate(
-        pairs, k, "pass^k", confidence=confidence, n_boot=n_boot, seed=seed, interval=interval
+        pairs,
+        k,
+        "pass^k",
+        confidence=look_confidence(confidence, looks),
+        n_boot=n_boot,
+        seed=seed,
+        interval=interval,
     )
     verdict = judge_at_least(est, at_least)
     if verdict == "pass":

@@ -3,7 +3,9 @@
 The read API (``store.history.read``) returns these Structs::
 
     History(suite, slice, points, transitions)
-    Point(t, values, tier)      values: {"pass^k@5": (point, lo, hi), "pass@k@5": ...}
+    Point(t, values, tier, minima)
+                                values: {"pass^k@5": (point, lo, hi), "pass@k@5": ...}
+                                minima: {"pass^k@5": lowest point of the bucket, ...}
                                 an element None = UNKNOWN
     Transition(t, rule, state, severity, reason)
 
@@ -11,17 +13,21 @@ The read API (``store.history.read``) returns these Structs::
 tier's points appear only before the oldest time a finer tier still reaches.
 ``label(metric, k)`` builds the keys of ``Point.values``.
 
-Storage, one fixed-size string per series and k (``RECORD_SIZE`` bytes per
-record, ``TIERS`` regions of slots): a record is the snapshot's time as a
+Storage, one string per series and k that grows with its points: a header
+(``HEADER``: the layout's tag, the number of tiers, then per tier its record
+count and the index of its oldest record) and each tier's records one after
+another. A record (``RECORD_SIZE`` bytes) is the snapshot's time as a
 big-endian uint32 of unix seconds, then pass@k (point, lo, hi) and pass^k
-(point, lo, hi), each a big-endian uint16 of the value times ``SCALE``
-(``UNKNOWN_CODE`` = UNKNOWN). The point is rounded to the nearest code, the
-lower bound down and the upper bound up, so a stored interval always
-contains the computed one and the error is at most 1/``SCALE``. A write puts
-the record in the slot ``floor(t / resolution) mod capacity`` of every tier,
-unless that slot holds a later time: each tier keeps the last snapshot of
-each of its buckets, and ages out by being overwritten, so the string never
-grows and nothing needs a sweep.
+(point, lo, hi), then the lowest pass@k and pass^k point of its bucket, each
+a big-endian uint16 of the value times ``SCALE`` (``UNKNOWN_CODE`` =
+UNKNOWN). The point is rounded to the nearest code, the lower bound down and
+the upper bound up, so a stored interval always contains the computed one
+and the error is at most 1/``SCALE``. A point in a tier's newest bucket
+replaces that record's snapshot and lowers its minimum; a point in a new
+bucket appends a record until the tier holds ``capacity`` of them, then
+overwrites its oldest: each tier keeps the last snapshot and the minimum of
+each of its buckets, ages out by itself, and the string costs what it holds
+up to its budget (``SERIES_BYTES``).
 
 Alert transitions are stored as MessagePack arrays ``[t, rule, state,
 severity, reason]`` in a list capped at ``TRANSITIONS_KEPT``.
@@ -41,7 +47,9 @@ import numpy.typing as npt
 from reliabilityd.stats.estimate import Estimate
 
 __all__ = [
+    "HEADER",
     "KEY_TTL",
+    "LAYOUT",
     "RECORD_SIZE",
     "SCALE",
     "SERIES_BYTES",
@@ -60,6 +68,7 @@ __all__ = [
     "label",
     "merge",
     "point_of",
+    "readable",
 ]
 
 Estimate3: TypeAlias = tuple[float | None, float | None, float | None]
@@ -76,6 +85,9 @@ class Point(msgspec.Struct, frozen=True):
     values: dict[str, Estimate3]
     # The tier the point was read from: 0 is the finest.
     tier: int = 0
+    # label(metric, k) -> the lowest point estimate of the point's bucket (a dip shorter
+    # than the bucket shows here); None = UNKNOWN. Empty for a point not read from a tier.
+    minima: dict[str, float | None] = msgspec.field(default_factory=dict)
 
 
 class Transition(msgspec.Struct, frozen=True):
@@ -111,20 +123,26 @@ class Tier(msgspec.Struct, frozen=True):
         return self.resolution * self.capacity
 
 
-# Per minute for 6 hours, per 10 minutes for 7 days, per day for 420 days.
-TIERS: Final = (Tier(60, 360), Tier(600, 1008), Tier(86_400, 420))
-RECORD_SIZE: Final = 16
+# Per 10 s for an hour, per minute for 6 hours, per hour for 7 days, per day for 420 days:
+# 1,308 records, a string that fits jemalloc's 28 KiB size class once every tier is full.
+TIERS: Final = (Tier(10, 360), Tier(60, 360), Tier(3_600, 168), Tier(86_400, 420))
+RECORD_SIZE: Final = 20
 SCALE: Final = 65_534
 UNKNOWN_CODE: Final = 65_535
-# Bytes of one series' history string per k: 1,788 records of 16 bytes.
-SERIES_BYTES: Final = RECORD_SIZE * sum(tier.capacity for tier in TIERS)
+# The header's first byte: another value is another layout (read as no history).
+LAYOUT: Final = 2
+HEADER: Final = 2 + 4 * len(TIERS)
+# Bytes of one series' history string per k once every tier is full: 26,178.
+SERIES_BYTES: Final = HEADER + RECORD_SIZE * sum(tier.capacity for tier in TIERS)
 # A history key outlives its last write by the longest span (then nothing in it is in reach).
 KEY_TTL: Final = max(tier.span for tier in TIERS) + 86_400
 TRANSITIONS_KEPT: Final = 100
 
 # A bound a rounding error puts this far outside [0, 1] is stored at the end it passed.
 _SLACK = 1e-9
-_RECORD = struct.Struct(">I6H")
+_RECORD = struct.Struct(">I8H")
+_HEADER = struct.Struct(">BB")
+_COUNTS = struct.Struct(">HH")
 
 
 def label(metric: str, k: int) -> str:
@@ -172,28 +190,50 @@ def encode_point(point: Point) -> dict[int, bytes]:
     for k in ks:
         at = _codes(point.values.get(label("pass@k", k)))
         hat = _codes(point.values.get(label("pass^k", k)))
-        out[k] = _RECORD.pack(t, *at, *hat)
+        # A new bucket's minimum is its first point.
+        out[k] = _RECORD.pack(t, *at, *hat, at[0], hat[0])
     return out
 
 
-_DTYPE = np.dtype([("t", ">u4"), ("v", ">u2", (6,))])
+_DTYPE = np.dtype([("t", ">u4"), ("v", ">u2", (6,)), ("m", ">u2", (2,))])
 assert _DTYPE.itemsize == RECORD_SIZE
 
 
 def _tiers_of(raw: bytes) -> list[npt.NDArray[np.void]]:
-    if len(raw) != SERIES_BYTES:
-        raise ValueError(f"a history string holds {SERIES_BYTES} bytes, got {len(raw)}")
-    records = np.frombuffer(raw, dtype=_DTYPE)
+    """Each tier's records (in storage order) of one k's history string.
+
+    Raises ValueError when ``raw`` is not a history string of this layout.
+    """
+    if len(raw) < HEADER:
+        raise ValueError(f"a history string holds at least {HEADER} bytes, got {len(raw)}")
+    layout, tiers = _HEADER.unpack_from(raw)
+    if (layout, tiers) != (LAYOUT, len(TIERS)):
+        raise ValueError(f"a history string of layout {layout} with {tiers} tiers")
+    counts = [_COUNTS.unpack_from(raw, 2 + 4 * i)[0] for i in range(len(TIERS))]
+    if any(c > t.capacity for c, t in zip(counts, TIERS, strict=True)) or len(
+        raw
+    ) != HEADER + RECORD_SIZE * sum(counts):
+        raise ValueError(f"a history string's counts {counts} do not match its {len(raw)} bytes")
+    records = np.frombuffer(raw, dtype=_DTYPE, offset=HEADER)
     out = []
     offset = 0
-    for tier in TIERS:
-        out.append(records[offset : offset + tier.capacity])
-        offset += tier.capacity
+    for count in counts:
+        out.append(records[offset : offset + count])
+        offset += count
     return out
 
 
+def readable(raw: bytes) -> bool:
+    """Whether ``raw`` is a history string of this layout (``merge`` can read it)."""
+    try:
+        _tiers_of(raw)
+    except ValueError:
+        return False
+    return True
+
+
 def _triples(codes: npt.NDArray[np.uint16]) -> list[list[float | None]]:
-    """Rows of six codes -> rows of six values, None for UNKNOWN."""
+    """Rows of codes -> rows of values, None for UNKNOWN."""
     values = np.where(codes == UNKNOWN_CODE, np.nan, codes / SCALE).tolist()
     return [[None if math.isnan(x) else x for x in row] for row in values]
 
@@ -205,18 +245,24 @@ def _values(k: int, row: list[float | None]) -> dict[str, Estimate3]:
     }
 
 
-def decode_points(raw: bytes, k: int) -> list[list[Point]]:
-    """Each tier's points (in slot order) of one k's history string; empty slots skipped.
+def _minima(k: int, row: list[float | None]) -> dict[str, float | None]:
+    return {label("pass@k", k): row[0], label("pass^k", k): row[1]}
 
-    Raises ValueError when ``raw`` is not ``SERIES_BYTES`` long.
+
+def decode_points(raw: bytes, k: int) -> list[list[Point]]:
+    """Each tier's points (in time order) of one k's history string.
+
+    Raises ValueError when ``raw`` is not a history string of this layout.
     """
     out: list[list[Point]] = []
     for index, records in enumerate(_tiers_of(raw)):
-        used = records[records["t"] > 0]
+        used = np.sort(records, order="t")
         out.append(
             [
-                Point(t=float(t), values=_values(k, row), tier=index)
-                for t, row in zip(used["t"].tolist(), _triples(used["v"]), strict=True)
+                Point(t=float(t), values=_values(k, row), tier=index, minima=_minima(k, low))
+                for t, row, low in zip(
+                    used["t"].tolist(), _triples(used["v"]), _triples(used["m"]), strict=True
+                )
             ]
         )
     return out
@@ -230,12 +276,12 @@ def merge(
 ) -> list[Point]:
     """One time-sorted list of points from each k's history string (k -> its bytes).
 
-    Tier i's reach starts at the start of the oldest bucket it still holds,
-    counted back from the newest point of the series; a slot older than that
-    is a leftover the ring has not yet overwritten and is dropped. A tier's
-    points count only before the reach of every finer tier, so no time
-    appears twice. Points of the same time from different ks are one point.
-    Raises ValueError when a string is not ``SERIES_BYTES`` long.
+    Tier i's reach starts at the start of the oldest bucket it can hold,
+    counted back from the newest point of the series; a record older than
+    that is a leftover of a sparse past and is dropped. A tier's points count
+    only before the reach of every finer tier, so no time appears twice.
+    Points of the same time from different ks are one point. Raises
+    ValueError when a string is not a history string of this layout.
     """
     decoded = {k: _tiers_of(raw) for k, raw in raws.items()}
     newest = max(
@@ -244,7 +290,7 @@ def merge(
     if newest == 0:
         return []
     reach = [(newest // tier.resolution - tier.capacity + 1) * tier.resolution for tier in TIERS]
-    by_time: dict[int, tuple[int, dict[str, Estimate3]]] = {}
+    by_time: dict[int, tuple[int, dict[str, Estimate3], dict[str, float | None]]] = {}
     for k, tiers in decoded.items():
         for index, records in enumerate(tiers):
             t = records["t"].astype(np.int64)
@@ -256,14 +302,22 @@ def merge(
             if until is not None:
                 keep &= t <= until
             kept = records[keep]
-            for when, row in zip(kept["t"].tolist(), _triples(kept["v"]), strict=True):
-                tier, values = by_time.setdefault(when, (index, {}))
+            for when, row, low in zip(
+                kept["t"].tolist(), _triples(kept["v"]), _triples(kept["m"]), strict=True
+            ):
+                tier, values, minima = by_time.setdefault(when, (index, {}, {}))
                 values.update(_values(k, row))
+                minima.update(_minima(k, low))
                 if index < tier:
-                    by_time[when] = (index, values)
+                    by_time[when] = (index, values, minima)
     return [
-        Point(t=float(t), values=dict(sorted(values.items())), tier=tier)
-        for t, (tier, values) in sorted(by_time.items())
+        Point(
+            t=float(t),
+            values=dict(sorted(values.items())),
+            tier=tier,
+            minima=dict(sorted(minima.items())),
+        )
+        for t, (tier, values, minima) in sorted(by_time.items())
     ]
 
 

@@ -79,12 +79,16 @@ def ranked_cell_groups(
     where to stop, so the caller reads no names it will not show.
 
     The order is exact: cells are sorted by their float gap, and each run of
-    cells whose float gaps are within ``FLOAT_SLACK`` of one another is
-    ordered by exact rationals, so only the runs up to ``limit`` cost any
-    rational arithmetic (a live suite has hundreds of cells).
+    two or more cells whose float gaps are within ``FLOAT_SLACK`` of one
+    another is ordered by exact rationals, so only the near ties up to
+    ``limit`` cost any rational arithmetic (a live suite has hundreds of
+    cells, and few of them tie).
     """
     _check_k(k)
-    # is_candidate over every cell at once
+    if k == 1:
+        return []  # pass@1 = pass^1 for every task: no gap anywhere
+    # is_candidate over every cell at once; for k >= 2 each such cell's gap is
+    # positive (some k-subset of its trials holds a pass and a failure)
     keep = (hist.n >= k) & (hist.c > 0) & (hist.c < hist.n)
     ns, cs, counts = hist.n[keep], hist.c[keep], hist.count[keep]
     if ns.size == 0:
@@ -98,6 +102,12 @@ def ranked_cell_groups(
         end = start + 1
         while end < len(order) and approx[order[end - 1]] - approx[order[end]] <= FLOAT_SLACK:
             end += 1
+        if end == start + 1:  # a cell alone in its run: its float gap orders it
+            i = order[start]
+            groups.append([(int(ns[i]), int(cs[i]))])
+            covered += int(counts[i])
+            start = end
+            continue
         run = []
         for i in order[start:end]:
             n, c, count = int(ns[i]), int(cs[i]), int(counts[i])

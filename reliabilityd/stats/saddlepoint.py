@@ -35,6 +35,8 @@ _NEWTON = 60
 # then within about 1e-4 standard deviations of the mean, where the normal
 # approximation is exact to that order.
 _W_SMALL = 1e-4
+# Damped Newton takes the full step once the Newton decrement is under this.
+_FULL_STEP = 0.25
 
 
 def _lugannani_rice(w: float, u: float) -> float:
@@ -152,27 +154,32 @@ def _gamma_sum_tails(
     x) per row, the last for Newton steps on x. Every row of d must hold both
     signs, so the saddlepoint exists.
     """
-    # K(t) = -sum a log(1 - t d) lives on (1/min d, 1/max d), where K' is
-    # increasing from -inf to +inf: safeguarded Newton on K'(t) = 0, each row
-    # on its own, stopped rows frozen.
+    # K(t) = -sum a log(1 - t d) lives on (1/min d, 1/max d) and is convex
+    # there: a sum of a_j times -log, self-concordant with constant
+    # 1 / sqrt(min(a, 1)). Damped Newton (Nesterov's) on K'(t) = 0, each row on
+    # its own, stopped rows frozen: a step of at most the Dikin radius while
+    # the Newton decrement is large, the full step once it is small. Every
+    # iterate stays inside the domain, and the convergence is quadratic from
+    # the start of the second phase, near a pole too (where a bracketed
+    # search halves its interval for dozens of steps).
     lo = 1.0 / d.min(axis=1)
     hi = 1.0 / d.max(axis=1)
     inside = (lo < t0) & (t0 < hi) & (t0 != 0.0)
     # One Newton step from 0 without the division: K'(0) + K''(0) t = 0.
     start = np.where(inside, t0, -_row_sums(alpha * d) / _row_sums(alpha * d * d))
     t = np.where((lo < start) & (start < hi), start, 0.0)
+    smallest = np.min(np.where(alpha > 0.0, alpha, np.inf), axis=1)
+    scale = 1.0 / np.sqrt(np.minimum(smallest, 1.0))
     live = np.arange(d.shape[0])
-    dl, al, tl, lol, hil = d, alpha, t.copy(), lo, hi
+    dl, al, sl, tl = d, alpha, scale, t.copy()
     for _ in range(_NEWTON):
         r = dl / (1.0 - tl[:, None] * dl)
         ar = al * r
         g = _row_sums(ar)
         h = _row_sums(ar * r)
-        below = g < 0
-        lol = np.where(below, tl, lol)
-        hil = np.where(below, hil, tl)
-        step = tl - g / h
-        t_new = np.where((lol < step) & (step < hil), step, 0.5 * (lol + hil))
+        decrement = sl * np.abs(g) / np.sqrt(h)
+        step = -g / h
+        t_new = tl + np.where(decrement < _FULL_STEP, step, step / (1.0 + decrement))
         done = np.abs(t_new - tl) <= 1e-12 * np.maximum(1.0, np.abs(tl))
         t[live] = t_new
         if done.all():
@@ -180,7 +187,7 @@ def _gamma_sum_tails(
         if done.any():
             # Finished rows leave the working set; the others go on unchanged.
             keep = ~done
-            live, dl, al, lol, hil = live[keep], dl[keep], al[keep], lol[keep], hil[keep]
+            live, dl, al, sl = live[keep], dl[keep], al[keep], sl[keep]
             t_new = t_new[keep]
         tl = t_new
     one = 1.0 - t[:, None] * d
@@ -240,10 +247,10 @@ def _solve_rows(values: list[FloatArray], alpha: list[FloatArray], prob: FloatAr
     total = _row_sums(a)
     mean = _row_sums(a * v) / total
     dev = v - mean[:, None]
-    var = np.maximum(_row_sums(a * dev**2) / total, 0.0) / (total + 1.0)
+    var = np.maximum(_row_sums(a * dev * dev) / total, 0.0) / (total + 1.0)
     sd = np.sqrt(var)
     # The third central moment of a Dirichlet-weighted mean: 2 sum a d^3 / (A (A + 1) (A + 2)).
-    third = 2.0 * _row_sums(a * dev**3) / (total * (total + 1.0) * (total + 2.0))
+    third = 2.0 * _row_sums(a * dev * dev * dev) / (total * (total + 1.0) * (total + 2.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         skew = np.where(sd > 0.0, third / np.where(sd > 0.0, var * sd, 1.0), 0.0)
     # Newton on x from the Cornish-Fisher guess (the normal one with the
@@ -260,23 +267,29 @@ def _solve_rows(values: list[FloatArray], alpha: list[FloatArray], prob: FloatAr
         (vmax - 1e-3 * spread)[live],
     )
     t = np.zeros(len(values))
+    # The unfinished rows' working copies, compacted as rows finish.
+    vl, al, pl, lol, hil = v[live], a[live], prob[live], lo[live], hi[live]
+    xl, tl = x[live], t[live]
     for _ in range(_BISECT):
         if live.size == 0:
             break
-        xl, pl = x[live], prob[live]
-        f, t[live], density = _gamma_sum_tails(v[live] - xl[:, None], a[live], t[live])
+        f, tl, density = _gamma_sum_tails(vl - xl[:, None], al, tl)
         settled = np.abs(f - pl) < 1e-10
         below = f < pl
-        lo[live] = np.where(below, xl, lo[live])
-        hi[live] = np.where(below, hi[live], xl)
+        lol = np.where(below, xl, lol)
+        hil = np.where(below, hil, xl)
         with np.errstate(divide="ignore", invalid="ignore"):
             step = np.where(density > 0, xl - (f - pl) / density, np.nan)
-        inside = (lo[live] < step) & (step < hi[live])
-        x_new = np.where(inside, step, 0.5 * (lo[live] + hi[live]))
+        inside = (lol < step) & (step < hil)
+        x_new = np.where(inside, step, 0.5 * (lol + hil))
         still = np.abs(x_new - xl) < 1e-14 * np.maximum(1.0, np.abs(xl))
         finished = settled | still
-        x[live] = np.where(finished, xl, x_new)
-        live = live[~finished]
+        xl = np.where(finished, xl, x_new)
+        x[live] = xl
+        if finished.any():
+            keep = ~finished
+            live = live[keep]
+            vl, al, pl, lol, hil, xl, tl = (arr[keep] for arr in (vl, al, pl, lol, hil, xl, tl))
     clamped: FloatArray = np.minimum(np.maximum(x, vmin), vmax)
     return clamped
 

@@ -78,8 +78,8 @@ class Histories:
             raws: dict[int, bytes] = {}
             for k in its:
                 raw = next(strings)
-                # None: expired, nothing in reach; another length: another layout.
-                if raw is not None and len(raw) == history.SERIES_BYTES:
+                # None: expired, nothing in reach; another header: another layout.
+                if raw is not None and history.readable(bytes(raw)):
                     raws[k] = bytes(raw)
             out.append(
                 History(

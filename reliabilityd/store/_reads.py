@@ -13,7 +13,8 @@ from reliabilityd.stats.lottery import LotteryCase
 from reliabilityd.stats.slices import label_keys, matches
 from reliabilityd.store._base import Counters, DeadLetter, Redis, SuiteState, _pairs, _text
 from reliabilityd.store._errors import boundary
-from reliabilityd.store._scripts import READ, READ_WINDOWS
+from reliabilityd.store._scripts import LOTTERY, READ, READ_WINDOWS
+from reliabilityd.store._wire import pipelined
 from reliabilityd.store.keys import Keys, Series
 
 # Fields of a task hash per HSCAN round trip (Reads.task_hashes): a reply of
@@ -76,15 +77,15 @@ class Reads:
             return []
         want = [False] * len(suites) if windows is None else list(windows)
         ids: list[str | None] = [None] * len(suites) if slices is None else list(slices)
-        pipe = self.client.pipeline(transaction=False)
+        commands: list[tuple[str | int | bytes, ...]] = []
         for suite, sid, with_windows in zip(suites, ids, want, strict=True):
             series = Series(suite, sid)
             keys = [self.keys.series(series, "meta"), self.keys.series(series, "hist")]
             if with_windows:
-                pipe.eval(READ_WINDOWS, 3, *keys, self.keys.series(series, "tasks"))
+                commands.append(("EVAL", READ_WINDOWS, 3, *keys, self.keys.series(series, "tasks")))
             else:
-                pipe.eval(READ, 2, *keys)
-        replies = await pipe.execute()
+                commands.append(("EVAL", READ, 2, *keys))
+        replies = await pipelined(self.client, commands)
         return [
             _suite_state(suite, sid, reply, with_windows)
             for suite, sid, reply, with_windows in zip(suites, ids, replies, want, strict=True)
@@ -201,20 +202,21 @@ class Reads:
         if limit <= 0 or not any(groups for _, groups in wanted):
             return out
         ids: list[str | None] = [None] * len(wanted) if slices is None else list(slices)
-        pipe = self.client.pipeline(transaction=False)
+        # One script call per series (one key each: Redis Cluster routes it),
+        # reading every cell's range, instead of a ZRANGE per cell.
+        commands: list[tuple[str | int | bytes, ...]] = []
         for (suite, groups), sid in zip(wanted, ids, strict=True):
-            key = self.keys.series(Series(suite, sid), "lottery")
-            for group in groups:
-                for n, c in group:
-                    prefix = f"{n:0{CELL_PAD}d}:{c:0{CELL_PAD}d}:"
-                    # ';' sorts right after ':', so "(prefix;" bounds the cell's range.
-                    pipe.zrange(
-                        key, f"[{prefix}", f"({prefix[:-1]};", bylex=True, offset=0, num=limit
-                    )
-        replies = iter(await pipe.execute())
+            prefixes = [f"{n:0{CELL_PAD}d}:{c:0{CELL_PAD}d}:" for group in groups for n, c in group]
+            if prefixes:
+                key = self.keys.series(Series(suite, sid), "lottery")
+                commands.append(("EVAL", LOTTERY, 1, key, limit, *prefixes))
+        per_series = iter(await pipelined(self.client, commands))
         cut = 2 * CELL_PAD + 2
         for i, (_, groups) in enumerate(wanted):
             rows: list[LotteryCase] = []
+            if not any(groups):
+                continue
+            replies = iter(cast(list[list[bytes]], next(per_series)))
             for group in groups:
                 found = [
                     LotteryCase(task=_text(m)[cut:], n=n, c=c)

@@ -24,10 +24,13 @@ __all__ = [
     "FORGET",
     "IMPORT_APPLY",
     "LEASE",
+    "LOTTERY",
+    "MARK_UNCLAIMED",
     "OUTBOX_POP",
     "READ",
     "READ_WINDOWS",
     "RELEASE",
+    "RELEASE_CLAIMS",
     "ROW_STATES",
     "WRITE_ROWS",
     "WRITE_SNAPSHOT",
@@ -58,7 +61,10 @@ DROP_ROWS = _lua("drop_rows")
 ALERT_CAS = _lua("alert_cas")
 OUTBOX_POP = _lua("outbox_pop")
 LEASE = _lua("lease")
+LOTTERY = _lua("lottery")
 CLAIM = _lua("claim")
+RELEASE_CLAIMS = _lua("release_claims")
+MARK_UNCLAIMED = _lua("mark_unclaimed")
 CURSOR_MAX = _lua("cursor_max")
 _FORGET_ONE = _lua("forget_one")
 FORGET = _FORGET_ONE + _lua("forget")

@@ -4,7 +4,10 @@ A series is a suite as a whole or one slice of it (``keys.Series``); each
 has its own snapshot hash under the suite's hash tag. A commit marks its
 series changed (by ``Series.member``); a replica claims marks, writes the
 series' snapshots, and releases its claims. A claim whose replica died
-expires back into the marks.
+expires back into the marks. A series is computed by one replica at a time:
+a mark whose series is claimed stays a mark until the claim is released, and
+the reconcile (``mark_stale``) does not mark a series that is claimed, or
+whose claim was released after it read the versions.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._documents import Undecodable, snapshot_of
 from reliabilityd.store._errors import boundary
-from reliabilityd.store._scripts import CLAIM, WRITE_SNAPSHOT
+from reliabilityd.store._scripts import CLAIM, MARK_UNCLAIMED, RELEASE_CLAIMS, WRITE_SNAPSHOT
+from reliabilityd.store._wire import pipelined
 from reliabilityd.store.keys import Keys, Series
 
 SeriesLike = str | Series
@@ -41,6 +45,9 @@ def _stamp(version: bytes | str, updated: bytes | str) -> tuple[int, str] | None
 # The snapshot hash field holding the fingerprint of the settings its CI part
 # was computed under (written with the CI part; see Snapshots.mark_stale).
 SETTINGS_FIELD = "settings"
+# How long a released claim is remembered (ms): longer than a reconcile takes to read the
+# versions it judges, so a snapshot written meanwhile is not marked stale again.
+RELEASE_MEMORY_MS = 60_000
 
 
 class SnapshotWrite(msgspec.Struct, frozen=True):
@@ -177,11 +184,13 @@ class Snapshots:
         """``write_snapshot`` of each write, in one round trip (one script call each)."""
         if not writes:
             return []
-        pipe = self.client.pipeline(transaction=False)
+        commands: list[tuple[Any, ...]] = []
         for write in writes:
             keys, args = self._write_call(write)
-            pipe.eval(WRITE_SNAPSHOT, len(keys), *keys, *args)
-        return [(bool(int(r) & 1), bool(int(r) & 2)) for r in await pipe.execute()]
+            commands.append(("EVAL", WRITE_SNAPSHOT, len(keys), *keys, *args))
+        return [
+            (bool(int(r) & 1), bool(int(r) & 2)) for r in await pipelined(self.client, commands)
+        ]
 
     def _write_call(self, w: SnapshotWrite) -> tuple[list[str], list[Any]]:
         """The write script's KEYS and ARGV for one write (see write_snapshot.lua)."""
@@ -197,7 +206,7 @@ class Snapshots:
             args += [int(point.t), history.KEY_TTL * 1000, len(history.TIERS)]
             for tier in history.TIERS:
                 args += [tier.resolution, tier.capacity]
-            args.append(history.RECORD_SIZE)
+            args += [history.RECORD_SIZE, history.LAYOUT]
             for k, record in records.items():
                 args += [k, record]
         for field, value in ci_fields.items():
@@ -254,6 +263,9 @@ class Snapshots:
         a mark lost with a crashed Redis, a restart with a changed config).
         """
         every: list[Series] = [Series(s) for s in suites]
+        # Redis' time before the versions are read: a claim released after it wrote a
+        # snapshot these reads may predate (mark_unclaimed.lua).
+        since, _ = await self._mark_unclaimed(-1, [])
         if suites:
             pipe = self.client.pipeline(transaction=False)
             for suite in suites:
@@ -261,28 +273,56 @@ class Snapshots:
             for suite, ids in zip(suites, await pipe.execute(), strict=True):
                 every += [Series(suite, _text(sid)) for sid in ids]
         stale = [
-            series
+            series.member
             for series, (data, snap, stored) in zip(every, await self.versions(every), strict=True)
             if data > snap
             or (settings is not None and snap >= 0 and stored != settings(series.suite))
         ]
-        await self.mark_changed(stale)
-        return [s.member for s in stale]
+        if not stale:
+            return []
+        _, added = await self._mark_unclaimed(since, stale)
+        return added
+
+    async def _mark_unclaimed(self, since: int, members: Sequence[str]) -> tuple[int, list[str]]:
+        """(Redis time in ms, the members marked): each of ``members`` not claimed now and
+        not released at or after ``since``."""
+        now, added = await self.client.eval(
+            MARK_UNCLAIMED,
+            3,
+            self.keys.changed,
+            self.keys.claims,
+            self.keys.released,
+            since,
+            *members,
+        )
+        return int(now), [_text(s) for s in added or []]
 
     async def claim_changed(self, count: int, lifetime: float) -> list[str]:
         """Take up to ``count`` change marks for ``lifetime`` seconds (expired claims return).
 
         Each mark is a ``Series.member``: ``Series.of_member`` reads it.
         """
-        got = await self.client.eval(
-            CLAIM, 2, self.keys.changed, self.keys.claims, int(lifetime * 1000), count
+        return (await self.claim_marks(count, lifetime))[0]
+
+    async def claim_marks(self, count: int, lifetime: float) -> tuple[list[str], int]:
+        """``claim_changed``, and how many marks of those popped were held back because
+        another claim on their series is live (they stay marks for a later claim)."""
+        held, got = await self.client.eval(
+            CLAIM,
+            3,
+            self.keys.changed,
+            self.keys.claims,
+            self.keys.released,
+            int(lifetime * 1000),
+            count,
+            RELEASE_MEMORY_MS,
         )
-        return sorted(_text(s) for s in got or [])
+        return sorted(_text(s) for s in got or []), int(held)
 
     async def release_claims(self, suites: Sequence[str]) -> None:
         """The series' snapshots are written: drop this replica's claims on them (members)."""
         if suites:
-            await self.client.zrem(self.keys.claims, *suites)
+            await self.client.eval(RELEASE_CLAIMS, 2, self.keys.claims, self.keys.released, *suites)
 
     async def changed(self) -> list[str]:
         return sorted(_text(s) for s in await self.client.smembers(self.keys.changed))

@@ -9,8 +9,9 @@ Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
     <p>:{<suite>}:dedup:<w>:<b>  set with TTL: digests of the (task, trial)s applied in
                               bucket b of the clock (b = floor(unix seconds / width w))
     <p>:{<suite>}:snapshot    hash  flat numbers for redis-cli, plus `json`
-    <p>:{<suite>}:snapshot:h:k<k>     string  the suite's history at k: fixed-size records
-                              in tiers (stats/history.py), TTL refreshed by every point
+    <p>:{<suite>}:snapshot:h:k<k>     string  the suite's history at k: a header and records
+                              in tiers that grow with the points (stats/history.py), TTL
+                              refreshed by every point
     <p>:{<suite>}:snapshot:transitions  list  alert transitions (capped, newest last)
     <p>:{<suite>}:touched     zset  task -> time of its last event (suites with an idle expiry)
     <p>:{<suite>}:imported    hash  import ledger: digest of every imported (task, trial) -> 1
@@ -30,6 +31,8 @@ claim script can move a suite between them atomically::
 
     <p>:{/ci}:changed         set   suites whose data moved since their snapshot
     <p>:{/ci}:claims          zset  suite -> claim deadline (ms) of the replica recomputing it
+    <p>:{/ci}:released        zset  suite -> when its last claim was released (ms), kept
+                              for a minute so the reconcile does not re-mark it
 
 The suite set and its quotas share the tag ``{/suites}``, so the admission
 script counts a new suite against its grant and the deployment at once::
@@ -246,6 +249,10 @@ class Keys:
     @property
     def claims(self) -> str:
         return f"{self.prefix}:{CHANGES_TAG}:claims"
+
+    @property
+    def released(self) -> str:
+        return f"{self.prefix}:{CHANGES_TAG}:released"
 
     @property
     def deadletter(self) -> str:

@@ -237,3 +237,24 @@ def test_check_says_4_when_redis_is_unreachable(
     code, out, _ = cli(capsys, "check", "-c", str(path))
     assert code == EXIT_UNREACHABLE
     assert "Redis unusable" in out
+
+
+def test_gate_looks_judges_each_look_at_the_spread_confidence(
+    capsys: pytest.CaptureFixture[str], where: list[str]
+) -> None:
+    code, out, _ = cli(capsys, "gate", "old", "--at-least", "0.1", "--json", *where)
+    one = json.loads(out)
+    code, out, _ = cli(
+        capsys, "gate", "old", "--at-least", "0.1", "--looks", "10", "--json", *where
+    )
+    ten = json.loads(out)
+    assert (one["looks"], ten["looks"]) == (1, 10)
+    assert ten["estimate"]["confidence"] == pytest.approx(1 - 0.05 / 10)
+    # A wider interval at each of ten looks: its lower bound is lower.
+    assert ten["estimate"]["ci"][0] < one["estimate"]["ci"][0]
+    code, out, _ = cli(capsys, "gate", "old", "--at-least", "0.1", "--looks", "10", *where)
+    assert code == ten["exit_code"]
+    assert "one of at most 10 looks: each judged at 99.50% confidence" in out
+    code, out, _ = cli(capsys, "gate", "new", "--compare", "old", "--looks", "4", "--json", *where)
+    assert code == json.loads(out)["exit_code"]
+    assert json.loads(out)["comparison"]["differences"]["pass^k"]["confidence"] == 0.9875

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
+import numpy as np
 import pytest
 from redis.crc import key_slot
 
@@ -17,6 +19,10 @@ DAY = 86_400
 # The stated budget: a series' history at the default k = [1, 5], its
 # transition list full, in MEMORY USAGE bytes.
 BUDGET = 64 * 1024
+# MEMORY USAGE of a history string holding one point, at a suite name of one letter.
+ONE_POINT = 200
+# MEMORY USAGE of a history string whose every tier is full (jemalloc's 28 KiB class).
+FULL = 28_672 + 100
 T0 = 1_764_460_800  # 2025-11-30T00:00:00Z
 
 
@@ -93,22 +99,46 @@ async def test_unknown_round_trips_as_unknown(store: Store) -> None:
     assert lo <= 0.25 < lo + 1 / SCALE
 
 
-async def test_the_last_snapshot_of_a_bucket_stays_and_an_older_time_never_replaces_it(
-    store: Store,
-) -> None:
-    base = float(T0)
+async def test_the_last_snapshot_of_a_bucket_stays_beside_its_minimum(store: Store) -> None:
+    base = float(T0)  # T0 starts a bucket of every tier
+    dip = Point(base + 4, {label("pass@k", 1): (0.05, 0.01, 0.1)})
     await store.snapshots.write_snapshots(
-        [write(1, base + 5), write(2, base + 50), write(3, base + 30)]
+        [
+            write(1, base + 1, (1,)),
+            SnapshotWrite("s", 2, {"json": "v2"}, {}, point=dip),
+            write(3, base + 8, (1,)),
+            # Later versions with older times: the bucket's snapshot stays, its minimum not.
+            SnapshotWrite("s", 4, {"json": "v4"}, {}, point=Point(base + 6, dip.values)),
+        ]
     )
     (only,) = (await store.history.read("s")).points
-    assert only.t == base + 50
-    assert close(only.values[label("pass@k", 1)], values(base + 50)[label("pass@k", 1)])
-    # A write one lap of tier 0 older lands on the same slot there and must not take it;
-    # in the coarser tiers its bucket is another one, and it is the older point it is.
-    older = base + 50 - TIERS[0].span
-    await store.snapshots.write_snapshots([write(4, older)])
+    assert only.t == base + 8
+    assert close(only.values[label("pass@k", 1)], values(base + 8)[label("pass@k", 1)])
+    assert only.minima[label("pass@k", 1)] == pytest.approx(0.05, abs=1 / SCALE)
+    # The dip stays in every tier's bucket after newer buckets open.
+    await store.snapshots.write_snapshots([write(5, base + 15, (1,))])
+    await store.snapshots.write_snapshots([write(6, base + 3600 + 20, (1,))])
     points = (await store.history.read("s")).points
-    assert [(p.t, p.tier) for p in points] == [(older, 1), (base + 50, 0)]
+    # The minute tier's first bucket: its last snapshot (base + 15) and the dip within it.
+    assert [(p.t, p.tier) for p in points] == [(base + 15, 1), (base + 3620, 0)]
+    assert points[0].minima[label("pass@k", 1)] == pytest.approx(0.05, abs=1 / SCALE)
+    # A point older than a tier's newest bucket is not recorded.
+    await store.snapshots.write_snapshots([write(7, base + 30, (1,))])
+    assert [p.t for p in (await store.history.read("s")).points] == [base + 15, base + 3620]
+
+
+async def test_a_one_point_history_costs_a_few_hundred_bytes(store: Store) -> None:
+    await store.snapshots.write_snapshots([write(1, float(T0))])
+    snapshot = store.keys.snapshot("s")
+    names = [store.keys.history(snapshot, k) for k in (1, 5)]
+    for name in names:
+        # The header and one record per tier.
+        assert await store.client.strlen(name) == history.HEADER + 4 * history.RECORD_SIZE
+        used = await store.client.memory_usage(name, samples=0)
+        assert used is not None
+        assert used <= ONE_POINT
+    memory = await store.history.memory("s")
+    assert sum(memory.values()) <= 2 * ONE_POINT
 
 
 async def test_history_keys_live_in_the_suite_slot_and_expire(store: Store) -> None:
@@ -119,10 +149,65 @@ async def test_history_keys_live_in_the_suite_slot_and_expire(store: Store) -> N
     assert all(key_slot(name.encode()) == slot for name in names)
     assert key_slot(store.keys.transitions(snapshot).encode()) == slot
     for name in names:
-        assert await store.client.strlen(name) == history.SERIES_BYTES
         ttl = await store.client.ttl(name)
         assert history.KEY_TTL - 60 <= ttl <= history.KEY_TTL
     assert store.keys.snapshot("s", "model=x").endswith(":{s}:slice:model=x:snapshot")
+
+
+def _model(writes: list[tuple[float, float]]) -> dict[int, list[tuple[int, float, int]]]:
+    """What each tier should keep of (t, pass@k) writes in version order: per tier the
+    (time, value code, minimum code) of the last snapshot of each of its newest buckets."""
+    out: dict[int, list[tuple[int, float, int]]] = {}
+    for index, tier in enumerate(TIERS):
+        kept: list[tuple[int, float, int]] = []
+        for t, x in writes:
+            code = round(x * SCALE)
+            if kept and int(t) // tier.resolution == kept[-1][0] // tier.resolution:
+                held_t, held_x, low = kept[-1]
+                kept[-1] = (
+                    (int(t), x, min(low, code)) if t >= held_t else (held_t, held_x, min(low, code))
+                )
+            elif not kept or int(t) // tier.resolution > kept[-1][0] // tier.resolution:
+                kept.append((int(t), x, code))
+        out[index] = kept[-tier.capacity :]
+    return out
+
+
+@pytest.mark.seeded
+async def test_the_write_script_keeps_each_buckets_last_snapshot_and_minimum(
+    store: Store, rng: np.random.Generator
+) -> None:
+    """Writes at random gaps (seconds to days, sometimes a little back in time) against a
+    model of the tiers, read back tier by tier."""
+    t = float(T0)
+    writes: list[tuple[float, float]] = []
+    batch: list[SnapshotWrite] = []
+    for version in range(1, 3001):
+        gap = float(rng.choice([1, 3, 5, 7, 12, 45, 400, 5000, 90_000]))
+        t = t + gap if rng.random() > 0.05 else t - 2
+        x = float(rng.integers(0, 1000)) / 1000
+        writes.append((t, x))
+        at: dict[str, history.Estimate3] = {
+            label("pass@k", 1): (x, x, x),
+            label("pass^k", 1): (x, x, x),
+        }
+        batch.append(SnapshotWrite("s", version, {"json": "v"}, {}, point=Point(t, at)))
+        if len(batch) == 300:
+            await store.snapshots.write_snapshots(batch)
+            batch = []
+    raw: Any = await store.client.get(store.keys.history(store.keys.snapshot("s"), 1))
+    assert raw is not None
+    tiers = history.decode_points(bytes(raw), 1)
+    for index, want in _model(writes).items():
+        got = [
+            (int(p.t), p.values[label("pass@k", 1)][0], p.minima[label("pass@k", 1)])
+            for p in tiers[index]
+        ]
+        assert [g[0] for g in got] == [w[0] for w in want], index
+        for (_, have, low), (_, wx, wlow) in zip(got, want, strict=True):
+            assert have == pytest.approx(wx, abs=1 / SCALE)
+            assert low == pytest.approx(wlow / SCALE, abs=1e-12)
+    assert len(raw) <= history.SERIES_BYTES
 
 
 async def test_a_new_k_starts_its_own_history_at_the_version_already_stored(store: Store) -> None:
@@ -171,16 +256,17 @@ async def test_transitions_are_capped_at_the_newest(store: Store) -> None:
 def _clock(days: int, checkpoints: list[int]) -> list[tuple[float, bool]]:
     """(time, is a checkpoint) of the writes of ``days`` days from T0.
 
-    One write a day throughout; every 10 minutes in the 7 days before each
-    checkpoint and every minute in its last 6 hours, so at every checkpoint
-    each tier has a write in every bucket it can hold. More frequent writes
-    would only replace points within the same buckets (the test above).
+    One write a day throughout; every hour in the 7 days before each checkpoint,
+    every minute in its last 6 hours and every 10 s in its last hour, so at every
+    checkpoint each tier has a write in every bucket it can hold. More frequent
+    writes would only replace points within the same buckets (the test above).
     """
     times: set[int] = {T0 + d * DAY + 3_601 for d in range(days)}
     for day in checkpoints:
         end = T0 + day * DAY - 17  # 17 s before midnight of that day
-        times.update(end - j * 600 for j in range(7 * 144))
+        times.update(end - j * 3600 for j in range(7 * 24))
         times.update(end - j * 60 for j in range(360))
+        times.update(end - j * 10 for j in range(360))
     ends = {T0 + day * DAY - 17 for day in checkpoints}
     return [(float(t), t in ends) for t in sorted(times) if t >= T0 + 3_601]
 
@@ -226,11 +312,12 @@ async def test_400_days_stay_within_the_budget_and_the_tiers_hold_their_spans(
         got = await store.history.read("s")
         _assert_tiers(got.points, newest=t, age=t - T0)
         assert len(got.transitions) == min(seq, history.TRANSITIONS_KEPT)
-    # The estimate strings are allocated whole at the first point: their memory never grows.
+    # The estimate strings grow with their points, never past one full string each.
     strings = [v for name, v in (await store.history.memory("s")).items() if ":h:k" in name]
     assert len(strings) == 2
-    assert all(v == strings[0] for v in strings)
+    assert all(v <= FULL for v in strings)
     assert memory_seen == sorted(memory_seen)
+    assert memory_seen[0] < memory_seen[-1]
 
 
 def _assert_tiers(points: list[Point], *, newest: float, age: float) -> None:
@@ -240,24 +327,28 @@ def _assert_tiers(points: list[Point], *, newest: float, age: float) -> None:
     for p in points:
         assert all(close(p.values[name], v) for name, v in values(p.t).items()), p
     by_tier = {i: [p.t for p in points if p.tier == i] for i in range(len(TIERS))}
-    fine, mid, coarse = by_tier[0], by_tier[1], by_tier[2]
-    # Per minute for 6 hours.
+    fine, minutes, hours, days = by_tier[0], by_tier[1], by_tier[2], by_tier[3]
+    # Per 10 s for an hour.
     assert len(fine) == TIERS[0].capacity
-    assert all(b - a == 60 for a, b in itertools.pairwise(fine))
-    # Per 10 minutes for 7 days, where the minutes no longer reach.
-    assert mid
-    assert mid[-1] < fine[0]
-    assert all(b - a == 600 for a, b in itertools.pairwise(mid))
-    assert newest - mid[0] > min(age - 3_601 - 600, TIERS[1].span - 2 * TIERS[1].resolution)
+    assert all(b - a == 10 for a, b in itertools.pairwise(fine))
+    # Per minute for 6 hours, where the 10 s no longer reach.
+    assert minutes[-1] < fine[0]
+    assert all(b - a == 60 for a, b in itertools.pairwise(minutes))
+    assert newest - minutes[0] > TIERS[1].span - 2 * TIERS[1].resolution
+    # Per hour for 7 days, where the minutes no longer reach.
+    assert hours
+    assert hours[-1] < minutes[0]
+    assert all(b - a == 3600 for a, b in itertools.pairwise(hours))
+    assert newest - hours[0] > min(age - 3_601 - 3600, TIERS[2].span - 2 * TIERS[2].resolution)
     # Per day for 420 days before that, back to the first day.
-    if age > TIERS[1].span:
-        assert coarse
-        assert coarse[-1] < mid[0]
-        days = [int(t) // DAY for t in coarse]
-        first = max(T0 // DAY, int(newest) // DAY - TIERS[2].capacity + 1)
-        assert days == list(range(first, first + len(days)))
+    if age > TIERS[2].span:
+        assert days
+        assert days[-1] < hours[0]
+        numbers = [int(t) // DAY for t in days]
+        first = max(T0 // DAY, int(newest) // DAY - TIERS[3].capacity + 1)
+        assert numbers == list(range(first, first + len(numbers)))
     else:
-        assert not coarse or coarse[-1] < mid[0]
+        assert not days or days[-1] < hours[0]
 
 
 @pytest.mark.parametrize("slice_id", ["model=x"])

@@ -194,7 +194,7 @@ def test_history_command_prints_points_and_transitions_and_json(
     assert p is not None
     assert lo is not None
     assert hi is not None
-    row = next(line for line in lines[1:] if " 1m " in line)
+    row = next(line for line in lines[1:] if " 10s " in line)
     assert f"{100 * p:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]" in row
     mark = next(line for line in lines[1:] if " alert " in line)
     assert f"{RULE.name} -> firing (page, below)" in mark

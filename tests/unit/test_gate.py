@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reliabilityd import Histogram, assert_pass_hat_k, compare, estimate
-from reliabilityd.stats.gate import judge_at_least, judge_not_worse
+from reliabilityd.stats.gate import judge_at_least, judge_not_worse, look_confidence
 
 PERFECT = [(10, 10)] * 400
 MIXED = [(10, c) for c in (10, 9, 10, 8, 10, 10, 7, 10, 9, 10) * 4]
@@ -58,3 +58,17 @@ def test_assert_pass_hat_k_names_the_numbers_and_the_least_reliable_tasks() -> N
         assert_pass_hat_k(MIXED, 5, est.value)  # type: ignore[arg-type]
     with pytest.raises(AssertionError, match="UNKNOWN"):
         assert_pass_hat_k([(3, 3)] * 10, 5, 0.5)
+
+
+def test_looks_spread_the_one_look_error_over_each() -> None:
+    assert look_confidence(0.95, 1) == 0.95
+    assert look_confidence(0.95, 10) == pytest.approx(0.995)
+    with pytest.raises(ValueError, match="looks must be at least 1"):
+        look_confidence(0.95, 0)
+    tasks = [(10, 10)] * 30 + [(10, 7)] * 10
+    one = assert_pass_hat_k(tasks, 5, 0.3)
+    ten = assert_pass_hat_k(tasks, 5, 0.3, looks=10)
+    assert ten.confidence == pytest.approx(0.995)
+    assert one.ci is not None
+    assert ten.ci is not None
+    assert ten.ci[0] < one.ci[0]

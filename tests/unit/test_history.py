@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import struct
 
 import pytest
 from hypothesis import given
@@ -17,17 +18,25 @@ maybe = st.one_of(st.none(), probability)
 
 
 def _slots(points_by_tier: list[list[Point]], k: int) -> bytes:
-    """A history string holding the given points, each in its slot (as the write script puts it)."""
-    raw = bytearray(history.SERIES_BYTES)
-    base = 0
+    """A history string holding the given points, each tier's in time order (as the write
+    script leaves a tier that has not gone round)."""
+    head = struct.pack(">BB", history.LAYOUT, len(TIERS))
+    body = b""
     for tier, points in zip(TIERS, points_by_tier, strict=True):
-        for p in points:
-            slot = base + (int(p.t) // tier.resolution) % tier.capacity
-            raw[slot * history.RECORD_SIZE : (slot + 1) * history.RECORD_SIZE] = (
-                history.encode_point(p)[k]
-            )
-        base += tier.capacity
-    return bytes(raw)
+        assert len(points) <= tier.capacity
+        head += struct.pack(">HH", len(points), len(points) % tier.capacity)
+        for p in sorted(points, key=lambda p: p.t):
+            body += history.encode_point(p)[k]
+    return head + body
+
+
+def _kept(writes: list[float], tier: history.Tier) -> list[float]:
+    """The times a tier keeps of these writes: the last of each of its newest buckets."""
+    last: dict[int, float] = {}
+    for t in writes:
+        b = int(t) // tier.resolution
+        last[b] = max(last.get(b, 0.0), t)
+    return sorted(last[b] for b in sorted(last)[-tier.capacity :])
 
 
 @given(p=maybe, lo=maybe, hi=maybe)
@@ -35,8 +44,8 @@ def test_a_record_round_trips_within_its_stated_error_and_unknown_stays_unknown(
     p: float | None, lo: float | None, hi: float | None
 ) -> None:
     point = Point(t=1_764_460_800.0, values={label("pass^k", 5): (p, lo, hi)})
-    raw = _slots([[point], [], []], 5)
-    [[back], [], []] = history.decode_points(raw, 5)
+    raw = _slots([[point], [], [], []], 5)
+    [[back], [], [], []] = history.decode_points(raw, 5)
     assert back.t == point.t
     got = back.values[label("pass^k", 5)]
     # pass@k at this k was not in the point: UNKNOWN, not a number.
@@ -62,8 +71,8 @@ def test_a_stored_interval_contains_the_computed_one_and_its_point(
     hi = lo + (1 - lo) * width
     p = lo + (hi - lo) * at
     raw = history.encode_point(Point(t=100.0, values={label("pass@k", 1): (p, lo, hi)}))[1]
-    [[back], _, _] = history.decode_points(
-        _slots([[Point(100.0, {label("pass@k", 1): (p, lo, hi)})], [], []], 1), 1
+    [[back], _, _, _] = history.decode_points(
+        _slots([[Point(100.0, {label("pass@k", 1): (p, lo, hi)})], [], [], []], 1), 1
     )
     bp, blo, bhi = back.values[label("pass@k", 1)]
     assert blo is not None
@@ -77,8 +86,8 @@ def test_a_stored_interval_contains_the_computed_one_and_its_point(
 
 def test_exact_ends_and_out_of_range_values() -> None:
     raw = history.encode_point(Point(t=5.0, values={label("pass^k", 2): (1.0, 0.0, 1.0)}))[2]
-    [[back], _, _] = history.decode_points(
-        _slots([[Point(5.0, {label("pass^k", 2): (1.0, 0.0, 1.0)})], [], []], 2), 2
+    [[back], _, _, _] = history.decode_points(
+        _slots([[Point(5.0, {label("pass^k", 2): (1.0, 0.0, 1.0)})], [], [], []], 2), 2
     )
     assert back.values[label("pass^k", 2)] == (1.0, 0.0, 1.0)
     assert len(raw) == history.RECORD_SIZE
@@ -88,41 +97,45 @@ def test_exact_ends_and_out_of_range_values() -> None:
         history.encode_point(Point(t=0.0, values={label("pass^k", 2): (0.5, 0.0, 1.0)}))
     with pytest.raises(ValueError, match="holds"):
         history.decode_points(b"\0" * 10, 2)
+    # The old fixed-size layout, or counts that do not match the length: not read.
+    with pytest.raises(ValueError, match="layout"):
+        history.decode_points(b"\0" * 28_608, 2)
+    one = _slots([[Point(5.0, {label("pass^k", 2): (1.0, 0.0, 1.0)})], [], [], []], 2)
+    with pytest.raises(ValueError, match="counts"):
+        history.decode_points(one + b"\0", 2)
+    assert history.readable(one)
+    assert not history.readable(one[:-1])
 
 
 def test_the_tiers_fit_the_stated_allocation() -> None:
-    # 1,788 records of 16 bytes: a 28,672-byte allocation class with the string header.
-    assert history.SERIES_BYTES == 28_608
-    assert [t.span for t in TIERS] == [6 * 3600, 7 * 86_400, 420 * 86_400]
+    # 1,308 records of 20 bytes and the header: under jemalloc's 28,672-byte class with
+    # the string's own header, once every tier is full.
+    assert history.SERIES_BYTES == 26_178
+    assert [t.span for t in TIERS] == [3600, 6 * 3600, 7 * 86_400, 420 * 86_400]
 
 
 def test_merge_takes_each_time_from_the_finest_tier_that_reaches_it() -> None:
     now = 1_764_460_800 + 17  # a write 17 s into a minute
-    # Every minute for 8 days, as the write script would leave it in each tier.
-    writes = [float(now - 60 * j) for j in range(8 * 1440)]
-    tiers: list[list[Point]] = [[], [], []]
-    for index, tier in enumerate(TIERS):
-        slots: dict[int, float] = {}
-        for t in writes:
-            slot = (int(t) // tier.resolution) % tier.capacity
-            slots[slot] = max(slots.get(slot, 0.0), t)
-        tiers[index] = [
-            Point(t, {label("pass^k", 1): (0.5, 0.4, 0.6)}, index) for t in slots.values()
-        ]
+    # Every 10 s for 8 days, as the write script would leave it in each tier.
+    writes = [float(now - 10 * j) for j in range(8 * 8640)]
+    tiers = [
+        [Point(t, {label("pass^k", 1): (0.5, 0.4, 0.6)}, index) for t in _kept(writes, tier)]
+        for index, tier in enumerate(TIERS)
+    ]
     merged = history.merge({1: _slots(tiers, 1)})
     times = [p.t for p in merged]
     assert times == sorted(set(times))
-    fine = [p for p in merged if p.tier == 0]
-    mid = [p for p in merged if p.tier == 1]
-    coarse = [p for p in merged if p.tier == 2]
+    by_tier = [[p for p in merged if p.tier == i] for i in range(len(TIERS))]
+    fine, minutes, hours, days = by_tier
     assert len(fine) == 360
     assert fine[-1].t == now
-    assert all(b.t - a.t == 60 for a, b in itertools.pairwise(fine))
-    assert all(b.t - a.t == 600 for a, b in itertools.pairwise(mid))
-    assert mid[-1].t < fine[0].t
-    assert now - mid[0].t > 7 * 86_400 - 2 * 600
-    assert coarse
-    assert coarse[-1].t < mid[0].t
+    for points, step in ((fine, 10), (minutes, 60), (hours, 3600)):
+        assert all(b.t - a.t == step for a, b in itertools.pairwise(points))
+    assert minutes[-1].t < fine[0].t
+    assert hours[-1].t < minutes[0].t
+    assert now - hours[0].t > 7 * 86_400 - 2 * 3600
+    assert days
+    assert days[-1].t < hours[0].t
     # A window of time, and two ks' points of one time are one point.
     five = [
         [Point(p.t, {label("pass^k", 5): (None, None, None)}, p.tier) for p in ps] for ps in tiers
@@ -139,18 +152,24 @@ def test_merge_takes_each_time_from_the_finest_tier_that_reaches_it() -> None:
     assert history.merge({}) == []
 
 
-def test_a_leftover_slot_older_than_its_tier_is_not_shown() -> None:
+def test_a_leftover_record_older_than_its_tier_is_not_shown() -> None:
     now = 1_764_460_800.0
-    old = now - 6 * 3600 - 120  # one lap ago in tier 0, in a slot no later write took
+    old = now - 3600 - 120  # older than tier 0 reaches, kept there by a sparse past
+    at: dict[str, history.Estimate3] = {label("pass@k", 1): (0.5, 0.4, 0.6)}
     tiers = [
-        [
-            Point(old, {label("pass@k", 1): (0.1, 0.0, 0.2)}, 0),
-            Point(now, {label("pass@k", 1): (0.5, 0.4, 0.6)}, 0),
-        ],
-        [Point(now, {label("pass@k", 1): (0.5, 0.4, 0.6)}, 1)],
-        [Point(now, {label("pass@k", 1): (0.5, 0.4, 0.6)}, 2)],
+        [Point(old, {label("pass@k", 1): (0.1, 0.0, 0.2)}, 0), Point(now, at, 0)],
+        [Point(now, at, 1)],
+        [Point(now, at, 2)],
+        [Point(now, at, 3)],
     ]
     assert [(p.t, p.tier) for p in history.merge({1: _slots(tiers, 1)})] == [(now, 0)]
+
+
+def test_a_new_buckets_minimum_is_its_point() -> None:
+    at = {label("pass@k", 1): (0.25, 0.1, 0.4), label("pass^k", 1): (None, None, None)}
+    (back,) = history.merge({1: _slots([[Point(100.0, at)], [], [], []], 1)})
+    assert back.minima[label("pass@k", 1)] == pytest.approx(0.25, abs=1 / SCALE)
+    assert back.minima[label("pass^k", 1)] is None
 
 
 def test_transitions_round_trip() -> None:

@@ -118,6 +118,26 @@ def test_runs_split_on_missing_values_and_missing_intervals() -> None:
     assert [[s.t for s in r] for r in runs(SAMPLES, "ci")] == [[1000.0, 1060.0], [1240.0]]
 
 
+def test_a_buckets_minimum_under_its_value_is_drawn_as_a_dip() -> None:
+    svg = chart(
+        [
+            Sample(1000.0, 0.9, 0.8, 0.95, 0.19),
+            Sample(1060.0, 0.9, 0.8, 0.95, 0.9),  # the minimum is the value: nothing more
+            Sample(1120.0, 0.9, 0.8, 0.95),  # no minimum known
+            Sample(1180.0, None, None, None, 0.1),  # UNKNOWN now: no dip from nothing
+        ],
+        t0=1000.0,
+        t1=1200.0,
+        label="pass^k@5",
+    )
+    assert svg.count('class="dip"') == 1
+    assert 'data-low="0.19"' in svg
+    assert "as low as 19.0%" in svg
+    assert _model.samples(
+        [(10.0, {"pass^k@5": (0.5, 0.4, 0.6)})], "pass^k@5", {10.0: {"pass^k@5": 0.2}}
+    ) == [Sample(10.0, 0.5, 0.4, 0.6, 0.2)]
+
+
 def test_an_empty_chart_says_so_and_a_sparkline_without_values_draws_nothing() -> None:
     assert "no history in this range" in chart([], t0=0.0, t1=10.0, label="x")
     assert "<svg" not in sparkline([Sample(1.0, None, None, None)])

@@ -68,6 +68,10 @@ def _points(history: History) -> list[tuple[float, dict[str, Estimate3]]]:
     return [(p.t, p.values) for p in history.points]
 
 
+def _minima(history: History) -> dict[float, dict[str, float | None]]:
+    return {p.t: p.minima for p in history.points}
+
+
 PAGE_ROWS = 100  # suites on a page of the index
 
 
@@ -152,8 +156,9 @@ async def suite_page(
     shown = k if k is not None and readable is not None and readable.get("pass^k", k) else None
     shown = shown or _model.headline_k(snap, own)
     points = _points(history)
-    hat = [] if shown is None else _model.samples(points, _model.series_key("pass^k", shown))
-    at = [] if shown is None else _model.samples(points, _model.series_key("pass@k", shown))
+    lows = _minima(history)
+    hat = [] if shown is None else _model.samples(points, _model.series_key("pass^k", shown), lows)
+    at = [] if shown is None else _model.samples(points, _model.series_key("pass@k", shown), lows)
     transitions = await registry.transitions(
         store,
         [w.watch for w in watched],

@@ -60,9 +60,17 @@ def series_key(metric: str, k: int) -> str:
 Triple = tuple[float | None, float | None, float | None]
 
 
-def samples(points: Iterable[tuple[float, Mapping[str, Triple]]], key: str) -> list[Sample]:
-    """The chart samples of one series: each (t, values) that has the key, in time order."""
-    out = [Sample(t, *values[key]) for t, values in points if key in values]
+def samples(
+    points: Iterable[tuple[float, Mapping[str, Triple]]],
+    key: str,
+    minima: Mapping[float, Mapping[str, float | None]] | None = None,
+) -> list[Sample]:
+    """The chart samples of one series: each (t, values) that has the key, in time order,
+    with the lowest value of its bucket where ``minima`` (t -> key -> value) has one."""
+    lows = minima or {}
+    out = [
+        Sample(t, *values[key], lows.get(t, {}).get(key)) for t, values in points if key in values
+    ]
     out.sort(key=lambda s: s.t)
     return out
 

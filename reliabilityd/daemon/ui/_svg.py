@@ -24,13 +24,21 @@ SPARK_WIDTH = 120
 SPARK_HEIGHT = 28
 
 
+# A bucket's minimum this far under its last value is drawn (less is rounding).
+DIP_SHOWN = 0.001
+
+
 class Sample(NamedTuple):
-    """One point of a series: time (unix s), value, interval; None = UNKNOWN or no CI."""
+    """One point of a series: time (unix s), value, interval; None = UNKNOWN or no CI.
+
+    ``low``: the lowest value of the history bucket the point stands for (a dip shorter
+    than the bucket); None when unknown or not from a history."""
 
     t: float
     value: float | None
     lo: float | None
     hi: float | None
+    low: float | None = None
 
 
 class Mark(NamedTuple):
@@ -181,6 +189,16 @@ def chart(
         parts.append(f'<path class="band" d="{_band(frame, run)}"/>')
     for run in runs(samples, "value"):
         parts.append(f'<path class="line" d="{_line(frame, run)}"/>')
+    for s in samples:
+        # A bucket's minimum below its last snapshot: the dip drawn down from the point.
+        if s.value is not None and s.low is not None and s.low < s.value - DIP_SHOWN:
+            x = _fmt(frame.x(s.t))
+            parts.append(
+                f'<line class="dip" x1="{x}" x2="{x}" y1="{_fmt(frame.y(s.value))}" '
+                f'y2="{_fmt(frame.y(s.low))}" data-t="{s.t!r}" data-low="{s.low!r}">'
+                f"<title>{utc(s.t)}: as low as {_value(s.low, signed)} in this interval"
+                "</title></line>"
+            )
     for s in samples:
         x = _fmt(frame.x(s.t))
         if s.value is None:
