@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs only the package and its `embedded` extra, not the test tools.
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-memory \
+.PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-memory bench-reads \
 	study-pages study-coverage study-compare study-looks soak servers clean
 
 $(STAMP): pyproject.toml
@@ -71,7 +71,7 @@ fuzz: $(STAMP) servers
 			tests/unit tests/statistics tests/integration || exit 1; \
 	done; echo "fuzz: $$round rounds, no failure"
 
-bench: bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-memory
+bench: bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-memory bench-reads
 
 bench-stats: $(STAMP)
 	$(PY) -m benchmarks.bench_stats
@@ -93,6 +93,11 @@ bench-history: $(STAMP) servers
 ## beside the previous history layout's figure; the per-series budget (docs/operating.md).
 bench-memory: $(STAMP) servers
 	$(PY) -m benchmarks.bench_memory
+
+## The index's pages, /metrics and status from the summary rows at 1,000 and 10,000 suites,
+## beside the per-suite read path in the same run, with the load average.
+bench-reads: $(STAMP) servers
+	$(PY) -m benchmarks.bench_reads
 
 bench-ingest: $(STAMP) servers
 	$(PY) -m benchmarks.bench_ingest

@@ -47,6 +47,7 @@ import numpy as np
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.daemon._recompute import RECONCILE_EVERY
+from reliabilityd.daemon._rows import row_of
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.embedded.processes import RedisServer, free_port
 from reliabilityd.stats import snapshot
@@ -176,6 +177,7 @@ async def metrics_figures(store: Store, series: int) -> None:
 
     async def write(stamp: float, count: int) -> None:
         writes = []
+        rows = []
         for i in range(count):
             snap = msgspec.structs.replace(
                 snaps[i % len(snaps)],
@@ -185,8 +187,11 @@ async def metrics_figures(store: Store, series: int) -> None:
             )
             ci, values = snapshot.redis_fields(snap)
             writes.append(SnapshotWrite(snap.suite, snap.version, ci, values))
+            # /metrics reads the summary rows the tick writes beside each snapshot.
+            rows.append(row_of(snap, [], None, stamp))
         for start in range(0, len(writes), 500):
             await store.snapshots.write_snapshots(writes[start : start + 500])
+            await store.rows.write(rows[start : start + 500])
 
     # Only the copies: the benchmark's suites leave the set.
     await store.client.delete(store.keys.suites)

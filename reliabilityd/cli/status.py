@@ -15,6 +15,7 @@ from datetime import datetime
 import msgspec
 
 from reliabilityd.alerting import registry
+from reliabilityd.alerting.notify import parse_time
 from reliabilityd.alerting.registry import RuleStatus, Watched, suite_json
 from reliabilityd.cli._rejected import rejected_summary
 from reliabilityd.client._client import AsyncClient, SuiteSummary
@@ -24,7 +25,7 @@ from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.estimators import METRICS
 from reliabilityd.stats.slices import label_keys, shown
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Undecodable
+from reliabilityd.store import Counters, Row, Series, Undecodable
 
 
 def _pct(x: float | None) -> str:
@@ -64,15 +65,22 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def status_rows(
-    summary: SuiteSummary, computed: dict[int, dict[str, Estimate]] | None, now: float
+    summary: SuiteSummary,
+    computed: dict[int, dict[str, Estimate]] | None,
+    now: float,
+    row: Row | None = None,
 ) -> list[list[str]]:
-    """One row per k: from the snapshot, or from on-demand estimates when given."""
+    """One row per k: from the snapshot (or the series' summary row), or from on-demand
+    estimates when given."""
     snap = summary.snapshot
     per_k: dict[int, dict[str, Estimate]] = {}
     if computed is not None:
         per_k = computed
     elif isinstance(snap, Snapshot):
         for est in [*snap.pass_at_k, *snap.pass_hat_k]:
+            per_k.setdefault(est.k, {})[est.metric] = est
+    elif row is not None:
+        for est in [*row.estimates("pass@k"), *row.estimates("pass^k")]:
             per_k.setdefault(est.k, {})[est.metric] = est
     age = _age(summary.counters.last_trial_at, now)
     name = summary.suite if summary.slice is None else f"  [{shown(summary.slice)}]"
@@ -160,7 +168,12 @@ async def status(
             return 2  # a usage error (EXIT_USAGE): the suite named does not exist
         suites = [suite]
     now = time.time()
-    summaries = [await client.summary(s) for s in suites]
+    rows: dict[Series, Row] = {}
+    if suite is None and not ks and not as_json:
+        # The whole deployment: the summary rows the tick wrote, a few round trips.
+        summaries, rows = await _from_rows(client, suites)
+    else:
+        summaries = [await client.summary(s) for s in suites]
     computed: dict[str, dict[int, dict[str, Estimate]]] = {}
     for s in summaries if ks else []:
         computed[s.suite] = {
@@ -199,13 +212,17 @@ async def status(
         if rejected:
             out(rejected)
         return 0
-    rows = []
+    table: list[list[str]] = []
     notes = []
     for s in summaries:
-        rows += status_rows(s, computed.get(s.suite), now)
+        table += status_rows(s, computed.get(s.suite), now, rows.get(Series(s.suite)))
         for sid in s.slices:
-            part = await client.summary(s.suite, slice=sid)
-            rows += status_rows(part, None, now)
+            part_row = rows.get(Series(s.suite, sid))
+            if part_row is not None:
+                part = _summary_of(part_row, s.suite, sid)
+            else:
+                part = await client.summary(s.suite, slice=sid)
+            table += status_rows(part, None, now, part_row)
         notes += slice_notes(s)
     out(
         _table(
@@ -219,7 +236,7 @@ async def status(
                 "PASS^K % [CI]",
                 "LAST TRIAL",
             ],
-            rows,
+            table,
         )
     )
     out(
@@ -254,6 +271,37 @@ def grants_line(config: Config, sizes: Mapping[str, int]) -> str:
     shared = config.stats.max_suites - config.reserved_suites
     parts.append(f"shared {sizes.get('', 0)} of {shared}")
     return f"suites by grant: {', '.join(parts)} (stats.max_suites {config.stats.max_suites})"
+
+
+def _summary_of(row: Row, suite: str, slice: str | None, **more: list[str]) -> SuiteSummary:
+    """A series' summary as of its newest snapshot, from its summary row."""
+    counters = Counters(
+        trials=row.trials,
+        version=row.version,
+        last_trial_at=None if row.last_trial_at is None else parse_time(row.last_trial_at),
+        slice_overflow=row.slice_overflow,
+    )
+    return SuiteSummary(suite, row.tasks, counters, None, slice=slice, **more)
+
+
+async def _from_rows(
+    client: AsyncClient, suites: Sequence[str]
+) -> tuple[list[SuiteSummary], dict[Series, Row]]:
+    """Each suite's summary from the rows (its slices and labels in one round trip each);
+    a suite without a row (no snapshot yet) is read alone, so its counts still show."""
+    rows = {
+        Series(r.suite, r.slice): r for r in await client.store.rows.every() if isinstance(r, Row)
+    }
+    slices = await client.store.reads.slices_of(suites)
+    labels = await client.store.reads.labels_seen_many(suites)
+    out = []
+    for s in suites:
+        row = rows.get(Series(s))
+        if row is None:
+            out.append(await client.summary(s))
+        else:
+            out.append(_summary_of(row, s, None, slices=slices[s], labels_seen=labels[s]))
+    return out, rows
 
 
 async def _statuses(

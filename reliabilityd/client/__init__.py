@@ -10,7 +10,7 @@ from reliabilityd.alerting.registry import RuleStatus
 from reliabilityd.client._client import AsyncClient, Client, SuiteSummary
 from reliabilityd.client._errors import EmitterError, EmitterFull, UndecodableError
 from reliabilityd.client.emitter import Emitter
-from reliabilityd.store import StoreError, StoreUnavailable, Undecodable
+from reliabilityd.store import Row, RowPage, StoreError, StoreUnavailable, Undecodable
 
 __all__ = [
     "AsyncClient",
@@ -18,6 +18,8 @@ __all__ = [
     "Emitter",
     "EmitterError",
     "EmitterFull",
+    "Row",
+    "RowPage",
     "RuleStatus",
     "StoreError",
     "StoreUnavailable",

@@ -49,7 +49,15 @@ from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.history import History
 from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Counters, Series, Store, StoreUnavailable, Undecodable, connect
+from reliabilityd.store import (
+    Counters,
+    RowPage,
+    Series,
+    Store,
+    StoreUnavailable,
+    Undecodable,
+    connect,
+)
 
 
 class SuiteSummary(msgspec.Struct, frozen=True):
@@ -126,6 +134,30 @@ class AsyncClient:
     async def suites(self) -> list[str]:
         """Every suite that has received an event, sorted by name."""
         return await self.store.reads.suites()
+
+    @_naming_redis
+    async def rows(
+        self,
+        *,
+        page: int = 1,
+        state: str | None = None,
+        prefix: str = "",
+        contains: str = "",
+        page_size: int = 100,
+    ) -> RowPage:
+        """A page of the suites' summary rows, by name, as the web index shows them: in
+        ``state`` (one of ``ROW_STATES``; "none" for suites no rule watches), whose names
+        start with ``prefix`` and hold ``contains``. A row is None for a suite without a
+        snapshot yet. A few round trips whatever the number of suites (``store.rows``)."""
+        if page < 1:
+            raise ValueError(f"page={page}: pages count from 1")
+        return await self.store.rows.page(
+            offset=(page - 1) * page_size,
+            limit=page_size,
+            state=state,
+            prefix=prefix,
+            contains=contains,
+        )
 
     @_naming_redis
     async def slices(self, suite: str) -> list[str]:
@@ -309,6 +341,21 @@ class Client:
 
     def slices(self, suite: str) -> list[str]:
         return self._bridge.call(self._async.slices(suite))
+
+    def rows(
+        self,
+        *,
+        page: int = 1,
+        state: str | None = None,
+        prefix: str = "",
+        contains: str = "",
+        page_size: int = 100,
+    ) -> RowPage:
+        return self._bridge.call(
+            self._async.rows(
+                page=page, state=state, prefix=prefix, contains=contains, page_size=page_size
+            )
+        )
 
     def snapshot(self, suite: str, *, slice: str | None = None) -> Snapshot | None:
         return self._bridge.call(self._async.snapshot(suite, slice=slice))

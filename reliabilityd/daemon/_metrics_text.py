@@ -1,7 +1,9 @@
 """The suite and slice lines of ``/metrics``: formatted once per snapshot and kept.
 
-``SuiteText`` keeps each series' lines with the snapshot version they were
-formatted from, so a scrape formats only what changed.
+A scrape reads the summary rows (``store.Row``, written after each tick), so
+its cost is a few HSCAN pages whatever the number of suites; a ``Snapshot``
+formats the same lines. ``SuiteText`` keeps each series' lines with the
+``updated_at`` they were formatted from, so a scrape formats only what changed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import msgspec
 from reliabilityd.alerting.notify import parse_time
 from reliabilityd.rules import AlertState
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Series
+from reliabilityd.store import Row, Series
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ALERT_STATES = ("inactive", "pending", "firing", "resolved")
@@ -26,16 +28,33 @@ SOURCES = ("mqtt", "stream", "http")
 CI_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
-class SuiteView(msgspec.Struct, frozen=True):
-    """What one scrape read from Redis."""
+Summary = Snapshot | Row
 
-    snapshots: list[Snapshot]
-    alerts: list[tuple[str, str, AlertState]]  # (suite, rule, state)
+
+class SuiteView(msgspec.Struct, frozen=True):
+    """What one scrape read from Redis: each series' row (or snapshot), the rules' states."""
+
+    snapshots: list[Summary]
+    alerts: list[tuple[str, str, AlertState | str]]  # (suite, rule, state or its name)
     outbox: dict[str, int]  # sink -> entries waiting, over every suite and rule
     redis_up: bool
     read_at: float
-    # The slices' snapshots (each names its suite and slice).
-    slice_snapshots: list[Snapshot] = msgspec.field(default_factory=list)
+    # The slices' rows or snapshots (each names its suite and slice).
+    slice_snapshots: list[Summary] = msgspec.field(default_factory=list)
+
+
+Four = tuple[int, float | None, float | None, float | None]
+
+
+def _estimates(summary: Summary, metric: str) -> list[Four]:
+    """(k, value, low, high) of each k of one metric, from a row or a snapshot."""
+    if isinstance(summary, Row):
+        return [c[:4] for c in getattr(summary, metric)]
+    out: list[Four] = []
+    for est in getattr(summary, metric):
+        lo, hi = (None, None) if est.ci is None else est.ci
+        out.append((est.k, est.value, lo, hi))
+    return out
 
 
 def _safe_time(text: str | None) -> float | None:
@@ -107,7 +126,7 @@ _SUITE_FAMILIES = [
 _SLICE_FAMILIES = [("reliabilityd_slice_tasks", "Tasks in the slice's pool (n > 0)")]
 
 
-def _suite_lines(snap: Snapshot) -> list[str]:
+def _suite_lines(snap: Summary) -> list[str]:
     """One series' lines of each of its families but the age (it moves with the clock).
 
     A suite's: the estimate families, then ``_SUITE_FAMILIES``; a slice's
@@ -123,16 +142,16 @@ def _suite_lines(snap: Snapshot) -> list[str]:
     for metric, names in families:
         value, low, high, unknown = [], [], [], []
         (v_name, _), (lo_name, _), (hi_name, _), (u_name, _) = names
-        for est in getattr(snap, metric):
-            labels = f'{{{series},k="{est.k}"}} '
-            if est.value is None:
+        for k, v, lo, hi in _estimates(snap, metric):
+            labels = f'{{{series},k="{k}"}} '
+            if v is None:
                 unknown.append(f"{u_name}{labels}1.0\n")
             else:
                 unknown.append(f"{u_name}{labels}0.0\n")
-                value.append(f"{v_name}{labels}{_number(est.value)}\n")
-            if est.ci is not None:
-                low.append(f"{lo_name}{labels}{_number(est.ci[0])}\n")
-                high.append(f"{hi_name}{labels}{_number(est.ci[1])}\n")
+                value.append(f"{v_name}{labels}{_number(v)}\n")
+            if lo is not None and hi is not None:
+                low.append(f"{lo_name}{labels}{_number(lo)}\n")
+                high.append(f"{hi_name}{labels}{_number(hi)}\n")
         out.extend("".join(lines) for lines in (value, low, high, unknown))
     if snap.slice is not None:
         out.append(f"reliabilityd_slice_tasks{{{series}}} {float(snap.tasks)}\n")
@@ -144,6 +163,10 @@ def _suite_lines(snap: Snapshot) -> list[str]:
     else:
         out += ["", ""]
     return out
+
+
+def _state_name(state: AlertState | str) -> str:
+    return state if isinstance(state, str) else state.state
 
 
 class _Kept(NamedTuple):
@@ -168,6 +191,7 @@ class SuiteText:
     def __init__(self) -> None:
         self.view: SuiteView | None = None
         self._lines: dict[Series, _Kept] = {}
+        self._alerts: dict[tuple[str, str, str], str] = {}
         self._rendered: tuple[SuiteView | None, bytes] | None = None
 
     def render(self) -> bytes:
@@ -188,7 +212,7 @@ class SuiteText:
         self._rendered = (view, body)
         return body
 
-    def _kept(self, snapshots: Sequence[Snapshot], fresh: dict[Series, _Kept]) -> list[_Kept]:
+    def _kept(self, snapshots: Sequence[Summary], fresh: dict[Series, _Kept]) -> list[_Kept]:
         """Each snapshot's lines: the kept ones while its snapshot stays, else formatted."""
         out: list[_Kept] = []
         for snap in snapshots:
@@ -244,16 +268,23 @@ class SuiteText:
             for i, (name, text) in enumerate(suite_names)
             if i > len(names)
         ]
+        # A rule's four lines are formatted once per state it is in, and kept.
+        alert_lines: dict[tuple[str, str, str], str] = {}
+        for suite, rule, current in view.alerts:
+            key = (suite, rule, _state_name(current))
+            lines = self._alerts.get(key)
+            if lines is None:
+                labels = f'reliabilityd_alert_state{{suite="{_label(suite)}",rule="{_label(rule)}",'
+                lines = "".join(
+                    f'{labels}state="{s}"}} {1.0 if key[2] == s else 0.0}\n' for s in ALERT_STATES
+                )
+            alert_lines[key] = lines
+        self._alerts = alert_lines
         parts.append(
             _family(
                 "reliabilityd_alert_state",
                 "1 for the alert rule's current state on the suite, 0 for the others",
-                (
-                    f'reliabilityd_alert_state{{suite="{_label(suite)}",rule="{_label(rule)}",'
-                    f'state="{s}"}} {1.0 if current.state == s else 0.0}\n'
-                    for suite, rule, current in view.alerts
-                    for s in ALERT_STATES
-                ),
+                alert_lines.values(),
             )
         )
         parts.append(

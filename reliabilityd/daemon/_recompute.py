@@ -42,6 +42,7 @@ from reliabilityd.config import Config
 from reliabilityd.daemon import _series_settings
 from reliabilityd.daemon._canary import Canaries
 from reliabilityd.daemon._live import LiveValues
+from reliabilityd.daemon._rows import RowWriter
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.rules import Rule, views
@@ -117,6 +118,8 @@ class Recompute:
         self._unfinished: set[str] = set()
         # The canary rules' judge, run after each tick on the suites it recomputed.
         self.canaries: Canaries | None = None
+        # The summary rows the list-wide reads page through, after the verdicts.
+        self.rows = RowWriter(store)
 
     def configure(self, config: Config) -> None:
         """Settings and rules from ``config`` (a reload, between ticks); the next tick
@@ -474,13 +477,17 @@ class Recompute:
                 )
 
     async def _tick(self) -> None:
-        """The idle sweep when due, the snapshots, the rules' and the canaries' verdicts."""
+        """The idle sweep when due, the snapshots, the rules' and the canaries' verdicts, then
+        the summary rows (``_rows``)."""
         if time.monotonic() >= self._next_idle_sweep:
             self._next_idle_sweep = time.monotonic() + IDLE_SWEEP_EVERY
             await self.expire_idle(await self.store.reads.suites())
         tick = await self.ci_tick()
+        suites = await self.store.reads.suites()
         # The tick's own snapshots go to the evaluator as records, not back through Redis.
-        await self.evaluator.evaluate(await self.store.reads.suites(), tick.snapshots)
+        await self.evaluator.evaluate(suites, tick.snapshots)
         if self.canaries is not None:
             await self.canaries.judge(sorted({Series.of_member(m).suite for m in tick.marks}))
+        # The rows carry the states just decided: written after the verdicts.
+        await self.rows.write(self.config, suites, tick.snapshots)
         self.metrics.evaluations.inc()

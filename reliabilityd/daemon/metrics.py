@@ -8,7 +8,8 @@ Two kinds of numbers, aggregated differently across replicas:
   ``last_commit_age_seconds``): each replica counts what it did itself, so
   ``sum`` over replicas is the fleet (``rate`` handles restarts).
 * **A suite's state** (pass@k / pass^k with CI bounds, tasks, alert state,
-  outbox depth): read from Redis at scrape time, the newest snapshot, so
+  outbox depth): read from Redis at scrape time, from the summary rows
+  (``store.rows``, written after each tick) of the newest snapshots, so
   every replica exports the same value; aggregate with ``max by (suite, k)``
   (any replica's value is the value), never ``sum``.
 * **A slice's state**: the same gauges named ``reliabilityd_slice_*`` with a
@@ -35,14 +36,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from reliabilityd.alerting.registry import watched
 from reliabilityd.alerting.sinks import Note, Sink
 from reliabilityd.daemon._metrics_text import SuiteText, SuiteView
 from reliabilityd.rejections import REASON_CLASSES, Rejected
-from reliabilityd.rules import CanaryRule, Rule
+from reliabilityd.rules import AlertState, CanaryRule, Rule
 from reliabilityd.sources.mqtt import Watch
-from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Applied, Series, Store, StoreError, Undecodable, UndecodableLog
+from reliabilityd.store import Applied, Row, Store, StoreError, Undecodable, UndecodableLog
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ALERT_STATES = ("inactive", "pending", "firing", "resolved")
@@ -85,63 +84,48 @@ class MqttCollector(Collector):
             yield family
 
 
-# Undecodable documents are left out of the gauges; one warning line per interval says so.
+# Undecodable rows are left out of the gauges; one warning line per interval says so.
 _undecodable_log = UndecodableLog()
 
 
-async def _newest(
-    store: Store, series: Sequence[Series], known: Mapping[Series, Snapshot] | None
-) -> list[Snapshot]:
-    """The newest snapshot of each series that has a readable one; with ``known`` (the
-    snapshots an earlier view read), only the documents of series whose stored snapshot
-    is another one are read and decoded. One that does not decode is left out (logged):
-    one series, not the scrape."""
-    docs = await store.snapshots.documents(series, known=known)
-    for doc in docs:
-        if isinstance(doc, Undecodable):
-            _undecodable_log.note(doc)
-    return [doc for doc in docs if isinstance(doc, Snapshot)]
+async def read_view(store: Store, sinks: Sequence[str]) -> SuiteView:
+    """Every series' summary row (``store.rows``), the rules' states they carry, and the
+    outbox depth of each sink: a few HSCAN pages whatever the number of suites.
 
-
-async def read_view(
-    store: Store,
-    alerts: Sequence[Rule | CanaryRule],
-    sinks: Sequence[str],
-    known: Mapping[Series, Snapshot] | None = None,
-) -> SuiteView:
-    """The newest snapshot of every suite and slice, every alert state and outbox depth.
-
-    With ``known`` (the snapshots an earlier view read, by series), only the
-    documents of series whose stored snapshot is another one are read and
-    decoded.
+    A row is written after each tick's verdicts, so the gauges are the newest snapshot's
+    and the states that tick decided. A suite without a snapshot has no row and no gauge
+    yet; a rule's state is exposed once, from the row of the suite that holds it.
     """
-    suites = await store.reads.suites()
-    snapshots = await _newest(store, [Series(s) for s in suites], known)
-    sliced = {s.suite for s in snapshots if s.slices}
-    slice_ids = await store.reads.slices_of(sorted(sliced))
-    series = [Series(suite, sid) for suite, ids in slice_ids.items() for sid in ids]
-    slice_snapshots = await _newest(store, series, known)
-    # The registry's watches: threshold rules, slice rules and canaries alike.
-    pairs = [(w.suite, w.name) for w in await watched(store, alerts, suites)]
-    states = await store.alerts.alert_states(pairs)
-    known_states = []
-    for (suite, rule), state in zip(pairs, states, strict=True):
-        if isinstance(state, Undecodable):
-            _undecodable_log.note(state)  # no gauge: a state not known is not "inactive"
+    rows: list[Row] = []
+    for row in await store.rows.every():
+        if isinstance(row, Undecodable):
+            _undecodable_log.note(row)
         else:
-            known_states.append((suite, rule, state))
+            rows.append(row)
+    rows.sort(key=lambda r: (r.suite, r.slice or ""))
+    wholes = [r for r in rows if r.slice is None]
+    # The registry's watches as the tick listed them: threshold, slice and canary rules.
+    pairs: list[tuple[str, str]] = []
+    states: list[tuple[str, str, AlertState | str]] = []
+    for row in wholes:
+        for name, state, home in row.rules:
+            if home != row.suite:
+                continue  # a canary's other side: exposed with the suite that holds it
+            pairs.append((home, name))
+            if state != "undecodable":  # no gauge: a state not known is not "inactive"
+                states.append((home, name, state))
     triples = [(s, r, sink) for s, r in pairs for sink in sinks]
     depths = await store.alerts.outbox_lengths(triples)
     outbox = dict.fromkeys(sinks, 0)
     for (_, _, sink), depth in zip(triples, depths, strict=True):
         outbox[sink] += depth
     return SuiteView(
-        snapshots=snapshots,
-        alerts=known_states,
+        snapshots=list(wholes),
+        alerts=states,
         outbox=outbox,
         redis_up=True,
         read_at=time.time(),
-        slice_snapshots=slice_snapshots,
+        slice_snapshots=[r for r in rows if r.slice is not None],
     )
 
 
@@ -271,17 +255,8 @@ class Metrics:
         self, store: Store, alerts: Sequence[Rule | CanaryRule], sinks: Sequence[str]
     ) -> None:
         """Read the suite gauges from Redis; on a Redis error keep none and say so."""
-        last = self.suites.view
-        known = (
-            {}
-            if last is None
-            else {
-                Series(snap.suite, snap.slice): snap
-                for snap in (*last.snapshots, *last.slice_snapshots)
-            }
-        )
         try:
-            self.suites.view = await read_view(store, alerts, sinks, known)
+            self.suites.view = await read_view(store, sinks)
         except StoreError:
             self.suites.view = SuiteView([], [], {}, redis_up=False, read_at=time.time())
 

@@ -386,7 +386,7 @@ class EmbeddedServers:
             f"(MQTT {self.mqtt_protocol}, QoS 1; {self.broker_kind})",
             f"Redis is at        {self.redis_url}  ({self.redis_kind})",
             f"HTTP is at         {self.http_url}  (POST /v1/trials, {otlp}GET /suites/<suite>,",
-            f"{pad}/v1/compare, /metrics, /healthz, /readyz)",
+            f"{pad}/v1/suites, /v1/compare, /metrics, /healthz, /readyz)",
             f"web UI at          {self.http_url}/  (/, /suites/<suite>, /ui/login; "
             "`reliabilityd ui`)",
             f"data directory     {self.datadir}  (`reliabilityd endpoints` finds all of these)",

@@ -4,9 +4,9 @@
 concern (ingest, reads, snapshots, alerts, streams, imports, admin). The
 documents it keeps come back decoded once (``_documents``), as the records
 of the layers below or as ``Undecodable``, never as bytes to parse again.
-``keys`` is the key schema, ``dedup`` the bucket sets that make counting
-idempotent, and the Lua scripts live in ``lua/`` beside the module that
-loads them.
+``Rows`` the summary rows the list-wide reads page through; ``keys`` is the key
+schema, ``dedup`` the bucket sets that make counting idempotent, and the Lua
+scripts live in ``lua/`` beside the module that loads them.
 Whatever fails in Redis leaves the store as a ``StoreError`` (``_errors``):
 no caller imports redis to catch it.
 """
@@ -36,18 +36,22 @@ from reliabilityd.store._errors import (
 )
 from reliabilityd.store._ingest import Slicing
 from reliabilityd.store._reads import TaskHashes, task_counts_of
+from reliabilityd.store._rows import Row, RowPage
 from reliabilityd.store._snapshots import SnapshotWrite
 from reliabilityd.store._store import Store
-from reliabilityd.store.keys import Series
+from reliabilityd.store.keys import ROW_STATES, Series
 
 __all__ = [
     "DEFAULT_CONNECTIONS",
+    "ROW_STATES",
     "Applied",
     "Baseline",
     "Counters",
     "DeadLetter",
     "ImportApplied",
     "Redis",
+    "Row",
+    "RowPage",
     "Series",
     "Slicing",
     "SnapshotWrite",

@@ -10,6 +10,7 @@ import msgspec
 
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._errors import boundary
+from reliabilityd.store._rows import Rows
 from reliabilityd.store._scripts import EXPIRE_IDLE, FORGET, RELEASE
 from reliabilityd.store.keys import Keys, Series, glob_escape
 
@@ -21,9 +22,10 @@ _FORGET_KEYS = ("meta", "tasks", "hist", "lottery", "touched")
 class Admin:
     """Liveness of instances and the lifecycle of suites and tasks."""
 
-    def __init__(self, client: Redis, keys: Keys) -> None:
+    def __init__(self, client: Redis, keys: Keys, rows: Rows) -> None:
         self.client = client
         self.keys = keys
+        self.rows = rows
 
     async def heartbeat(self, instance: str, ttl: float, info: Mapping[str, Any]) -> None:
         await self.client.set(
@@ -85,7 +87,8 @@ class Admin:
         return gone
 
     async def reset_suite(self, suite: str, batch: int = 1000) -> int:
-        """Delete every key of the suite and drop it from the suite list; returns keys deleted.
+        """Delete every key of the suite, its summary rows, and drop it from the suite list;
+        returns keys deleted.
 
         The counts go first, in one command, so readers never see half a
         suite; dedup records and alert state follow by SCAN (O(keys in the
@@ -95,7 +98,10 @@ class Admin:
             self.keys.suite(suite, name)
             for name in ("meta", "tasks", "hist", "lottery", "snapshot")
         ]
+        slice_ids = [_text(s) for s in await self.client.hkeys(self.keys.slices(suite))]
         deleted = int(await self.client.delete(*core))
+        # Its summary rows go with its counts: no list shows a suite Redis no longer has.
+        await self.rows.drop([suite], [Series(suite, sid) for sid in slice_ids])
         pattern = glob_escape(self.keys.suite(suite, "")) + "*"
         pending: list[Any] = []
         async for key in self.client.scan_iter(match=pattern, count=batch):

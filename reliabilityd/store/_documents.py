@@ -21,7 +21,7 @@ from reliabilityd.stats.snapshot import Snapshot
 
 __all__ = ["Undecodable", "UndecodableLog", "alert_state_of", "snapshot_of"]
 
-Document = Literal["snapshot", "alert_state"]
+Document = Literal["snapshot", "alert_state", "row"]
 
 
 class Undecodable(msgspec.Struct, frozen=True):

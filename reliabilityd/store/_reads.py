@@ -107,6 +107,18 @@ class Reads:
             suite: sorted(_text(s) for s in ids) for suite, ids in zip(suites, replies, strict=True)
         }
 
+    async def labels_seen_many(self, suites: Sequence[str]) -> dict[str, list[str]]:
+        """``labels_seen`` of each suite, in one round trip."""
+        if not suites:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for suite in suites:
+            pipe.smembers(self.keys.labels(suite))
+        return {
+            suite: sorted(_text(s) for s in got)
+            for suite, got in zip(suites, await pipe.execute(), strict=True)
+        }
+
     async def labels_seen(self, suite: str) -> list[str]:
         """The label keys seen in the suite's events (at most ``keys.LABELS_KEPT``), sorted."""
         return sorted(_text(s) for s in await self.client.smembers(self.keys.labels(suite)))

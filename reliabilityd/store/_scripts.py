@@ -19,6 +19,7 @@ __all__ = [
     "APPLY",
     "CLAIM",
     "CURSOR_MAX",
+    "DROP_ROWS",
     "EXPIRE_IDLE",
     "FORGET",
     "IMPORT_APPLY",
@@ -30,6 +31,8 @@ __all__ = [
     "READ_WINDOWS",
     "RELEASE",
     "RELEASE_CLAIMS",
+    "ROW_STATES",
+    "WRITE_ROWS",
     "WRITE_SNAPSHOT",
 ]
 
@@ -52,6 +55,9 @@ RELEASE = _lua("release")
 READ = _lua("read")
 READ_WINDOWS = _lua("read_windows")
 WRITE_SNAPSHOT = _lua("write_snapshot")
+WRITE_ROWS = _lua("write_rows")
+ROW_STATES = _lua("row_states")
+DROP_ROWS = _lua("drop_rows")
 ALERT_CAS = _lua("alert_cas")
 OUTBOX_POP = _lua("outbox_pop")
 LEASE = _lua("lease")

@@ -16,6 +16,7 @@ from reliabilityd.store._history import Histories
 from reliabilityd.store._imports import Imports
 from reliabilityd.store._ingest import Ingest
 from reliabilityd.store._reads import Reads
+from reliabilityd.store._rows import Rows
 from reliabilityd.store._snapshots import Snapshots
 from reliabilityd.store._streams import Streams
 from reliabilityd.store.keys import Keys
@@ -37,7 +38,8 @@ class Store:
         self.alerts = Alerts(client, self.keys)
         self.streams = Streams(client, self.keys)
         self.imports = Imports(client, self.keys, self.ingest)
-        self.admin = Admin(client, self.keys)
+        self.rows = Rows(client, self.keys)
+        self.admin = Admin(client, self.keys, self.rows)
 
     def key(self, suite: str, name: str) -> str:
         """The name of one of a suite's keys (for tools and tests)."""

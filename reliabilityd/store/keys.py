@@ -41,6 +41,15 @@ script counts a new suite against its grant and the deployment at once::
     <p>:{/suites}:pool-of     hash  suite -> the pool it was admitted into ("" = shared)
     <p>:{/suites}:pools       hash  pool -> suites admitted into it
 
+The summary rows the list-wide reads page through share the tag ``{/rows}``
+(written after each tick's snapshots; ``store.rows``)::
+
+    <p>:{/rows}               hash  series member -> its row (MessagePack ``store.Row``)
+    <p>:{/rows}:version       hash  series member -> the snapshot version of its row
+    <p>:{/rows}:names         zset  every suite (score 0, by name): rows or not yet
+    <p>:{/rows}:states        hash  suite -> its state's index in ``ROW_STATES`` (1-based)
+    <p>:{/rows}:state:<state> zset  the suites in that state (score 0, by name)
+
 Outside any tag, written by separate idempotent commands:
 ``<p>:deadletter`` (the shared dead-letter stream) and ``<p>:deadletter:<grant>``
 (one per ``[[grants]]`` entry), listed in ``<p>:deadletter-streams``;
@@ -59,6 +68,10 @@ from typing import NamedTuple
 
 CHANGES_TAG = "{/ci}"
 SUITES_TAG = "{/suites}"
+ROWS_TAG = "{/rows}"
+# A suite's state in the rows, the state that needs a person most first; "none":
+# no rule watches it.
+ROW_STATES = ("firing", "pending", "undecodable", "resolved", "inactive", "none")
 # Label keys kept per suite for ``status`` ("labels seen, not sliced").
 LABELS_KEPT = 32
 _BLAKE2B_16 = hashlib.blake2b(digest_size=16)
@@ -208,6 +221,26 @@ class Keys:
     @property
     def pool_sizes(self) -> str:
         return f"{self.prefix}:{SUITES_TAG}:pools"
+
+    @property
+    def rows(self) -> str:
+        return f"{self.prefix}:{ROWS_TAG}"
+
+    @property
+    def row_versions(self) -> str:
+        return f"{self.prefix}:{ROWS_TAG}:version"
+
+    @property
+    def row_names(self) -> str:
+        return f"{self.prefix}:{ROWS_TAG}:names"
+
+    @property
+    def row_states(self) -> str:
+        return f"{self.prefix}:{ROWS_TAG}:states"
+
+    def row_state(self, state: str) -> str:
+        """The suites whose rows are in ``state`` (one of ``ROW_STATES``)."""
+        return f"{self.prefix}:{ROWS_TAG}:state:{state}"
 
     @property
     def changed(self) -> str:

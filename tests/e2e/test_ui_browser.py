@@ -272,14 +272,23 @@ async def test_the_suite_page_shows_the_history_the_alert_and_the_dead_letter(
         # The index: the suite, its value, its trend, its alert and the rejected count.
         await page.viewport(*DESKTOP)
         await page.color_scheme("light")
-        await page.goto(f"{sc.base}/")
-        row = await page.eval(
-            f"""(() => {{
-              const tr = document.querySelector('tr.suite[data-suite="{SUITE}"]');
-              return {{text: tr.innerText, spark: tr.querySelectorAll('svg.spark path.line').length,
-                       rejected: tr.querySelector('td.rejected').innerText}};
-            }})()"""
-        )
+        row: dict[str, Any] = {}
+
+        async def index_firing() -> bool:
+            # The index reads the summary rows, written once the tick's verdicts are in.
+            nonlocal row
+            await page.goto(f"{sc.base}/")
+            row = await page.eval(
+                f"""(() => {{
+                  const tr = document.querySelector('tr.suite[data-suite="{SUITE}"]');
+                  return {{text: tr.innerText,
+                           spark: tr.querySelectorAll('svg.spark path.line').length,
+                           rejected: tr.querySelector('td.rejected').innerText}};
+                }})()"""
+            )
+            return "FIRING" in row["text"].upper()
+
+        await wait_until(index_firing, 30)
         assert "FIRING" in row["text"].upper()
         assert row["spark"] >= 1
         assert row["rejected"] == "1"

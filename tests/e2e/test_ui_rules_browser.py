@@ -243,7 +243,15 @@ async def test_a_firing_canary_and_a_failing_slice_on_desktop_and_phone(
             # The index: the canary's state on both sides, none for a suite without rule.
             await page.viewport(*DESKTOP)
             await page.color_scheme("light")
-            index = dict((await _look(page, f"{base}/"))["badges"])
+            index: dict[str, Any] = {}
+
+            async def index_firing() -> bool:
+                # The index reads the summary rows, written once the tick's verdicts are in.
+                nonlocal index
+                index = dict((await _look(page, f"{base}/"))["badges"])
+                return index.get(BASELINE) == index.get(CANDIDATE) == index.get(SLICED) == "FIRING"
+
+            await wait_until(index_firing, 30)
             assert index[BASELINE] == index[CANDIDATE] == index[SLICED] == "FIRING"
             assert index["scratch"] is None
             await page.screenshot("ui-index-rules-desktop.png")

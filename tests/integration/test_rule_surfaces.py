@@ -212,19 +212,32 @@ async def test_a_firing_canary_and_slice_rule_appear_on_every_surface(
                 )
                 assert (name, "firing") in [(t.rule, t.state) for t in hist.transitions], suite
 
-        # /metrics: one alert_state series per rule and slice.
+        # /metrics: one alert_state series per rule and slice (from the summary rows,
+        # written once the tick's verdicts are in: wait for the firing ones).
         got = await scrape(base)
 
         def state(suite: str, rule: str, value: str) -> float | None:
             labels = (("rule", rule), ("state", value), ("suite", suite))
             return got.get(("reliabilityd_alert_state", labels))
 
+        async def rows_firing() -> bool:
+            nonlocal got
+            got = await scrape(base)
+            return (
+                state(CANDIDATE, CANARY.name, "firing")
+                == state(SLICED, SLICE_NAME, "firing")
+                == 1.0
+            )
+
+        await wait_until(rows_firing, 30)
+
         assert state(CANDIDATE, CANARY.name, "firing") == 1.0
         assert state(SLICED, SLICE_NAME, "firing") == 1.0
         assert state(SLICED, f"{SLICE_RULE.name}[{GOOD}]", "inactive") == 1.0
         assert state(SLICED, SLICE_RULE.name, "inactive") == 1.0
 
-        # The index: each suite's worst state, the canary's on both sides.
+        # The index: each suite's worst state, the canary's on both sides (the rows carry
+        # the states the scrape just showed).
         code, html = await _get(base, "/", BROWSER)
         assert code == 200
         for suite in (BASELINE, CANDIDATE, SLICED):

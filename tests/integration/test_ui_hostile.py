@@ -39,6 +39,11 @@ MODELS = [SCRIPT, "&amp;\"'"]
 # The markup the pages themselves use; anything else came from a name.
 OWN_TAGS = frozenset(
     [
+        "form",
+        "label",
+        "select",
+        "option",
+        "input",
         "html",
         "head",
         "meta",

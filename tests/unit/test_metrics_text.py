@@ -8,7 +8,8 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from reliabilityd.alerting.notify import parse_time
-from reliabilityd.daemon._metrics_text import SuiteText, SuiteView
+from reliabilityd.daemon._metrics_text import SuiteText, SuiteView, Summary
+from reliabilityd.daemon._rows import row_of
 from reliabilityd.daemon.metrics import ALERT_STATES
 from reliabilityd.rules import AlertState
 from reliabilityd.stats import snapshot
@@ -52,6 +53,7 @@ def expected(view: SuiteView) -> Samples:
     """The samples straight from the snapshots, as the gauges are documented."""
     out: Samples = {("reliabilityd_redis_up", ()): 1.0}
     for snap in view.snapshots:
+        assert isinstance(snap, Snapshot)
         for metric, ests in (("pass_at_k", snap.pass_at_k), ("pass_hat_k", snap.pass_hat_k)):
             for e in ests:
                 labels: tuple[tuple[str, str], ...] = (("k", str(e.k)), ("suite", snap.suite))
@@ -68,7 +70,7 @@ def expected(view: SuiteView) -> Samples:
     for suite, rule, state in view.alerts:
         for s in ALERT_STATES:
             out[("reliabilityd_alert_state", (("rule", rule), ("state", s), ("suite", suite)))] = (
-                float(state.state == s)
+                float((state if isinstance(state, str) else state.state) == s)
             )
     for sink, depth in view.outbox.items():
         out[("reliabilityd_outbox_depth", (("sink", sink),))] = float(depth)
@@ -79,7 +81,7 @@ def test_suite_text_is_the_snapshots_and_is_formatted_once_per_change() -> None:
     rng = np.random.default_rng(5)
     now = float(int(time.time()))  # whole seconds: the snapshot keeps milliseconds
     names = ["plain", 'quote " and \\ back', "short"]
-    snaps = [
+    snaps: list[Summary] = [
         snap_of(
             name,
             [(int(n), int(rng.integers(0, n + 1))) for n in rng.integers(1, 20, 30)],
@@ -94,7 +96,7 @@ def test_suite_text_is_the_snapshots_and_is_formatted_once_per_change() -> None:
     text.view = view
     body = text.render()
     assert parsed(body) == expected(view)
-    assert any(e.unknown for s in snaps for e in s.pass_hat_k)
+    assert any(e.unknown for s in snaps if isinstance(s, Snapshot) for e in s.pass_hat_k)
     # Nothing new: the very bytes served before.
     assert text.render() is body
     # One suite has a new snapshot, one is gone: only what changed is new.
@@ -111,3 +113,24 @@ def test_without_a_view_only_redis_up() -> None:
     assert parsed(text.render()) == {("reliabilityd_redis_up", ()): 0.0}
     text.view = SuiteView([], [], {}, redis_up=False, read_at=0.0)
     assert parsed(text.render()) == {("reliabilityd_redis_up", ()): 0.0}
+
+
+def test_a_view_of_rows_is_the_text_of_their_snapshots(rng: np.random.Generator) -> None:
+    """/metrics reads the summary rows: each row exposes what its snapshot would."""
+    now = float(int(time.time()))
+    snaps = [
+        snap_of(
+            name,
+            [(int(n), int(rng.integers(0, n + 1))) for n in rng.integers(1, 20, 30)],
+            now,
+            (1, 5),
+        )
+        for name in ("a", "b")
+    ]
+    rows: list[Summary] = [row_of(s, [], None, now) for s in snaps]
+    alerts: list[tuple[str, str, AlertState | str]] = [("a", "r", "pending")]
+    of_snaps = SuiteView(list[Summary](snaps), alerts, {}, redis_up=True, read_at=now)
+    of_rows = SuiteView(rows, alerts, {}, redis_up=True, read_at=now)
+    text = SuiteText()
+    text.view = of_rows
+    assert parsed(text.render()) == expected(of_snaps)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
+import msgspec
 import pytest
 
 from reliabilityd.alerting.notify import base_url, generator_url
 from reliabilityd.alerting.registry import Watched
 from reliabilityd.config import Config, HttpConfig
+from reliabilityd.daemon._rows import row_of
 from reliabilityd.daemon.ui import _model, wants_html
 from reliabilityd.daemon.ui._pages import (
     IndexPage,
@@ -27,7 +29,7 @@ from reliabilityd.rules import AlertState, Rule
 from reliabilityd.rules.registry import Watch
 from reliabilityd.stats.estimate import estimate_metrics
 from reliabilityd.stats.histogram import Histogram
-from reliabilityd.stats.snapshot import StatsSettings, build, full_estimates
+from reliabilityd.stats.snapshot import Snapshot, StatsSettings, build, full_estimates
 from reliabilityd.store import DeadLetter
 
 
@@ -351,8 +353,11 @@ def test_a_suite_page_without_snapshot_or_rules_says_what_is_missing() -> None:
 
 def test_the_index_lists_each_suite_with_its_value_and_rejected_count() -> None:
     page = _page()
-    row = IndexRow(suite="<s>", snap=page.snap, k=5, trend=SAMPLES, alert="firing", rejected=4)
-    html = index_main(IndexPage(rows=[row], unattributed=2, now=2000.0))
+    assert isinstance(page.snap, Snapshot)
+    summary = row_of(page.snap, [], None, 2000.0)
+    summary = msgspec.structs.replace(summary, trend=[(s.t, s.value, s.lo, s.hi) for s in SAMPLES])
+    row = IndexRow(suite="<s>", row=summary, alert="firing", rejected=4)
+    html = index_main(IndexPage(rows=[row], unattributed=2, now=2000.0, total=1))
     tags = parsed(html)
     (tr,) = tags.having("tr", "suite")
     assert tr["data-suite"] == "<s>"
@@ -361,3 +366,22 @@ def test_the_index_lists_each_suite_with_its_value_and_rejected_count() -> None:
     assert tags.having("svg", "spark")
     assert 'href="/suites/%3Cs%3E"' in html
     assert "No suites yet" in index_main(IndexPage(rows=[], unattributed=0, now=0.0))
+
+
+def test_a_suite_without_a_snapshot_says_so_on_the_index() -> None:
+    row = IndexRow(suite="new", row=None, alert=None, rejected=0)
+    html = index_main(IndexPage(rows=[row], unattributed=0, now=0.0, total=1))
+    assert "no snapshot yet" in html
+    parsed(html)
+
+
+def test_the_index_pages_keep_their_filters() -> None:
+    rows = [IndexRow(suite=f"s{i}", row=None, alert="firing", rejected=0) for i in range(100)]
+    page = IndexPage(
+        rows=rows, unattributed=0, now=0.0, total=250, page=2, pages=3, state="firing", prefix="s"
+    )
+    html = index_main(page)
+    assert "101&ndash;200 of 250" in html
+    assert 'href="/?page=1&amp;state=firing&amp;prefix=s"' in html
+    assert 'href="/?page=3&amp;state=firing&amp;prefix=s"' in html
+    assert '<option value="firing" selected>' in html

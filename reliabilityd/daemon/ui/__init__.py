@@ -26,7 +26,8 @@ def register(
     json_suite: Handler,
     authority: Authority | None = None,
 ) -> None:
-    """Add ``/``, ``/suites/<suite>`` (page or, negotiated, ``json_suite``) and ``/ui/...``.
+    """Add ``/``, ``/v1/suites`` (the index as JSON), ``/suites/<suite>`` (page or,
+    negotiated, ``json_suite``) and ``/ui/...``.
 
     ``authority`` is the daemon's (whose tokens a reload changes); by default
     one of ``config``'s tokens.
@@ -35,6 +36,7 @@ def register(
     app[AUTHORITY] = authority or Authority.from_config(config)
     routes = Routes(source, json_suite, Peers(config.trusted_proxies))
     app.router.add_get("/", routes.index)
+    app.router.add_get("/v1/suites", routes.suites_json)
     app.router.add_get("/suites/{suite}", routes.suite)
     app.router.add_get("/ui/static/{name}", routes.static)
     app.router.add_get("/ui/login", routes.login_form)

@@ -72,45 +72,56 @@ def _minima(history: History) -> dict[float, dict[str, float | None]]:
     return {p.t: p.minima for p in history.points}
 
 
+PAGE_ROWS = 100  # suites on a page of the index
+
+
 async def index(
     store: Store,
-    config: Config,
     now: float,
-    readable: Callable[[list[str]], list[str]] = list,
+    *,
+    page: int = 1,
+    state: str | None = None,
+    prefix: str = "",
+    contains: str = "",
+    readable: Callable[[list[str]], list[str]] | None = None,
 ) -> IndexPage:
-    """Each readable suite's headline value, interval, day's trend, alerts and rejected count."""
-    known = await store.reads.suites()
-    suites = readable(known)
-    docs = _noted(await store.snapshots.documents(suites))
-    # The registry over every suite: a canary reads both sides, readable or not.
-    every = await registry.statuses(store, config.alerts, suites=known)
-    _noted([w.state for w in every])
-    rejected = await store.reads.rejected_counts(now)
-    # One read for every suite's day: the page takes one connection, however many suites.
-    histories = await store.history.read_many(
-        [Series(s) for s in suites], since=now - _model.DAY, until=now
+    """A page of the index from the summary rows (``store.rows``): ``PAGE_ROWS`` suites by
+    name, in ``state``, starting with ``prefix``, holding ``contains``; each with its
+    headline value, interval, day's trend, alerts and rejected count. A few round trips
+    whatever the number of suites; ``readable`` keeps the suites a token may read (None:
+    every one)."""
+    found = await store.rows.page(
+        offset=(page - 1) * PAGE_ROWS,
+        limit=PAGE_ROWS,
+        state=state,
+        prefix=prefix,
+        contains=contains,
+        readable=readable,
     )
-    rows = []
-    for suite, snap, history in zip(suites, docs, histories, strict=True):
-        mine = registry.reading(every, suite)
-        own = thresholds(mine, suite)
-        k = _model.headline_k(snap, own)
-        trend = (
-            [] if k is None else _model.samples(_points(history), _model.series_key("pass^k", k))
+    _noted(found.rows)
+    rejected = await store.reads.rejected_counts(now)
+    rows = [
+        IndexRow(
+            suite=suite,
+            row=row,
+            # None: no rule watches the suite (no state to show).
+            alert=None if st == "none" else st,
+            rejected=rejected.get(suite, 0),
         )
-        rows.append(
-            IndexRow(
-                suite=suite,
-                snap=snap,
-                k=k,
-                trend=trend,
-                # None: no rule watches the suite (no state to show).
-                alert=_model.worst_state(w.state for w in mine) if mine else None,
-                rejected=rejected.get(suite, 0),
-                below=_model.below_at(own, "pass^k", k),
-            )
-        )
-    return IndexPage(rows=rows, unattributed=rejected.get(None, 0), now=now)
+        for suite, row, st in zip(found.suites, found.rows, found.states, strict=True)
+    ]
+    return IndexPage(
+        rows=rows,
+        unattributed=rejected.get(None, 0),
+        now=now,
+        total=found.total,
+        page=page,
+        pages=max(1, -(-found.total // PAGE_ROWS)),
+        state=state,
+        prefix=prefix,
+        contains=contains,
+        page_size=PAGE_ROWS,
+    )
 
 
 async def suite_page(

@@ -41,7 +41,7 @@ from reliabilityd.daemon.ui._access import (
     token_reads,
 )
 from reliabilityd.logs import RateLimited
-from reliabilityd.store import Store
+from reliabilityd.store import ROW_STATES, Store
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 STATIC = {"ui.css": "text/css", "ui.js": "text/javascript"}
@@ -185,24 +185,54 @@ class Routes:
             )
             return _problem(request, 503, f"Redis unavailable: {type(exc).__name__}", html=html)
 
+    async def _index_page(self, request: web.Request) -> _pages.IndexPage:
+        """The index page the query asks for (``page``, ``state``, ``prefix``, ``q``)."""
+        q = request.query
+        number = q.get("page", "1")
+        if not number.isdigit() or int(number) < 1:
+            raise BadQuery(f"page={number!r}: give a positive integer")
+        state = q.get("state") or None
+        if state is not None and state not in ROW_STATES:
+            raise BadQuery(f"state={state!r}: give one of {', '.join(ROW_STATES)}")
+        every = grant_of(request).may_all("read")
+        async with self.source.reading() as store:
+            return await _data.index(
+                store,
+                time.time(),
+                page=int(number),
+                state=state,
+                prefix=q.get("prefix", ""),
+                contains=q.get("q", ""),
+                readable=None if every else (lambda suites: readable(request, suites)),
+            )
+
     async def index(self, request: web.Request) -> web.Response:
         if not can_read(request, None):
             return _refused(request, None)
 
         async def page() -> web.Response:
-            async with self.source.reading() as store:
-                view = await _data.index(
-                    store,
-                    self.source.config,
-                    time.time(),
-                    lambda suites: readable(request, suites),
-                )
-            main = _pages.index_main(view)
+            main = _pages.index_main(await self._index_page(request))
             if request.query.get("fragment"):
                 return _html(main)
-            return _html(_pages.layout("reliabilityd", main, refresh="/?fragment=1"))
+            refresh = request.rel_url.update_query(fragment="1")
+            return _html(_pages.layout("reliabilityd", main, refresh=str(refresh)))
 
         return await self._guard(request, page)
+
+    async def suites_json(self, request: web.Request) -> web.Response:
+        """``GET /v1/suites``: the index's page as JSON (``_pages.index_json``)."""
+        if not can_read(request, None):
+            what = "a valid token" if grant_of(request).anonymous else "a token that may read"
+            return web.json_response(
+                {"error": f"listing suites needs {what}"},
+                status=401 if grant_of(request).anonymous else 403,
+            )
+
+        async def page() -> web.Response:
+            body = _pages.index_json(await self._index_page(request))
+            return web.Response(body=body, content_type="application/json")
+
+        return await self._guard(request, page, html=False)
 
     async def suite(self, request: web.Request) -> web.StreamResponse:
         response = await self._suite(request)

@@ -1,0 +1,164 @@
+"""The summary rows a tick writes: what the list-wide reads page through (``store.rows``).
+
+After a tick's snapshots and verdicts, each series whose snapshot the tick
+wrote gets a new row (its headline value and interval, the states of the
+rules that read it, the last trial, a day's trend thinned to a handful of
+points from the history read), and each suite whose worst state moved is
+moved between the state indexes; a row whose rules' states moved without
+a new snapshot (a rule's ``for`` ran out, a canary decided) has its rules
+rewritten. The states of every suite come from the registry in one read, as
+the evaluator's do; what this replica has already written is not written
+again until ``FORGET_WRITTEN`` has passed (another replica may have written
+since). Every ``SWEEP_EVERY`` the
+rows of suites Redis no longer has are dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from reliabilityd.alerting import registry
+from reliabilityd.alerting.registry import Watched
+from reliabilityd.config import Config
+from reliabilityd.daemon.ui import _model
+from reliabilityd.rules import Rule
+from reliabilityd.stats.history import History
+from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store import Row, Series, Store
+from reliabilityd.store._rows import TREND_POINTS, compact
+
+__all__ = ["RowWriter", "row_of"]
+
+DAY = 86400.0
+FORGET_WRITTEN = 60.0
+SWEEP_EVERY = 60.0
+
+
+Point = tuple[float, float | None, float | None, float | None]
+
+
+def _trend(history: History, k: int | None, now: float) -> list[Point]:
+    """The last day's pass^k points at ``k``, the last of each of ``TREND_POINTS`` spans."""
+    if k is None:
+        return []
+    key = _model.series_key("pass^k", k)
+    samples = _model.samples(((p.t, p.values) for p in history.points), key)
+    step = DAY / TREND_POINTS
+    kept: dict[int, Point] = {}
+    for s in samples:
+        if s.t >= now - DAY:
+            kept[int((s.t - (now - DAY)) // step)] = (s.t, s.value, s.lo, s.hi)
+    return [kept[i] for i in sorted(kept)]
+
+
+def row_of(snap: Snapshot, watched: Sequence[Watched], history: History | None, now: float) -> Row:
+    """A series' row from its snapshot, the rules that read it and its history."""
+    own = [
+        w.watch.rule
+        for w in watched
+        if isinstance(w.watch.rule, Rule)
+        and w.watch.suite == snap.suite
+        and w.watch.slice == snap.slice
+    ]
+    k = _model.headline_k(snap, own)
+    est = None if k is None else snap.get("pass^k", k)
+    trend = [] if history is None else _trend(history, k, now)
+    return Row(
+        suite=snap.suite,
+        slice=snap.slice,
+        version=snap.version,
+        updated_at=snap.updated_at,
+        k=k,
+        value=None if est is None else est.value,
+        ci=None if est is None or est.ci is None else (est.ci[0], est.ci[1]),
+        tasks=snap.tasks,
+        last_trial_at=snap.last_trial_at,
+        below=_model.below_at(own, "pass^k", k),
+        rules=_rules(watched),
+        trend=trend,
+        unknown_reason=None if est is None else est.unknown_reason,
+        pass_at_k=[compact(e) for e in snap.pass_at_k],
+        pass_hat_k=[compact(e) for e in snap.pass_hat_k],
+        slices=snap.slices,
+        slice_overflow=snap.slice_overflow,
+        trials=snap.trials,
+    )
+
+
+def _rules(watched: Sequence[Watched]) -> list[tuple[str, str, str]]:
+    return [(w.watch.name, _model.state_name(w.state), w.watch.suite) for w in watched]
+
+
+def _by_series(every: Sequence[Watched]) -> dict[Series, list[Watched]]:
+    """The watches each series' row lists: a suite's, those that read it (a canary on
+    either side); a slice's, its own rules."""
+    out: dict[Series, list[Watched]] = defaultdict(list)
+    for w in every:
+        if w.watch.slice is not None:
+            out[Series(w.watch.suite, w.watch.slice)].append(w)
+        for suite in w.watch.reads:
+            out[Series(suite)].append(w)
+    return out
+
+
+class RowWriter:
+    """Writes the rows of each tick's snapshots and the suites' states."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._written: dict[str, str] = {}
+        self._rules: dict[Series, list[tuple[str, str, str]]] = {}
+        self._forget_at = 0.0
+        self._next_sweep = 0.0
+
+    async def write(
+        self, config: Config, suites: Sequence[str], snapshots: Mapping[Series, Snapshot]
+    ) -> None:
+        """Rows for the tick's ``snapshots``; the states of every suite of ``suites``."""
+        now = time.time()
+        if time.monotonic() >= self._forget_at:
+            self._written.clear()
+            self._rules.clear()
+            self._forget_at = time.monotonic() + FORGET_WRITTEN
+        every = await registry.statuses(self.store, config.alerts, suites=suites)
+        by_series = _by_series(every)
+        written = list(snapshots)
+        histories = await self.store.history.read_many(written, since=now - DAY, until=now)
+        rows = [
+            row_of(snapshots[s], by_series.get(s, []), h, now)
+            for s, h in zip(written, histories, strict=True)
+        ]
+        # Rows whose rules' states moved since they were written: the same row, its rules new.
+        moved = [
+            s
+            for s, ws in by_series.items()
+            if s not in snapshots and self._rules.get(s) != _rules(ws)
+        ]
+        for series, old in zip(moved, await self.store.rows.read(moved), strict=True):
+            new = _rules(by_series[series])
+            if isinstance(old, Row) and [tuple(r) for r in old.rules] != new:
+                rows.append(msgspec.structs.replace(old, rules=new))
+        # The state indexes first: a reader that sees a row's new states finds its suite
+        # in the index of its state too.
+        fresh = {s.suite for s in written if s.slice is None}
+        states: dict[str, str] = {}
+        for suite in suites:
+            mine = by_series.get(Series(suite), [])
+            state = _model.worst_state(w.state for w in mine) if mine else "none"
+            if suite in fresh or self._written.get(suite) != state:
+                states[suite] = state
+        await self.store.rows.set_states(states)
+        self._written.update(states)
+        await self.store.rows.write(rows)
+        for series in [*written, *moved]:
+            self._rules[series] = _rules(by_series.get(series, []))
+        if time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + SWEEP_EVERY
+            known = set(suites)
+            gone = [s for s in await self.store.rows.indexed() if s not in known]
+            orphans = [s for s in await self.store.rows.series() if s.suite not in known]
+            await self.store.rows.drop(gone, [s for s in orphans if s.slice is not None])

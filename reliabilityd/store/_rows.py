@@ -1,0 +1,259 @@
+"""Summary rows: what the list-wide reads show of each series, paged in a few round trips.
+
+After each tick's snapshots the daemon writes one compact row per series it
+wrote (``Row``: the headline value and interval, the rules' states, the last
+trial, a day's trend of a handful of points) into one hash per deployment,
+and keeps every suite in a name index and in the index of its state. A page
+of the on-call index is then a range of an index and one HMGET of its rows,
+whatever the number of suites. A suite in the name index without a row has
+no snapshot yet, and says so. Every key shares the tag ``{/rows}``
+(``keys``), so each script runs on one Redis Cluster slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from reliabilityd.stats.estimate import Estimate
+from reliabilityd.stats.estimators import ESTIMATOR_NAME, Metric
+from reliabilityd.store._base import Redis, _text
+from reliabilityd.store._documents import Undecodable
+from reliabilityd.store._errors import boundary
+from reliabilityd.store._scripts import DROP_ROWS, ROW_STATES, WRITE_ROWS
+from reliabilityd.store.keys import ROW_STATES as STATES
+from reliabilityd.store.keys import Keys, Series, glob_escape
+
+__all__ = ["Row", "RowPage", "Rows", "compact"]
+
+# Index entries read per ZSCAN call when a page filters by a substring.
+SCAN_COUNT = 5000
+# The most trend points a row keeps: a day's, one an hour.
+TREND_POINTS = 24
+
+
+# An estimate in a row: (k, value, low, high, runs, tasks, left out).
+Compact = tuple[int, float | None, float | None, float | None, int, int, int]
+
+
+# gc=False: a row holds only scalars, strings and tuples of them (no cycles), and a scrape
+# decodes thousands at once, which would otherwise run the cyclic collector again and again.
+class Row(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True, gc=False):
+    """One series as the list-wide reads show it, as of its newest snapshot.
+
+    ``k``: the headline k (the first pass^k rule's, else the largest), with its
+    ``value`` and ``ci`` (None while UNKNOWN); ``below``: the highest threshold
+    a rule judges that value against; ``rules``: (rule, state, the suite that
+    holds its state) of every rule that reads the series, kept current by
+    every tick; ``trend``: (t, value, low, high) points of the last day at the
+    headline k; ``pass_at_k`` and ``pass_hat_k``: the snapshot's estimates at
+    every k, compact (``compact``; what ``/metrics`` and ``status`` show, read
+    back by ``estimates``), ``trials`` its count.
+    """
+
+    suite: str
+    slice: str | None
+    version: int
+    updated_at: str
+    k: int | None
+    value: float | None
+    ci: tuple[float, float] | None
+    tasks: int
+    last_trial_at: str | None
+    below: float | None = None
+    rules: list[tuple[str, str, str]] = msgspec.field(default_factory=list)
+    trend: list[tuple[float, float | None, float | None, float | None]] = msgspec.field(
+        default_factory=list
+    )
+    unknown_reason: str | None = None
+    pass_at_k: list[Compact] = msgspec.field(default_factory=list)
+    pass_hat_k: list[Compact] = msgspec.field(default_factory=list)
+    slices: int = 0
+    slice_overflow: int = 0
+    trials: int = 0
+
+    def estimates(self, metric: Metric) -> list[Estimate]:
+        """The row's estimates of ``metric`` at every k (without their CI's method)."""
+        name = ESTIMATOR_NAME[metric]
+        return [
+            Estimate(
+                k=k,
+                value=value,
+                ci=None if lo is None or hi is None else (lo, hi),
+                estimator=name,
+                runs=runs,
+                tasks=tasks,
+                left_out=left_out,
+            )
+            for k, value, lo, hi, runs, tasks, left_out in (
+                self.pass_at_k if metric == "pass@k" else self.pass_hat_k
+            )
+        ]
+
+
+def compact(est: Estimate) -> Compact:
+    """An estimate as a row keeps it: (k, value, low, high, runs, tasks, left out)."""
+    lo, hi = (None, None) if est.ci is None else est.ci
+    return (est.k, est.value, lo, hi, est.runs, est.tasks, est.left_out)
+
+
+class RowPage(msgspec.Struct, frozen=True):
+    """One page of the index: each suite with its row (None: no snapshot yet) and state.
+
+    ``total``: how many suites match the filter; ``state`` of a suite is one of
+    ``ROW_STATES`` (None while the daemon has not judged it yet).
+    """
+
+    suites: list[str]
+    rows: list[Row | Undecodable | None]
+    states: list[str | None]
+    total: int
+    offset: int
+
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(Row).decode
+
+
+def _row_of(key: str, raw: Any) -> Row | Undecodable | None:
+    if raw is None:
+        return None
+    try:
+        return _decode(raw)
+    except msgspec.DecodeError as exc:
+        return Undecodable("row", key, str(exc))
+
+
+def _upper(prefix: str) -> bytes:
+    """The exclusive lex bound after every name that starts with ``prefix``."""
+    return b"[" + prefix.encode() + b"\xff"
+
+
+@boundary
+class Rows:
+    """The summary rows, their name and state indexes, and the pages read from them."""
+
+    def __init__(self, client: Redis, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+
+    def _state_keys(self) -> list[str]:
+        return [self.keys.row_state(s) for s in STATES]
+
+    async def write(self, rows: Sequence[Row]) -> int:
+        """Write each row unless a newer one is stored (one script call); how many were."""
+        if not rows:
+            return 0
+        args: list[Any] = []
+        for row in rows:
+            member = Series(row.suite, row.slice).member
+            args += [member, row.version, _encode(row), "1" if row.slice is None else "0"]
+        k = self.keys
+        return int(
+            await self.client.eval(WRITE_ROWS, 3, k.rows, k.row_versions, k.row_names, *args)
+        )
+
+    async def set_states(self, states: Mapping[str, str]) -> None:
+        """Each suite's state (one of ``ROW_STATES``), in the state indexes; indexes the
+        suite by name too, so one without a snapshot is listed."""
+        if not states:
+            return
+        args: list[Any] = []
+        for suite, state in states.items():
+            args += [suite, STATES.index(state) + 1]
+        k = self.keys
+        keys = [k.row_states, k.row_names, *self._state_keys()]
+        await self.client.eval(ROW_STATES, len(keys), *keys, *args)
+
+    async def drop(self, suites: Sequence[str], slices: Sequence[Series] = ()) -> None:
+        """Take suites (and the given slices' rows) out of the rows and their indexes."""
+        if not suites and not slices:
+            return
+        k = self.keys
+        keys = [k.rows, k.row_versions, k.row_states, k.row_names, *self._state_keys()]
+        args = [*suites, "", *(s.member for s in slices)]
+        await self.client.eval(DROP_ROWS, len(keys), *keys, *args)
+
+    async def indexed(self) -> list[str]:
+        """Every suite in the name index (the daemon's sweep of suites gone)."""
+        names: list[Any] = await self.client.zrange(self.keys.row_names, 0, -1)
+        return [_text(m) for m in names]
+
+    async def series(self) -> list[Series]:
+        """Every series that has a row (the daemon's sweep of suites gone)."""
+        members: list[Any] = await self.client.hkeys(self.keys.row_versions)
+        return [Series.of_member(_text(m)) for m in members]
+
+    async def read(self, series: Sequence[Series]) -> list[Row | Undecodable | None]:
+        """The rows of the given series, in one round trip."""
+        if not series:
+            return []
+        raw = await self.client.hmget(self.keys.rows, [s.member for s in series])
+        return [_row_of(self.keys.rows, r) for r in raw]
+
+    async def every(self) -> list[Row | Undecodable]:
+        """Every row of the deployment (suites and slices), read by HSCAN in pages."""
+        out: list[Row | Undecodable] = []
+        async for _, raw in self.client.hscan_iter(self.keys.rows, count=SCAN_COUNT):
+            row = _row_of(self.keys.rows, raw)
+            if row is not None:
+                out.append(row)
+        return out
+
+    async def page(
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+        state: str | None = None,
+        prefix: str = "",
+        contains: str = "",
+        readable: Any = None,
+    ) -> RowPage:
+        """A page of suites by name: in ``state`` (one of ``ROW_STATES``), whose names start
+        with ``prefix`` and hold ``contains``, ``limit`` from ``offset``, with their rows.
+
+        Without ``contains`` (and ``readable``) a range of the index and its count, then the
+        page's rows: two round trips. With them the index entries that match are scanned
+        (ZSCAN MATCH, ``SCAN_COUNT`` a call) before the page's rows are read. ``readable``:
+        a callable that keeps the names a token may read.
+        """
+        index = self.keys.row_names if state is None else self.keys.row_state(state)
+        if not contains and readable is None:
+            low: bytes = b"-" if not prefix else b"[" + prefix.encode()
+            high: bytes = b"+" if not prefix else _upper(prefix)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zrangebylex(index, low, high, start=offset, num=limit)
+            pipe.zlexcount(index, low, high)
+            names_raw, total = await pipe.execute()
+            names = [_text(n) for n in names_raw]
+        else:
+            pattern = glob_escape(prefix) + "*"
+            if contains:
+                pattern += glob_escape(contains) + "*"
+            found = sorted(
+                {
+                    _text(m)
+                    async for m, _ in self.client.zscan_iter(index, match=pattern, count=SCAN_COUNT)
+                }
+            )
+            if readable is not None:
+                found = list(readable(found))
+            total = len(found)
+            names = found[offset : offset + limit]
+        if not names:
+            return RowPage([], [], [], int(total), offset)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(self.keys.rows, names)
+        pipe.hmget(self.keys.row_states, names)
+        rows_raw, states_raw = await pipe.execute()
+        states: list[str | None] = []
+        for raw in states_raw:
+            try:
+                states.append(STATES[int(raw) - 1] if raw is not None else None)
+            except (ValueError, IndexError):
+                states.append(None)
+        rows = [_row_of(self.keys.rows, r) for r in rows_raw]
+        return RowPage(names, rows, states, int(total), offset)

@@ -1,0 +1,224 @@
+"""The summary rows against a real redis-server: written by the tick after its verdicts,
+paged and filtered by name and state, honest about a suite without a snapshot, and gone
+with ``reset`` (rewritten after ``forget``)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import msgspec
+
+from reliabilityd.cli.status import status
+from reliabilityd.client import AsyncClient
+from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
+from reliabilityd.daemon._daemon import Daemon
+from reliabilityd.events import TrialEvent
+from reliabilityd.rules import Rule
+from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store import Row, Series, Store, connect
+from tests.support.daemon import store_for
+from tests.support.helpers import wait_until
+from tests.support.http import get, http_config, serving
+from tests.support.servers import RedisServer
+
+
+def _events(suite: str, tasks: int, passes: int) -> list[TrialEvent]:
+    """``tasks`` tasks of 4 trials each, the first ``passes`` tasks passing every one."""
+    return [
+        TrialEvent(suite, f"t{t}", f"r{j}", "pass" if t < passes else "fail")
+        for t in range(tasks)
+        for j in range(4)
+    ]
+
+
+def _config(redis_url: str, prefix: str) -> Config:
+    cfg = Config(
+        redis=RedisConfig(url=redis_url, prefix=prefix),
+        mqtt=MqttConfig(enabled=False),
+        stats=StatsConfig(k=[1, 3], ci_interval=5.0, n_boot=300),
+    )
+    # alpha-* is judged (and breaches: half its tasks always fail); the rest has no rule.
+    rule = Rule(name="low", suite="alpha-*", k=1, below=0.9, trigger="ci-low")
+    return msgspec.structs.replace(cfg, alerts=[rule])
+
+
+async def test_rows_are_written_paged_filtered_and_dropped(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    cfg = _config(redis_server.url, prefix)
+    client = connect(redis_server.url)
+    store = Store(client, prefix)
+    try:
+        names = ["alpha-1", "alpha-2", "beta-1", "beta-2", "gamma"]
+        batch = {name: _events(name, 10, 5 if name.startswith("alpha") else 10) for name in names}
+        await store.ingest.apply(batch, windows=dict.fromkeys(names, 0), dedup_ttl=3600)
+        daemon = Daemon(cfg, store)
+        await daemon.recompute._tick()
+
+        page = await store.rows.page()
+        assert page.suites == names
+        assert page.total == 5
+        assert page.states == ["firing", "firing", "none", "none", "none"]
+        row = page.rows[0]
+        assert isinstance(row, Row)
+        snap = await store.snapshots.document("alpha-1")
+        assert isinstance(snap, Snapshot)
+        est = snap.get("pass^k", 1)
+        assert est is not None
+        assert (row.k, row.value, row.tasks) == (1, est.value, 10)
+        assert row.rules == [("low", "firing", "alpha-1")]
+        assert row.below == 0.9
+        assert len(row.trend) == 1  # the tick's own history point
+
+        assert (await store.rows.page(state="firing")).suites == ["alpha-1", "alpha-2"]
+        assert (await store.rows.page(state="none", prefix="beta")).suites == ["beta-1", "beta-2"]
+        assert (await store.rows.page(contains="-2")).suites == ["alpha-2", "beta-2"]
+        assert (await store.rows.page(contains="a-")).total == 4
+        two = await store.rows.page(offset=2, limit=2)
+        assert (two.suites, two.total) == (["beta-1", "beta-2"], 5)
+        limited = await store.rows.page(readable=lambda s: [x for x in s if "beta" in x])
+        assert limited.suites == ["beta-1", "beta-2"]
+
+        # A suite Redis has without a snapshot yet is listed, with no row.
+        await store.ingest.apply(
+            {"delta": _events("delta", 2, 2)}, windows={"delta": 0}, dedup_ttl=3600
+        )
+        await daemon.recompute.rows.write(cfg, await store.reads.suites(), {})
+        page = await store.rows.page(prefix="delta")
+        assert (page.suites, page.rows, page.states) == (["delta"], [None], ["none"])
+
+        # forget: the row is rewritten with the suite's new counts on the next tick.
+        await store.admin.forget_task("gamma", "t0")
+        await daemon.recompute._tick()
+        (gamma,) = (await store.rows.page(prefix="gamma")).rows
+        assert isinstance(gamma, Row)
+        assert gamma.tasks == 9
+
+        # reset: the suite's row and its index entries are gone.
+        await store.admin.reset_suite("alpha-1")
+        assert (await store.rows.page(state="firing")).suites == ["alpha-2"]
+        assert "alpha-1" not in (await store.rows.page()).suites
+        assert await store.rows.read([Series("alpha-1")]) == [None]
+    finally:
+        await client.aclose()
+
+
+async def test_a_newer_row_is_never_overwritten_by_an_older_one(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    client = connect(redis_server.url)
+    store = Store(client, prefix)
+    try:
+        new = Row("s", None, 7, "t7", 1, 0.5, None, 3, None)
+        old = Row("s", None, 6, "t6", 1, 0.9, None, 3, None)
+        assert await store.rows.write([new]) == 1
+        assert await store.rows.write([old]) == 0
+        assert await store.rows.read([Series("s")]) == [new]
+    finally:
+        await client.aclose()
+
+
+async def test_the_index_pages_and_filters_over_http_and_every_list_read_reads_the_rows(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """250 suites: the index's pages of 100, its filters, ``GET /v1/suites``, the Client's
+    ``rows`` and ``status`` all list what the rows hold."""
+    cfg = http_config(redis_server, prefix, ks=[1])
+    rule = Rule(name="low", suite="bad-*", k=1, below=0.9, trigger="ci-low")
+    cfg = msgspec.structs.replace(
+        cfg, alerts=[rule], stats=msgspec.structs.replace(cfg.stats, ci_interval=3600.0)
+    )
+    names = [f"bad-{i:03d}" for i in range(20)] + [f"good-{i:03d}" for i in range(230)]
+    async with store_for(cfg) as store:
+        batch = {n: _events(n, 4, 2 if n.startswith("bad") else 4) for n in names}
+        await store.ingest.apply(batch, windows=dict.fromkeys(names, 0), dedup_ttl=3600)
+    async with serving(cfg) as (_daemon, base), store_for(cfg) as store:
+
+        async def indexed() -> bool:
+            return (await store.rows.page(limit=1)).total == len(names) and all(
+                r is not None for r in (await store.rows.page(limit=300)).rows
+            )
+
+        await wait_until(indexed, 60)
+        code, html = await get(base, "/")
+        assert code == 200
+        shown = re.findall(r'<tr class="suite" data-suite="([^"]+)"', html.decode())
+        assert shown == sorted(names)[:100]
+        assert "1&ndash;100 of 250" in html.decode()
+        code, html = await get(base, "/?page=3")
+        assert re.findall(r'data-suite="([^"]+)"', html.decode()) == sorted(names)[200:]
+        code, html = await get(base, "/?state=firing&q=-01")
+        assert re.findall(r'data-suite="([^"]+)"', html.decode()) == [
+            f"bad-{i:03d}" for i in range(10, 20)
+        ]
+        assert (await get(base, "/?page=0"))[0] == 400
+        assert (await get(base, "/?state=burning"))[0] == 400
+
+        code, raw = await get(base, "/v1/suites?prefix=good-&page=3")
+        assert code == 200
+        doc = msgspec.json.decode(raw)
+        assert (doc["total"], doc["page"], doc["pages"]) == (230, 3, 3)
+        assert [s["suite"] for s in doc["suites"]] == [f"good-{i}" for i in range(200, 230)]
+        assert doc["suites"][0]["state"] == "none"
+        assert doc["suites"][0]["row"]["tasks"] == 4
+
+        async with AsyncClient(redis_server.url, prefix=prefix) as client:
+            page = await client.rows(state="firing", page_size=5, page=4)
+            assert page.suites == [f"bad-{i:03d}" for i in range(15, 20)]
+            assert page.total == 20
+            lines: list[str] = []
+            assert (
+                await status(client, None, ks=[], rules=cfg.alerts, as_json=False, out=lines.append)
+                == 0
+            )
+        table = [line.split() for line in "\n".join(lines).splitlines()]
+        assert [r[0] for r in table if r and r[0] in names] == [
+            *names,
+            *(f"bad-{i:03d}" for i in range(20)),
+        ]
+        (good,) = [r for r in table if r[:1] == ["good-000"]]
+        assert good[1:5] == ["4", "16", "1", "4"]  # tasks, trials, k, runs
+        assert good[5].startswith("100.0%")
+
+
+async def test_a_state_that_moves_without_a_new_snapshot_moves_the_row(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """A rule's `for` runs out between two ticks with no new trial: no snapshot is written,
+    and still the row's rules and the state index say firing; a suite gone from Redis
+    without `reset` loses its rows at the sweep."""
+    cfg = _config(redis_server.url, prefix)
+    rule = Rule(name="low", suite="alpha-*", k=1, below=0.9, trigger="ci-low", for_seconds=0.5)
+    cfg = msgspec.structs.replace(cfg, alerts=[rule])
+    client = connect(redis_server.url)
+    store = Store(client, prefix)
+    try:
+        await store.ingest.apply(
+            {"alpha-1": _events("alpha-1", 10, 5)}, windows={"alpha-1": 0}, dedup_ttl=3600
+        )
+        daemon = Daemon(cfg, store)
+        await daemon.recompute._tick()
+        assert (await store.rows.page(state="pending")).suites == ["alpha-1"]
+        await asyncio.sleep(0.6)
+        (before,) = await store.rows.read([Series("alpha-1")])
+        assert isinstance(before, Row)
+        tick = await daemon.recompute.ci_tick()
+        assert tick.snapshots == {}  # nothing new to compute
+        await daemon.evaluator.evaluate(["alpha-1"], {})
+        await daemon.recompute.rows.write(cfg, ["alpha-1"], {})
+        (row,) = await store.rows.read([Series("alpha-1")])
+        assert isinstance(row, Row)
+        assert row.rules == [("low", "firing", "alpha-1")]
+        assert row.version == before.version
+        assert (await store.rows.page(state="firing")).suites == ["alpha-1"]
+        assert (await store.rows.page(state="pending")).suites == []
+
+        # Gone from the suite set behind the daemon's back: the sweep drops its rows.
+        await client.srem(store.keys.suites, "alpha-1")
+        daemon.recompute.rows._next_sweep = 0.0
+        await daemon.recompute.rows.write(cfg, await store.reads.suites(), {})
+        assert (await store.rows.page()).suites == []
+        assert await store.rows.series() == []
+    finally:
+        await client.aclose()
