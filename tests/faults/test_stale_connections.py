@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis.asyncio as aioredis
 
 from reliabilityd.store import connect
 from reliabilityd.store._base import HEALTH_CHECK_SECONDS
@@ -58,6 +59,7 @@ async def test_a_loop_stalled_inside_the_handshake_fails_no_command(
                 return_exceptions=True,
             )
             assert results == [None] * CONNECTIONS
+            assert isinstance(client, aioredis.Redis)  # connect gave a single-node client
             await client.connection_pool.disconnect()
         assert await client.incr("n") == 1
         assert await client.get("n") == b"1"  # on database 1, as the URL says
