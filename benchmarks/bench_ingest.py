@@ -48,7 +48,7 @@ from reliabilityd.embedded.processes import Mosquitto, RedisServer, free_port
 from reliabilityd.events import TrialEvent
 from reliabilityd.mqtt_connector import connect
 from reliabilityd.sources import Batch, Committed, Letter
-from reliabilityd.store import Slicing, Store
+from reliabilityd.store import Recent, Slicing, Store
 from reliabilityd.store import connect as redis_connect
 
 SINGLE_MESSAGES = 40_000
@@ -440,15 +440,25 @@ _LABELS = [{"model": m, "agent_version": v} for m in ("a", "b", "c") for v in ("
 
 
 async def _redis_bound(
-    redis_url: str, events_per_call: int, chunks: int, offset: int, *, sliced: bool = False
+    redis_url: str,
+    events_per_call: int,
+    chunks: int,
+    offset: int,
+    *,
+    sliced: bool = False,
+    recent: bool = False,
 ) -> tuple[float, float]:
     """Store.apply alone (no MQTT, no decoding): events/s, and events per Redis CPU second.
 
     New trials only (``offset`` apart from any earlier call): duplicates cost Redis less.
     ``sliced``: the events carry one of six label combinations and the suite is
     sliced by them, so each event counts in the whole and in its slice.
+    ``recent``: each task keeps its last 10 trials and the suite its last 50
+    failures (the daemon's default), written in the same call.
     """
-    store = Store(redis_connect(redis_url), "bound-sliced" if sliced else "bound")
+    name = "bound-sliced" if sliced else "bound-recent" if recent else "bound"
+    store = Store(redis_connect(redis_url), name)
+    kept = {"bench": Recent()} if recent else None
     batches = [
         {"bench": _events(events_per_call, offset=offset + i * events_per_call)}
         for i in range(chunks)
@@ -467,7 +477,9 @@ async def _redis_bound(
     redis_cpu = await _redis_cpu(redis_url)
     started = time.perf_counter()
     for batch in batches:
-        await store.ingest.apply(batch, windows={"bench": 0}, dedup_ttl=7200, slicing=slicing)
+        await store.ingest.apply(
+            batch, windows={"bench": 0}, dedup_ttl=7200, slicing=slicing, recent=kept
+        )
     took = time.perf_counter() - started
     redis_cpu = await _redis_cpu(redis_url) - redis_cpu
     await store.client.aclose()
