@@ -154,6 +154,23 @@ def template_problem(template: str) -> str | None:
     return url_problem(template.format(suite="s", task="t", trial="1", run="r"))
 
 
+# A placeholder of an OTLP link template: {trace_id}, {span_id}, {attribute:KEY}, {resource:KEY}.
+RECORD_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+def record_template_problem(template: str) -> str | None:
+    """Why ``template`` cannot build an OTLP record's link, or None when it can."""
+    for name in RECORD_PLACEHOLDER.findall(template):
+        scope, sep, key = name.partition(":")
+        if name in ("trace_id", "span_id") or (sep and scope in ("attribute", "resource") and key):
+            continue
+        return (
+            f"unknown placeholder {{{name}}} (known: {{trace_id}}, {{span_id}}, "
+            "{attribute:KEY}, {resource:KEY})"
+        )
+    return url_problem(RECORD_PLACEHOLDER.sub("x", template))
+
+
 # Dead letters one payload yields at most, besides the one that counts the rest.
 MAX_LETTERS = 10
 # A rejected element past the first MAX_LETTERS of its payload (no copy, no reason of its own).

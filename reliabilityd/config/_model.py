@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from reliabilityd.events import template_problem, url_problem
+from reliabilityd.events import record_template_problem, template_problem, url_problem
 from reliabilityd.rules import Rule
 from reliabilityd.rules.canary import CanaryRule
 from reliabilityd.stats.intervals import IntervalName
@@ -262,6 +262,19 @@ class OtlpConfig(Base):
     # Evaluation name -> the score at or above which it passes ("*": any
     # evaluation). Empty: a score without a known label is no verdict.
     pass_score: dict[str, float] = msgspec.field(default_factory=dict)
+    # The trial's run, from the first of these sources the record has ([] = none).
+    run: list[OtlpSource] = msgspec.field(default_factory=list)
+    # The trial's link, built from the record: {trace_id} and {span_id} (hex, as
+    # trace viewers show them), {attribute:KEY} and {resource:KEY}; "" = none.
+    # Langfuse: "https://cloud.langfuse.com/project/<project>/traces/{trace_id}";
+    # Jaeger: "http://jaeger:16686/trace/{trace_id}" (docs/opentelemetry.md).
+    link_template: str = ""
+
+    def __post_init__(self) -> None:
+        if self.link_template:
+            problem = record_template_problem(self.link_template)
+            if problem:
+                raise ValueError(f"link_template: {problem}")
 
 
 # A grant's name: it names Redis keys (its dead-letter stream), so plain characters only.
