@@ -105,8 +105,8 @@ def url_problem(url: str) -> str | None:
     ``url_base`` resolves. Refused: empty, longer than ``MAX_URL_BYTES``,
     control or invisible format characters, white space at either end, a
     backslash (browsers read ``/\\host`` as ``//host``), a protocol-relative
-    ``//host`` (it leaves the base's host), and every other scheme, first of
-    all ``javascript:``.
+    ``//host`` (it leaves the base's host), credentials before the host, and
+    every other scheme, first of all ``javascript:``.
     """
     if not url:
         return "url is empty"
@@ -126,8 +126,12 @@ def url_problem(url: str) -> str | None:
             return "url has the javascript: scheme (a link runs no code)"
         if name not in ("http", "https"):
             return f"url has the scheme {name}: (only http and https, or a relative path)"
-        if not url[len(name) + 1 :].startswith("//") or len(url) <= len(name) + 3:
+        rest = url[len(name) + 1 :]
+        host = re.split(r"[/?#]", rest[2:], maxsplit=1)[0]
+        if not rest.startswith("//") or not host:
             return f"url is not an absolute {name} URL with a host ({name}://host/...)"
+        if "@" in host:
+            return "url carries credentials (user:password@host): a link is shown to every reader"
         return None
     if url.startswith("//"):
         return "url is protocol-relative (//host): give the scheme, or a path under the base"
