@@ -208,7 +208,7 @@ async def read(
         raws = _text(stored).split("\x1e") if stored else []
         older = [rec for r in raws if (rec := _record(task, r)) is not None]
     elif failed:
-        for entry in stored:
+        for entry in reversed(stored):  # the list is newest first
             name, sep, r = _text(entry).partition("\x1f")
             if sep and (rec := _record(name, r)) is not None:
                 older.append(rec)
