@@ -17,6 +17,7 @@ from reliabilityd.events import TrialEvent
 from reliabilityd.importers import import_file
 from reliabilityd.logs import redact
 from reliabilityd.store import Recent, Store, TrialRecord, _recent, connect
+from reliabilityd.store._base import _text
 from tests.support.daemon import make_config, running, store_for, with_stream
 from tests.support.helpers import publish, wait_until
 from tests.support.http import event, http_config, post, serving
@@ -336,8 +337,8 @@ async def test_the_trial_log_entry_names_its_duplicates(
         again = [TrialEvent("d", "t", "a", "fail"), TrialEvent("d", "t", "b", "fail")]
         await store.ingest.apply({"d": again}, windows={}, dedup_ttl=7200, recent=kept)
         (entry, _) = await store.client.lrange(store.key("d", "trials"), 0, -1)
-        _, dupes, _ = entry.split(b"\x1d", 2)
-        assert dupes == b"1"  # the first event of the second chunk: a duplicate
+        _, dupes, _ = _text(entry).split("\x1d", 2)
+        assert dupes == "1"  # the first event of the second chunk: a duplicate
         rows = await store.reads.trials("d", "t")
         assert trials_of(rows) == [("b", "fail"), ("a", "pass")]  # first write wins
         assert _recent.FOLD_AT > 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from reliabilityd.client._encode import encode_event
@@ -76,12 +78,12 @@ def test_templates_name_only_what_they_can_fill() -> None:
 
 
 def test_a_link_is_the_template_else_the_url_resolved() -> None:
-    common = {"suite": "s", "task": "t/1", "trial": "e 1", "run": None}
-    assert link(**common, url=None) is None
-    assert link(**common, url="https://h/x") == "https://h/x"
-    assert link(**common, url="logs/a#/s/1", base="https://v/app/") == "https://v/app/logs/a#/s/1"
-    assert link(**common, url="logs/a") == "logs/a"  # no base: left relative
-    built = link(**common, url="https://ignored", template="https://u/{task}/{trial}{run}")
+    common = functools.partial(link, suite="s", task="t/1", trial="e 1", run=None)
+    assert common(url=None) is None
+    assert common(url="https://h/x") == "https://h/x"
+    assert common(url="logs/a#/s/1", base="https://v/app/") == "https://v/app/logs/a#/s/1"
+    assert common(url="logs/a") == "logs/a"  # no base: left relative
+    built = common(url="https://ignored", template="https://u/{task}/{trial}{run}")
     assert built == "https://u/t%2F1/e%201"
 
 
