@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import functools
+import re
 
+import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from reliabilityd.client._encode import encode_event
-from reliabilityd.events import decode, record_template_problem, template_problem, url_problem
+from reliabilityd.config import Config
+from reliabilityd.events import (
+    NAME_FORBIDDEN,
+    decode,
+    record_template_problem,
+    template_problem,
+    url_problem,
+)
 from reliabilityd.store import link
 from reliabilityd.store._recent import chunk_records
 
@@ -106,3 +117,26 @@ def test_records_are_built_for_trials_only() -> None:
         "9",
     )
     assert records == "1\x1ft\x1fpa\x1f9\x1f\x1f\x1e3\x1fu\x1ffc\x1f5\x1fr\x1fhttps://h"
+
+
+@pytest.mark.hypothesis
+@given(st.text(max_size=600))
+def test_any_text_is_a_link_or_refused_with_a_reason(text: str) -> None:
+    problem = url_problem(text)
+    if problem is None:
+        low = text.lower()
+        has_scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", text) is not None
+        assert low.startswith(("http://", "https://")) or not has_scheme
+        assert not low.startswith("javascript:")
+        assert not NAME_FORBIDDEN.search(text)
+        assert "\\" not in text
+        assert len(text.encode("utf-8", "surrogatepass")) <= 512
+
+
+def test_a_config_with_a_template_that_cannot_build_a_link_is_refused() -> None:
+    with pytest.raises(msgspec.ValidationError, match=r"link_template: unknown placeholder"):
+        msgspec.convert({"http": {"otlp": {"link_template": "https://j/{task}"}}}, Config)
+    with pytest.raises(msgspec.ValidationError, match=r"url_template: .*javascript"):
+        msgspec.convert({"stats": {"url_template": "javascript:{trial}"}}, Config)
+    with pytest.raises(msgspec.ValidationError, match=r"url_base must be an absolute"):
+        msgspec.convert({"suites": [{"match": "*", "url_base": "viewer/"}]}, Config)
