@@ -82,7 +82,7 @@ class Imports:
                 acc[4] = max(acc[4], version)
                 already += size - (counted + errors + skips + dups)
             if recent is not None and logged >= FOLD_AT:
-                await self._ingest.fold(suite, recent)
+                await self._ingest.fold(suite, recent, down_to=FOLD_AT // 2)
         return ImportApplied(acc[0], acc[1], acc[2], acc[3], acc[4], already)
 
     async def record_import(self, suite: str, run: str, summary: bytes) -> bytes | None:

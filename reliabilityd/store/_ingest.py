@@ -355,12 +355,22 @@ class Ingest:
             acc[5] += passes
             acc[6] += overflow
         for suite in fold:
-            await self.fold(suite, recent[suite])
+            # After the commit, and never failing it: a fold that cannot run now runs
+            # after a later apply (the log keeps every entry till then, up to its cap).
+            # Inside apply the boundary has not translated redis-py's errors yet, so
+            # any error is taken here (CancelledError is no Exception: it goes on).
+            try:
+                await _recent.fold(
+                    self.client, self.keys, suite, recent[suite], down_to=_recent.FOLD_AT // 2
+                )
+            except Exception as exc:  # the commit is done; only the fold waits
+                error = f"{type(exc).__name__}: {exc}"
+                emit(logging.WARNING, "recent_fold_deferred", suite=suite, error=error)
         return [Applied(suite, *acc) for suite, acc in totals.items()]
 
-    async def fold(self, suite: str, recent: Recent) -> bool:
+    async def fold(self, suite: str, recent: Recent, *, down_to: int = 0) -> bool:
         """Fold the suite's trial log into its tasks' last trials (``_recent.fold``)."""
-        return await _recent.fold(self.client, self.keys, suite, recent)
+        return await _recent.fold(self.client, self.keys, suite, recent, down_to=down_to)
 
     async def deadletter(
         self,

@@ -41,6 +41,9 @@ DEFAULT_FAILURES = 50
 # it, the oldest unfolded entries are dropped: only when folds cannot keep up).
 FOLD_AT = 32
 LOG_CAP = 256
+# Entries one fold step reads (the oldest): bounds the folding process's memory
+# (a 2,000-event chunk's entry is about 80 KB).
+FOLD_STEP = 4
 _OUTCOMES = {"p": "pass", "f": "fail"}
 
 
@@ -116,14 +119,25 @@ def _unfolded(entries: Sequence[bytes | str]) -> list[tuple[str, str]]:
     return out
 
 
-async def fold(client: Redis, keys: Any, suite: str, recent: Recent) -> bool:
-    """Fold the suite's whole trial log into ``recent`` and ``failures``; False when a
-    concurrent fold or trim changed the log first (nothing is written then).
+async def fold(client: Redis, keys: Any, suite: str, recent: Recent, *, down_to: int = 0) -> bool:
+    """Fold the suite's trial log, oldest entries first, ``FOLD_STEP`` at a time, until
+    it holds at most ``down_to``; False when a concurrent fold or trim changed the log
+    first (that step writes nothing; the other writer folds).
 
     Records of tasks the suite no longer holds (forgotten, expired) are dropped.
     """
     log = keys.suite(suite, "trials")
-    entries = await client.lrange(log, 0, -1)
+    while True:
+        length = int(await client.llen(log))
+        if length <= down_to:
+            return True
+        if not await _fold_step(client, keys, suite, recent, min(FOLD_STEP, length - down_to)):
+            return False
+
+
+async def _fold_step(client: Redis, keys: Any, suite: str, recent: Recent, count: int) -> bool:
+    log = keys.suite(suite, "trials")
+    entries = await client.lrange(log, -count, -1)
     if not entries:
         return True
     pairs = _unfolded(entries)
