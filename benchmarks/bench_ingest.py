@@ -670,7 +670,7 @@ def _report(
     )
     print(
         f"  the same, keeping recent trials (10 per task, 50 failures per suite, the log "
-        f"folded every 32 chunks, folds included): {recent_bound[0]:,.0f} events/s "
+        f"folded from 32 entries down to 16, folds included): {recent_bound[0]:,.0f} events/s "
         f"({recent_bound[0] / bound_wall:.2f}x); {recent_bound[1]:,.0f} events per second "
         f"of Redis CPU ({recent_bound[1] / bound_cpu:.2f}x)"
     )
