@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
@@ -82,6 +83,96 @@ class TrialEvent(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     # redelivery however late) counts nothing twice, after the dedup records
     # expired too. Harness integrations whose results are also imported set it.
     ledger: bool = False
+    # Where to read the trial (a transcript, a trace, a log viewer's sample):
+    # an absolute http(s) URL or a path relative to the suite's configured
+    # ``url_base`` (``url_problem``). Kept with the task's recent trials.
+    url: str | None = None
+    # The run, eval or experiment the trial belongs to: a name like ``trial``,
+    # never a label (it counts against no ``max_slices``).
+    run: str | None = None
+
+
+MAX_URL_BYTES = 512
+# A scheme at the start of a URL (RFC 3986: a letter, then letters, digits, + - .).
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a trial's link, or None when it can.
+
+    An absolute ``http`` / ``https`` URL with a host, or a relative
+    reference (a path, a query, a ``#`` fragment or route) that the suite's
+    ``url_base`` resolves. Refused: empty, longer than ``MAX_URL_BYTES``,
+    control or invisible format characters, white space at either end, a
+    backslash (browsers read ``/\\host`` as ``//host``), a protocol-relative
+    ``//host`` (it leaves the base's host), credentials before the host, and
+    every other scheme, first of all ``javascript:``.
+    """
+    if not url:
+        return "url is empty"
+    if len(url.encode("utf-8", "surrogatepass")) > MAX_URL_BYTES:
+        return f"url is longer than {MAX_URL_BYTES} bytes of UTF-8"
+    problem = _char_problem("url", url)
+    if problem:
+        return problem
+    if url[0].isspace() or url[-1].isspace():
+        return "url begins or ends with white space"
+    if "\\" in url:
+        return "url contains a backslash (browsers read it as a slash; percent-encode it as %5C)"
+    scheme = _SCHEME.match(url)
+    if scheme is not None:
+        name = scheme.group(1).lower()
+        if name == "javascript":
+            return "url has the javascript: scheme (a link runs no code)"
+        if name not in ("http", "https"):
+            return f"url has the scheme {name}: (only http and https, or a relative path)"
+        rest = url[len(name) + 1 :]
+        host = re.split(r"[/?#]", rest[2:], maxsplit=1)[0]
+        if not rest.startswith("//") or not host:
+            return f"url is not an absolute {name} URL with a host ({name}://host/...)"
+        if "@" in host:
+            return "url carries credentials (user:password@host): a link is shown to every reader"
+        return None
+    if url.startswith("//"):
+        return "url is protocol-relative (//host): give the scheme, or a path under the base"
+    return None
+
+
+LINK_FIELDS = ("suite", "task", "trial", "run")
+
+
+def template_problem(template: str) -> str | None:
+    """Why ``template`` cannot build trial links, or None when it can.
+
+    Placeholders are ``{suite}``, ``{task}``, ``{trial}`` and ``{run}``, each
+    percent-encoded when the link is built; the result must be a url
+    ``url_problem`` accepts.
+    """
+    try:
+        names = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    except ValueError as exc:
+        return f"not a template: {exc}"
+    unknown = sorted(names - set(LINK_FIELDS))
+    if unknown:
+        return f"unknown placeholder {{{unknown[0]}}} (known: {', '.join(LINK_FIELDS)})"
+    return url_problem(template.format(suite="s", task="t", trial="1", run="r"))
+
+
+# A placeholder of an OTLP link template: {trace_id}, {span_id}, {attribute:KEY}, {resource:KEY}.
+RECORD_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+def record_template_problem(template: str) -> str | None:
+    """Why ``template`` cannot build an OTLP record's link, or None when it can."""
+    for name in RECORD_PLACEHOLDER.findall(template):
+        scope, sep, key = name.partition(":")
+        if name in ("trace_id", "span_id") or (sep and scope in ("attribute", "resource") and key):
+            continue
+        return (
+            f"unknown placeholder {{{name}}} (known: {{trace_id}}, {{span_id}}, "
+            "{attribute:KEY}, {resource:KEY})"
+        )
+    return url_problem(RECORD_PLACEHOLDER.sub("x", template))
 
 
 # Dead letters one payload yields at most, besides the one that counts the rest.
@@ -165,6 +256,8 @@ def validate(event: TrialEvent) -> str | None:
         and names_clean((suite, task, trial))
         and not _SUITE_FORBIDDEN.search(suite)
         and (event.ts is None or -MAX_TS < event.ts < MAX_TS)
+        and event.url is None
+        and event.run is None
     ):
         return None
     return (
@@ -172,7 +265,16 @@ def validate(event: TrialEvent) -> str | None:
         or _name_problem("task", event.task)
         or _name_problem("trial", event.trial)
         or (_ts_problem(event.ts) if event.ts is not None else None)
+        or _link_problem(event)
     )
+
+
+def _link_problem(event: TrialEvent) -> str | None:
+    if event.run is not None:
+        problem = _name_problem("run", event.run)
+        if problem:
+            return problem
+    return url_problem(event.url) if event.url is not None else None
 
 
 def _ts_problem(ts: float) -> str | None:
@@ -426,6 +528,9 @@ def all_valid(events: Sequence[TrialEvent]) -> bool:
     if not names_clean(names):
         return False
     if any(_SUITE_FORBIDDEN.search(suite) for suite in set(names[::3])):
+        return False
+    linked = [e for e in events if e.url is not None or e.run is not None]
+    if linked and any(_link_problem(e) for e in linked):
         return False
     stamps = [e.ts for e in events if e.ts is not None]
     if not stamps:

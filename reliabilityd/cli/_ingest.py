@@ -35,6 +35,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="broker URL (default: $RELIABILITYD_MQTT_URL, the config's, a running embedded "
         "daemon's, else mqtt://127.0.0.1:1883)",
     )
+    emit.add_argument("--url", help="where to read the trial (http(s) URL, or a relative path)")
+    emit.add_argument("--run", help="the run, eval or experiment the trial belongs to")
     emit.add_argument("-c", "--config", help="take the broker URL and topic from this config")
     emit.add_argument(
         "--topic",
@@ -81,7 +83,14 @@ def _emit(args: argparse.Namespace) -> int:
         topic = args.topic or DEFAULT_TOPIC
     try:
         with Emitter(where, topic=topic, connect_timeout=args.timeout) as emitter:
-            trial = emitter.emit(args.suite, args.task, args.outcome, trial=args.trial)
+            trial = emitter.emit(
+                args.suite,
+                args.task,
+                args.outcome,
+                trial=args.trial,
+                url=args.url,
+                run=args.run,
+            )
             emitter.flush(args.timeout)
     except EmitterError as exc:
         say(f"emit: {exc}")

@@ -1,4 +1,5 @@
-"""Verbs that read or administer what is stored: status, cases, tasks, reset, forget, forecast."""
+"""Verbs that read or administer what is stored: status, cases, tasks, trials, reset, forget,
+forecast."""
 
 from __future__ import annotations
 
@@ -34,6 +35,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     cs.add_argument("--top", type=positive, default=10)
     tk = add_redis_options(sub.add_parser("tasks", help="a suite's per-task n and c"))
     tk.add_argument("suite")
+    tr = add_redis_options(
+        sub.add_parser("trials", help="a suite's or a task's last trials, with their links")
+    )
+    tr.add_argument("suite")
+    tr.add_argument("task", nargs="?", help="one task's last trials (default: the whole suite)")
+    tr.add_argument("--failed", action="store_true", help="only failures")
+    tr.add_argument("--limit", type=positive, default=20, help="at most this many (default 20)")
+    tr.add_argument("--json", action="store_true", help="a JSON array instead of a table")
     rs = add_redis_options(sub.add_parser("reset", help="delete everything stored for a suite"))
     rs.add_argument("suite")
     rs.add_argument("--yes", action="store_true", help="do not ask")
@@ -42,7 +51,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     fg.add_argument("task")
     fg.add_argument("--yes", action="store_true", help="do not ask")
     fc = add_redis_options(forecast_verb.add_parser(sub))
-    for p in (st, cs, tk, rs, fg, fc):
+    for p in (st, cs, tk, tr, rs, fg, fc):
         p.set_defaults(handler=_query)
 
 
@@ -69,7 +78,7 @@ def _query(args: argparse.Namespace) -> int:
             # that reads one (status and tasks say it themselves); reset stays idempotent.
             named = getattr(args, "suite", None)
             if (
-                args.command in ("cases", "forecast", "forget")
+                args.command in ("cases", "forecast", "forget", "trials")
                 and named is not None
                 and named not in await client.suites()
             ):
@@ -91,6 +100,17 @@ def _query(args: argparse.Namespace) -> int:
                 return await status.cases(client, args.suite, k, args.top)
             if args.command == "tasks":
                 return await status.tasks(client, args.suite, where=target.describe())
+            if args.command == "trials":
+                base, template = cfg.links(args.suite)
+                rows = await client.trials(
+                    args.suite,
+                    args.task,
+                    failed=args.failed,
+                    limit=args.limit,
+                    url_base=base,
+                    url_template=template,
+                )
+                return status.trials(rows, args.suite, args.task, as_json=args.json)
             if args.command == "forecast":
                 return await forecast_verb.forecast(
                     client.store, cfg, args.suite, pace=args.pace, hours=args.hours

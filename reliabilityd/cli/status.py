@@ -25,7 +25,7 @@ from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.estimators import METRICS
 from reliabilityd.stats.slices import label_keys, shown
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Counters, Row, Series, Undecodable
+from reliabilityd.store import Counters, Row, Series, TrialRecord, Undecodable
 
 
 def _pct(x: float | None) -> str:
@@ -349,6 +349,37 @@ async def tasks(
         out(f"no tasks counted in {suite!r}")
         return 0
     out(_table(["TASK", "N", "C"], [[t, str(n), str(c)] for t, (n, c) in sorted(counts.items())]))
+    return 0
+
+
+def trials(
+    rows: Sequence[TrialRecord],
+    suite: str,
+    task: str | None,
+    *,
+    as_json: bool = False,
+    out: Callable[[str], None] = print,
+) -> int:
+    """Recent trials, newest first: a table (time UTC, task, trial, outcome, run, link) or JSON."""
+    if as_json:
+        out(msgspec.json.encode([msgspec.structs.asdict(r) for r in rows]).decode())
+        return 0
+    if not rows:
+        where = f"task {task!r} of {suite!r}" if task is not None else repr(suite)
+        out(f"no recent trials kept for {where} (stats.recent_trials = 0, or none counted yet)")
+        return 0
+    table = [
+        [
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r.ts)),
+            r.task,
+            r.trial,
+            r.outcome,
+            r.run or "-",
+            r.url or "-",
+        ]
+        for r in rows
+    ]
+    out(_table(["TIME", "TASK", "TRIAL", "OUTCOME", "RUN", "LINK"], table))
     return 0
 
 

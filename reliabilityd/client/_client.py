@@ -25,6 +25,8 @@ in its message; every Redis failure is a ``StoreError`` (``reliabilityd.store``)
         rel.compare(Side("deploy-bot", {"agent_version": "1.4"}),
                     Side("deploy-bot", {"agent_version": "1.5"}), 5)
         rel.alerts(config.alerts, "deploy-bot")   # every rule watching it, with its state
+        rel.trials("deploy-bot", "deploy service 0")  # its last trials, newest first, linked
+        rel.trials("deploy-bot", failed=True)         # the suite's last failures
 """
 
 from __future__ import annotations
@@ -55,8 +57,10 @@ from reliabilityd.store import (
     Series,
     Store,
     StoreUnavailable,
+    TrialRecord,
     Undecodable,
     connect,
+    link,
 )
 
 
@@ -295,6 +299,43 @@ class AsyncClient:
         return [w.status() for w in watched]
 
     @_naming_redis
+    async def trials(
+        self,
+        suite: str,
+        task: str | None = None,
+        *,
+        failed: bool = False,
+        limit: int = 20,
+        url_base: str = "",
+        url_template: str = "",
+    ) -> list[TrialRecord]:
+        """The suite's recent trials, newest first, each with its link (docs/drill-down.md).
+
+        With ``task``, that task's last trials (with ``failed``, its failures
+        among them); without, the suite's last failures (``failed``) or every
+        task's last trials; at most ``limit``. ``url`` is the trial's link:
+        ``url_template`` (a suite's, over ``{suite}``, ``{task}``, ``{trial}``
+        and ``{run}``) filled in, else the event's url, a relative one resolved
+        against ``url_base``; None when neither gives one.
+        """
+        rows = await self.store.reads.trials(suite, task, failed=failed, limit=limit)
+        return [
+            msgspec.structs.replace(
+                r,
+                url=link(
+                    suite=suite,
+                    task=r.task,
+                    trial=r.trial,
+                    run=r.run,
+                    url=r.url,
+                    template=url_template,
+                    base=url_base,
+                ),
+            )
+            for r in rows
+        ]
+
+    @_naming_redis
     async def reset(self, suite: str) -> int:
         """Delete everything stored for the suite (counts, dedup records, snapshot, alerts)."""
         return await self.store.admin.reset_suite(suite)
@@ -409,6 +450,27 @@ class Client:
         slice: str | None = None,
     ) -> list[RuleStatus]:
         return self._bridge.call(self._async.alerts(rules, suite, slice=slice))
+
+    def trials(
+        self,
+        suite: str,
+        task: str | None = None,
+        *,
+        failed: bool = False,
+        limit: int = 20,
+        url_base: str = "",
+        url_template: str = "",
+    ) -> list[TrialRecord]:
+        return self._bridge.call(
+            self._async.trials(
+                suite,
+                task,
+                failed=failed,
+                limit=limit,
+                url_base=url_base,
+                url_template=url_template,
+            )
+        )
 
     def reset(self, suite: str) -> int:
         return self._bridge.call(self._async.reset(suite))

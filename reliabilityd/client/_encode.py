@@ -33,6 +33,10 @@ class EventExtras(TypedDict, total=False):
     labels: dict[str, Any] | None
     # Also record the trial in the suite's import ledger (see ``TrialEvent.ledger``).
     ledger: bool
+    # Where to read the trial: an absolute http(s) URL or a path relative to the
+    # suite's url_base (docs/drill-down.md); and the run it belongs to.
+    url: str | None
+    run: str | None
 
 
 def _check_types(suite: object, task: object, trial: object, ts: object, labels: object) -> None:
@@ -56,12 +60,17 @@ def encode_event(
     ts: float | None = None,
     labels: dict[str, Any] | None = None,
     ledger: bool = False,
+    url: str | None = None,
+    run: str | None = None,
 ) -> tuple[bytes, str]:
     """One trial event, validated as the daemon would, as JSON; and its trial id."""
     if outcome not in _OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(_OUTCOMES)}, got {outcome!r}")
     trial_id = trial if trial is not None else _uuid4_hex()
     _check_types(suite, task, trial_id, ts, labels)
+    for field, value in (("url", url), ("run", run)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{field} must be a str, got {type(value).__name__} {value!r}")
     event = TrialEvent(
         suite=suite,
         task=task,
@@ -70,6 +79,8 @@ def encode_event(
         ts=time.time() if ts is None else ts,
         labels=labels,
         ledger=ledger,
+        url=url,
+        run=run,
     )
     problem = validate(event)
     if problem:

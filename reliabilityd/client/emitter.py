@@ -217,8 +217,9 @@ class Emitter:
         """Accept one trial outcome; returns its trial id (a new UUID when none is given).
 
         ``extras`` are the event's optional fields: ``trial``, ``ts``, ``labels``,
-        and ``ledger``, which also records the trial in the suite's import
-        ledger (``TrialEvent.ledger``). Raises TypeError naming the field of a
+        ``url`` (where to read the trial), ``run`` (its run), and ``ledger``,
+        which also records the trial in the suite's import ledger
+        (``TrialEvent.ledger``). Raises TypeError naming the field of a
         value of the wrong type (an integer trial id), ValueError for an event
         the daemon would reject (the daemon's own checks, a millisecond ``ts``
         included), EmitterFull

@@ -10,9 +10,11 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from reliabilityd.events import record_template_problem, template_problem, url_problem
 from reliabilityd.rules import Rule
 from reliabilityd.rules.canary import CanaryRule
 from reliabilityd.stats.intervals import IntervalName
+from reliabilityd.store import Recent
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -112,8 +114,29 @@ SliceBy = Annotated[
 MaxSlices = Annotated[int, msgspec.Meta(ge=1, le=1000)]
 
 
+# Records kept per task (0 = none) and failures per suite (docs/drill-down.md).
+RecentTrials = Annotated[int, msgspec.Meta(ge=0, le=100)]
+RecentFailures = Annotated[int, msgspec.Meta(ge=1, le=1000)]
+
+
+def _link_checks(base: str, template: str) -> None:
+    if base:
+        problem = url_problem(base)
+        if problem or not base.lower().startswith(("http://", "https://")):
+            raise ValueError(f"url_base must be an absolute http(s) URL: {problem or base}")
+    if template:
+        problem = template_problem(template)
+        if problem:
+            raise ValueError(f"url_template: {problem}")
+
+
 class SuiteOverride(Base):
     match: Annotated[str, msgspec.Meta(min_length=1)]
+    # Recent trials kept per task; None = stats.recent_trials.
+    recent_trials: RecentTrials | None = None
+    # Trial links: see StatsConfig; None = the stats table's.
+    url_base: str | None = None
+    url_template: str | None = None
     window: NonNegInt | None = None
     min_coverage: Fraction01 | None = None
     idle_expiry: NonNegFloat | None = None
@@ -123,6 +146,9 @@ class SuiteOverride(Base):
     slice_by: SliceBy | None = None
     # The most slices this suite may have; None = stats.max_slices.
     max_slices: MaxSlices | None = None
+
+    def __post_init__(self) -> None:
+        _link_checks(self.url_base or "", self.url_template or "")
 
 
 class StatsConfig(Base):
@@ -150,6 +176,18 @@ class StatsConfig(Base):
     # The most suites the deployment holds: past it, an event for a new suite
     # is dead-lettered (reason class too_many_suites); known suites keep counting.
     max_suites: PositiveInt = 1000
+    # Each task's last trials kept (trial, outcome, time, run, url), 0 = none;
+    # and each suite's last failures (docs/drill-down.md).
+    recent_trials: RecentTrials = 10
+    recent_failures: RecentFailures = 50
+    # What a relative trial url is resolved against (an absolute http(s) URL,
+    # e.g. an Inspect log viewer's), and a template that builds every trial's
+    # link from {suite}, {task}, {trial} and {run}, so events carry none.
+    url_base: str = ""
+    url_template: str = ""
+
+    def __post_init__(self) -> None:
+        _link_checks(self.url_base, self.url_template)
 
 
 class MqttSinkConfig(Base):
@@ -224,6 +262,19 @@ class OtlpConfig(Base):
     # Evaluation name -> the score at or above which it passes ("*": any
     # evaluation). Empty: a score without a known label is no verdict.
     pass_score: dict[str, float] = msgspec.field(default_factory=dict)
+    # The trial's run, from the first of these sources the record has ([] = none).
+    run: list[OtlpSource] = msgspec.field(default_factory=list)
+    # The trial's link, built from the record: {trace_id} and {span_id} (hex, as
+    # trace viewers show them), {attribute:KEY} and {resource:KEY}; "" = none.
+    # Langfuse: "https://cloud.langfuse.com/project/<project>/traces/{trace_id}";
+    # Jaeger: "http://jaeger:16686/trace/{trace_id}" (docs/opentelemetry.md).
+    link_template: str = ""
+
+    def __post_init__(self) -> None:
+        if self.link_template:
+            problem = record_template_problem(self.link_template)
+            if problem:
+                raise ValueError(f"link_template: {problem}")
 
 
 # A grant's name: it names Redis keys (its dead-letter stream), so plain characters only.
@@ -461,6 +512,26 @@ class Config(Base):
         slice_by = self.stats.slice_by if o is None or o.slice_by is None else o.slice_by
         most = self.stats.max_slices if o is None or o.max_slices is None else o.max_slices
         return tuple(slice_by), most
+
+    def recent(self, suite: str) -> Recent | None:
+        """What the suite keeps of its last trials; None when it keeps none."""
+        o = self._override(suite)
+        trials = (
+            self.stats.recent_trials if o is None or o.recent_trials is None else o.recent_trials
+        )
+        if trials == 0:
+            return None
+        template = self.links(suite)[1]
+        return Recent(trials, self.stats.recent_failures, keep_url=not template)
+
+    def links(self, suite: str) -> tuple[str, str]:
+        """(url_base, url_template) of a suite: the first matching [[suites]] entry, or stats."""
+        o = self._override(suite)
+        base = self.stats.url_base if o is None or o.url_base is None else o.url_base
+        template = (
+            self.stats.url_template if o is None or o.url_template is None else o.url_template
+        )
+        return base, template
 
     def suite_interval(self, suite: str) -> IntervalName:
         """The CI a suite's estimates use: the first matching [[suites]] entry, or stats."""

@@ -454,7 +454,9 @@ class Recompute:
         for suite in suites:
             idle = self.config.idle_expiry(suite)
             if idle > 0:
-                left = await self.store.admin.expire_idle(suite, now - idle)
+                left = await self.store.admin.expire_idle(
+                    suite, now - idle, recent=self.config.recent(suite)
+                )
                 if left:
                     emit(logging.INFO, "tasks_expired", suite=suite, tasks=left, idle_s=idle)
                 gone += left

@@ -107,7 +107,7 @@ async def import_file(
     name = suite_name(suite if suite is not None else parsed.name or path.stem)
     run_id = check_run(run if run is not None else parsed.run)
     events = [
-        TrialEvent(s, task, trial, outcome)
+        TrialEvent(s, task, trial, outcome, run=run_id)
         for s, task, trial, outcome in trial_events(parsed, name, run_id)
     ]
     if not events:
@@ -124,6 +124,7 @@ async def import_file(
         events,
         window=window(name) if callable(window) else window,
         dedup_ttl=dedup_ttl,
+        recent=cfg.recent(name),
     )
     report = ImportReport(
         suite=name,
@@ -210,6 +211,7 @@ async def import_events(
                 events,
                 window=window(name) if callable(window) else window,
                 dedup_ttl=dedup_ttl,
+                recent=cfg.recent(name),
             )
             acc = totals.setdefault(name, [0, 0, 0, 0, 0, 0])
             for i, value in enumerate(

@@ -18,9 +18,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -36,6 +38,7 @@ from reliabilityd.config import OtlpConfig
 from reliabilityd.errors import ReliabilitydError
 from reliabilityd.events import (
     MAX_LETTERS,
+    RECORD_PLACEHOLDER,
     UNREPORTED,
     Outcome,
     TrialEvent,
@@ -294,17 +297,48 @@ def _map_record(
     trial = _name(config.trial, attrs, resource, "trial")
     outcome = _verdict(config, attrs, str(attrs.get("gen_ai.evaluation.name") or ""))
     nanos = record.time_unix_nano or record.observed_time_unix_nano
+    run = _name(config.run, attrs, resource, "run") if config.run else None
     event = TrialEvent(
         suite=suite_name(suite),
         task=task_name(task),
         trial=trial,
         outcome=outcome,
         ts=nanos / 1e9 if nanos else None,
+        url=_link(config.link_template, record, attrs, resource) or None,
+        run=run,
     )
     problem = validate(event)
     if problem:
         raise _Refused(problem)
     return event
+
+
+def _link(
+    template: str, record: LogRecord, attrs: Mapping[str, Any], resource: Mapping[str, Any]
+) -> str:
+    """The record's link from ``OtlpConfig.link_template``; "" when the template is
+    empty or names something the record lacks (no trace id, no such attribute)."""
+    if not template:
+        return ""
+    missing = False
+
+    def fill(match: re.Match[str]) -> str:
+        nonlocal missing
+        name = match.group(1)
+        if name == "trace_id":
+            value: Any = record.trace_id.hex()
+        elif name == "span_id":
+            value = record.span_id.hex()
+        else:
+            scope, _, key = name.partition(":")
+            value = (attrs if scope == "attribute" else resource).get(key)
+        if value is None or value == "" or isinstance(value, bool | dict | list):
+            missing = True
+            return ""
+        return quote(str(value), safe="")
+
+    url = RECORD_PLACEHOLDER.sub(fill, template)
+    return "" if missing else url
 
 
 def encode_response(mapped: Mapped, kind: str) -> bytes:

@@ -238,6 +238,7 @@ class Commit:
                 slice_by, most = cfg.slicing(suite)
                 if slice_by:
                     slicing[suite] = Slicing(slice_by, most)
+            recent = {s: r for s in by_suite if (r := cfg.recent(s)) is not None}
             at_cap: dict[int, Rejected] = {}
 
             async def admit_and_apply() -> list[Applied]:
@@ -267,6 +268,7 @@ class Commit:
                     touch=touch,
                     sent=sent,
                     slicing=slicing,
+                    recent=recent,
                 )
 
             started = time.monotonic()

@@ -36,6 +36,7 @@ from reliabilityd.store._errors import (
 )
 from reliabilityd.store._ingest import Slicing
 from reliabilityd.store._reads import TaskHashes, task_counts_of
+from reliabilityd.store._recent import Recent, TrialRecord, link
 from reliabilityd.store._rows import Row, RowPage
 from reliabilityd.store._snapshots import SnapshotWrite
 from reliabilityd.store._store import Store
@@ -49,6 +50,7 @@ __all__ = [
     "Counters",
     "DeadLetter",
     "ImportApplied",
+    "Recent",
     "Redis",
     "Row",
     "RowPage",
@@ -64,9 +66,11 @@ __all__ = [
     "StreamCursor",
     "SuiteState",
     "TaskHashes",
+    "TrialRecord",
     "Undecodable",
     "UndecodableLog",
     "connect",
+    "link",
     "task_counts_of",
     "url_problem",
 ]

@@ -8,14 +8,16 @@ from typing import Any, cast
 
 import msgspec
 
+from reliabilityd.store import _recent
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._errors import boundary
+from reliabilityd.store._recent import Recent
 from reliabilityd.store._rows import Rows
 from reliabilityd.store._scripts import EXPIRE_IDLE, FORGET, RELEASE
 from reliabilityd.store.keys import Keys, Series, glob_escape
 
 # KEYS of FORGET and EXPIRE_IDLE, in order.
-_FORGET_KEYS = ("meta", "tasks", "hist", "lottery", "touched")
+_FORGET_KEYS = ("meta", "tasks", "hist", "lottery", "touched", "recent", "failures")
 
 
 @boundary
@@ -58,11 +60,15 @@ class Admin:
         """One small write with a TTL: raises the StoreError that would stop ingest."""
         await self.client.set(self.keys.probe(instance), "1", px=5000)
 
-    async def forget_task(self, suite: str, task: str) -> bool:
-        """Remove one task from the suite's counts, histogram and lottery index, atomically.
+    async def forget_task(self, suite: str, task: str, recent: Recent | None = None) -> bool:
+        """Remove one task from the suite's counts, histogram, lottery index and recent
+        trials, atomically.
 
         Then from each slice of the suite that has it (one call per slice).
+        The suite's trial log is folded first (with ``recent``, the suite's
+        settings), so none of the task's trials is left to be folded back.
         """
+        await _recent.fold(self.client, self.keys, suite, recent or Recent())
         keys = [self.keys.suite(suite, name) for name in _FORGET_KEYS]
         if not int(await self.client.eval(FORGET, len(keys), *keys, task)):
             return False
@@ -75,11 +81,15 @@ class Admin:
         await self.client.sadd(self.keys.changed, *marks)  # the CI loop recomputes them
         return True
 
-    async def expire_idle(self, suite: str, before: float, limit: int = 500) -> int:
+    async def expire_idle(
+        self, suite: str, before: float, limit: int = 500, recent: Recent | None = None
+    ) -> int:
         """Take out (at most ``limit``) tasks without an event since ``before``; how many left.
 
-        Only tasks of suites applied with ``touch`` are in the idle index.
+        Only tasks of suites applied with ``touch`` are in the idle index. A
+        task's recent trials leave with it (the trial log folded first).
         """
+        await _recent.fold(self.client, self.keys, suite, recent or Recent())
         keys = [self.keys.suite(suite, name) for name in _FORGET_KEYS]
         gone = int(await self.client.eval(EXPIRE_IDLE, len(keys), *keys, repr(before), limit))
         if gone:

@@ -10,6 +10,7 @@ from reliabilityd.events import TrialEvent
 from reliabilityd.store._base import ImportApplied, Redis, _text
 from reliabilityd.store._errors import boundary
 from reliabilityd.store._ingest import CHUNK, Ingest
+from reliabilityd.store._recent import FOLD_AT, Recent
 from reliabilityd.store._scripts import IMPORT_APPLY
 from reliabilityd.store.keys import Keys
 
@@ -31,6 +32,7 @@ class Imports:
         window: int,
         dedup_ttl: int,
         now: float | None = None,
+        recent: Recent | None = None,
     ) -> ImportApplied:
         """Apply imported events, each (task, trial) at most once for good.
 
@@ -55,21 +57,32 @@ class Imports:
             for start in range(group, min(group + step, len(events)), CHUNK):
                 chunk = events[start : start + CHUNK]
                 keys, args = self._ingest.apply_call(
-                    suite, chunk, dedup_ttl, window, stamp, width=width, lookback=lookback
+                    suite,
+                    chunk,
+                    dedup_ttl,
+                    window,
+                    stamp,
+                    width=width,
+                    lookback=lookback,
+                    recent=recent,
                 )
                 pipe.eval(IMPORT_APPLY, len(keys) + 1, *keys, ledger, *args)
                 sizes.append(len(chunk))
             # The daemon's CI loop takes this mark and recomputes the suite.
             pipe.sadd(self.keys.changed, suite)
             replies = await pipe.execute()
+            logged = 0
             for size, reply in zip(sizes, replies[: len(sizes)], strict=True):
-                counted, errors, skips, dups, version, *_ = (int(x) for x in reply)
+                counted, errors, skips, dups, version, _, _, log = (int(x) for x in reply)
+                logged = max(logged, log)
                 acc[0] += counted
                 acc[1] += errors
                 acc[2] += skips
                 acc[3] += dups
                 acc[4] = max(acc[4], version)
                 already += size - (counted + errors + skips + dups)
+            if recent is not None and logged >= FOLD_AT:
+                await self._ingest.fold(suite, recent, down_to=FOLD_AT // 2)
         return ImportApplied(acc[0], acc[1], acc[2], acc[3], acc[4], already)
 
     async def record_import(self, suite: str, run: str, summary: bytes) -> bytes | None:

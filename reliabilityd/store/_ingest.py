@@ -19,9 +19,10 @@ from reliabilityd.events import NAME_FORBIDDEN, TrialEvent, named_suite
 from reliabilityd.logs import emit
 from reliabilityd.rejections import Rejected
 from reliabilityd.stats.slices import Ids
-from reliabilityd.store import dedup
+from reliabilityd.store import _recent, dedup
 from reliabilityd.store._base import Applied, Redis, StreamCursor, _text
 from reliabilityd.store._errors import StoreCorrupt, boundary
+from reliabilityd.store._recent import Recent
 from reliabilityd.store._scripts import ADMIT, APPLY, CURSOR_MAX, IMPORT_APPLY
 from reliabilityd.store._wire import pipelined
 from reliabilityd.store.keys import LABELS_KEPT, Keys, Series, digests
@@ -158,6 +159,7 @@ class Ingest:
         width: int,
         lookback: int = 0,
         slicing: Slicing | None = None,
+        recent: Recent | None = None,
     ) -> tuple[list[str], list[str | int | bytes]]:
         """KEYS and ARGV of one APPLY call: see lua/apply.lua.
 
@@ -167,7 +169,15 @@ class Ingest:
         dead-letters those that do not).
         """
         keys, args, _ = self._call(
-            suite, chunk, dedup_ttl, window, stamp, width=width, lookback=lookback, slicing=slicing
+            suite,
+            chunk,
+            dedup_ttl,
+            window,
+            stamp,
+            width=width,
+            lookback=lookback,
+            slicing=slicing,
+            recent=recent,
         )
         return keys, args
 
@@ -182,6 +192,7 @@ class Ingest:
         width: int,
         lookback: int,
         slicing: Slicing | None,
+        recent: Recent | None,
     ) -> tuple[list[str], list[str | int | bytes], dict[str, int]]:
         positions: dict[str, int] = {}
         places: list[int] = []
@@ -194,7 +205,7 @@ class Ingest:
             places = [0] * len(chunk)
         seen = _label_keys(chunk)
         keys = [self.keys.suite(suite, name) for name in ("meta", "tasks", "hist", "lottery")]
-        keys += [self.keys.slices(suite), self.keys.labels(suite)]
+        keys += [self.keys.slices(suite), self.keys.labels(suite), self.keys.suite(suite, "trials")]
         for sid in positions:
             series = Series(suite, sid)
             keys += [
@@ -204,7 +215,25 @@ class Ingest:
         keys += [self.keys.dedup_bucket(suite, width, b) for b in p.buckets]
         most = slicing.max_slices if slicing is not None else 0
         args: list[str | int | bytes] = [window, stamp, len(p.buckets), p.write - p.first + 1]
-        args += (p.life, len(positions), most, len(seen), *positions, *seen)
+        records = ""
+        if recent is not None:
+            links, outcome = recent.keep_url, _OUTCOME_CODE
+            records = _recent.chunk_records(
+                (
+                    (
+                        e.task,
+                        outcome[e.outcome],
+                        e.trial,
+                        None if e.ts is None else str(int(e.ts)),
+                        e.run,
+                        e.url if links else None,
+                    )
+                    for e in chunk
+                ),
+                str(int(float(stamp))),
+            )
+        args += (p.life, len(positions), most, len(seen), int(recent is not None))
+        args += (_recent.LOG_CAP, records, *positions, *seen)
         args += digests([(e.task, e.trial) for e in chunk])
         outcome = _OUTCOME_CODE
         for event, place in zip(chunk, places, strict=True):
@@ -233,6 +262,7 @@ class Ingest:
         touch: Collection[str] = (),
         sent: asyncio.Event | None = None,
         slicing: Mapping[str, Slicing] | None = None,
+        recent: Mapping[str, Recent] | None = None,
     ) -> list[Applied]:
         """Apply each suite's events (one round trip), atomically per chunk of a suite.
 
@@ -248,8 +278,14 @@ class Ingest:
         With ``slicing`` for a suite, each of its events counts in the whole
         and in its slice, in the same call; the marks name each slice the
         batch touched as a series of its own (``Series.member``).
+
+        ``recent`` names the suites that keep their last trials (``Recent``):
+        the same call logs their counted trials' records (a duplicate's is
+        never read back), and a suite whose log grew to ``_recent.FOLD_AT``
+        entries is folded into its tasks' last trials after the round trip.
         """
         slicing = slicing or {}
+        recent = recent or {}
         if not batches and cursor is None:
             return []
         stamp = repr(time.time() if now is None else now)
@@ -280,6 +316,7 @@ class Ingest:
                         width=width,
                         lookback=lookback,
                         slicing=slicing.get(suite),
+                        recent=recent.get(suite),
                     )
                     marks.update(dict.fromkeys(Series(suite, sid).member for sid in named))
                     # EVAL, not EVALSHA: redis-py refuses pipelined EVALSHA on a
@@ -300,8 +337,13 @@ class Ingest:
         replies = await pipelined(self.client, commands, sent)
         totals: dict[str, list[int]] = {}
         scripts = replies[len(touched) : len(touched) + len(calls)]
+        fold: set[str] = set()
         for suite, size, reply in zip(calls, sizes, scripts, strict=True):
-            counted, errors, skips, dups, version, passes, overflow = (int(x) for x in reply)
+            counted, errors, skips, dups, version, passes, overflow, logged = (
+                int(x) for x in reply
+            )
+            if logged >= _recent.FOLD_AT:
+                fold.add(suite)
             if size >= 0:
                 dups = size - (counted + errors + skips)
             acc = totals.setdefault(suite, [0, 0, 0, 0, 0, 0, 0])
@@ -312,7 +354,23 @@ class Ingest:
             acc[4] = max(acc[4], version)
             acc[5] += passes
             acc[6] += overflow
+        for suite in fold:
+            # After the commit, and never failing it: a fold that cannot run now runs
+            # after a later apply (the log keeps every entry till then, up to its cap).
+            # Inside apply the boundary has not translated redis-py's errors yet, so
+            # any error is taken here (CancelledError is no Exception: it goes on).
+            try:
+                await _recent.fold(
+                    self.client, self.keys, suite, recent[suite], down_to=_recent.FOLD_AT // 2
+                )
+            except Exception as exc:  # the commit is done; only the fold waits
+                error = f"{type(exc).__name__}: {exc}"
+                emit(logging.WARNING, "recent_fold_deferred", suite=suite, error=error)
         return [Applied(suite, *acc) for suite, acc in totals.items()]
+
+    async def fold(self, suite: str, recent: Recent, *, down_to: int = 0) -> bool:
+        """Fold the suite's trial log into its tasks' last trials (``_recent.fold``)."""
+        return await _recent.fold(self.client, self.keys, suite, recent, down_to=down_to)
 
     async def deadletter(
         self,

@@ -11,8 +11,10 @@ from reliabilityd.stats.compare import Side
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.lottery import LotteryCase
 from reliabilityd.stats.slices import label_keys, matches
+from reliabilityd.store import _recent
 from reliabilityd.store._base import Counters, DeadLetter, Redis, SuiteState, _pairs, _text
 from reliabilityd.store._errors import boundary
+from reliabilityd.store._recent import DEFAULT_TRIALS, TrialRecord
 from reliabilityd.store._scripts import LOTTERY, READ, READ_WINDOWS
 from reliabilityd.store._wire import pipelined
 from reliabilityd.store.keys import Keys, Series
@@ -227,6 +229,21 @@ class Reads:
                 rows.extend(found)
             out[i] = rows[:limit]
         return out
+
+    async def trials(
+        self,
+        suite: str,
+        task: str | None = None,
+        *,
+        failed: bool = False,
+        limit: int = 20,
+        keep: int = DEFAULT_TRIALS,
+    ) -> list[TrialRecord]:
+        """The suite's recent trials, newest first (``_recent.read``): one task's last
+        ``keep``, or the suite's last failures (``failed``), or every task's."""
+        return await _recent.read(
+            self.client, self.keys, suite, task, failed=failed, limit=limit, keep=keep
+        )
 
     async def deadletter_streams(self) -> list[str]:
         """Every dead-letter stream written: the shared one and each grant's."""

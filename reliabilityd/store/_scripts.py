@@ -21,6 +21,7 @@ __all__ = [
     "CURSOR_MAX",
     "DROP_ROWS",
     "EXPIRE_IDLE",
+    "FOLD",
     "FORGET",
     "IMPORT_APPLY",
     "LEASE",
@@ -49,7 +50,9 @@ def _lua(name: str) -> str:
 
 
 _APPLY_CHECK = _lua("apply_check")
-APPLY = _APPLY_CHECK + _lua("apply")
+_APPLY = _lua("apply")
+# What the import guard (import_filter) tells APPLY; nothing outside an import.
+APPLY = _APPLY_CHECK + "local origin, gone = nil, {}\n" + _APPLY
 ADMIT = _lua("admit")
 RELEASE = _lua("release")
 READ = _lua("read")
@@ -66,7 +69,8 @@ CLAIM = _lua("claim")
 RELEASE_CLAIMS = _lua("release_claims")
 MARK_UNCLAIMED = _lua("mark_unclaimed")
 CURSOR_MAX = _lua("cursor_max")
+FOLD = _lua("fold")
 _FORGET_ONE = _lua("forget_one")
 FORGET = _FORGET_ONE + _lua("forget")
 EXPIRE_IDLE = _FORGET_ONE + _lua("expire_idle")
-IMPORT_APPLY = _lua("import_ledger") + _APPLY_CHECK + _lua("import_filter") + APPLY
+IMPORT_APPLY = _lua("import_ledger") + _APPLY_CHECK + _lua("import_filter") + _APPLY_CHECK + _APPLY

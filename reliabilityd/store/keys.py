@@ -6,6 +6,9 @@ Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
     <p>:{<suite>}:tasks       hash  task -> "n:c" (window 0) or "n:c:<last W outcomes as 0/1>"
     <p>:{<suite>}:hist        hash  "n:c" -> number of tasks in that cell
     <p>:{<suite>}:lottery     zset  "%010d:%010d:<task>" (score 0) for tasks with 0 < c < n
+    <p>:{<suite>}:trials      list  the trial log: one entry of records per apply chunk
+    <p>:{<suite>}:recent      hash  task -> its last trials' records (store/_recent.py)
+    <p>:{<suite>}:failures    list  "<task>\x1f<record>", the suite's last failures
     <p>:{<suite>}:dedup:<w>:<b>  set with TTL: digests of the (task, trial)s applied in
                               bucket b of the clock (b = floor(unix seconds / width w))
     <p>:{<suite>}:snapshot    hash  flat numbers for redis-cli, plus `json`

@@ -197,8 +197,9 @@ def test_reset_deletes_the_suite_and_nothing_else(
     where = ["--redis", redis_server.url, "--prefix", prefix]
     code, out, _ = cli(capsys, "reset", "x*", "--yes", *where)
     assert code == 0
-    # 5 core keys (snapshot absent: 4) plus the dedup buckets.
-    assert out.strip() == f"reset 'x*': {4 + buckets} keys deleted"
+    # 5 core keys (snapshot absent: 4), the trial log (recent trials, not yet folded)
+    # and the dedup buckets.
+    assert out.strip() == f"reset 'x*': {5 + buckets} keys deleted"
     left = asyncio.run(keys())
     assert not [k for k in left if k.startswith(f"{prefix}:{{x*}}")]
     assert asyncio.run(recorded("xy")) == 100

@@ -1,13 +1,24 @@
 -- Apply one suite's batch atomically, to the suite as a whole and to each
 -- event's slice. KEYS: meta, tasks, hist, lottery, the slice registry, the
--- labels-seen set, then per slice named (meta, tasks, hist, lottery), then
--- the dedup bucket keys to look in (oldest first). ARGV: window, now, number
--- of bucket keys, the position among them of the bucket to write, that
--- bucket's lifetime in seconds, number of slices named (S), the most slices
--- the suite may have, number of label keys (L), the S slice ids, the L label
--- keys seen, then each event's digest (16 bytes), then (task, outcome code,
--- slice position 1..S or 0 for none) per event. Returns {counted, errors,
--- skips, duplicates, version, passes, overflow} of the whole.
+-- labels-seen set, the trial log, then per slice named (meta, tasks, hist,
+-- lottery), then the dedup bucket keys to look in (oldest first). ARGV:
+-- window, now, number of bucket keys, the position among them of the bucket
+-- to write, that bucket's lifetime in seconds, number of slices named (S),
+-- the most slices the suite may have, number of label keys (L), whether the
+-- suite keeps its recent trials (1 or 0), the most entries of its trial log,
+-- the chunk's trial records (one string), the S slice ids, the L label keys
+-- seen, then each event's digest (16 bytes), then (task, outcome code, slice
+-- position 1..S or 0 for none) per event. Returns {counted, errors, skips,
+-- duplicates, version, passes, overflow, log length} of the whole.
+--
+-- Trial records (store/_recent.py) are built by the caller, every pass and
+-- fail of the chunk in one string, and pushed whole onto the head of the
+-- trial log with the version this call made and the positions of the
+-- chunk's duplicates ("<version>\29<positions>\29<records>"): one LPUSH
+-- and LTRIM per chunk, whatever its size, so a record costs the script no
+-- work of its own. A duplicate's record is named, never counted by a reader.
+-- The caller folds the log into each task's last trials (recent.fold) once
+-- it is long.
 --
 -- Dedup records (dedup.py) belong to the suite: a trial's digest goes into
 -- the set of its bucket of the clock; a digest in any bucket looked in is a
@@ -28,9 +39,10 @@ local registry, seen = KEYS[5], KEYS[6]
 local window, now = tonumber(ARGV[1]), ARGV[2]
 local nb, wb, life = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ns, most, nl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local head = 8 + ns + nl
+local keep, cap, records = ARGV[9] == '1', tonumber(ARGV[10]), ARGV[11]
+local head = 11 + ns + nl
 local total = (#ARGV - head) / 4
-local dk = 6 + 4 * ns
+local dk = 7 + 4 * ns
 -- Arguments are checked (_APPLY_CHECK, in front) and the reads that decide
 -- what is written done before the first write: Redis lets a script that has
 -- written go on, so a call that fails fails whole.
@@ -74,7 +86,7 @@ local function add(s, task, o)
   end
 end
 local whole, parts = series(), {}
-local fresh, here = {}, {}
+local fresh, here, dupes = {}, {}, {}
 for i = 1, total do
   local d, at = ARGV[head + i], head + total + 3 * (i - 1)
   local task, o, sj = ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
@@ -84,6 +96,7 @@ for i = 1, total do
     if part == nil then part = series(); parts[sj] = part end
   end
   if known[i] or here[d] then
+    dupes[#dupes + 1] = origin and origin[i] or i
     whole.dups = whole.dups + 1
     if part then part.dups = part.dups + 1 end
   else
@@ -96,14 +109,14 @@ end
 -- Which slices count: those registered, then new ones while there is room.
 local overflow, created = 0, {}
 if ns > 0 then
-  local got = redis.call('HMGET', registry, unpack(ARGV, 9, 8 + ns))
+  local got = redis.call('HMGET', registry, unpack(ARGV, 12, 11 + ns))
   local size = redis.call('HLEN', registry)
   for j = 1, ns do
     local part = parts[j]
     if part and not got[j] then
       if part.fresh > 0 and size < most then
         size = size + 1
-        created[#created + 1] = ARGV[8 + j]
+        created[#created + 1] = ARGV[11 + j]
         created[#created + 1] = now
       else
         overflow = overflow + part.fresh
@@ -127,10 +140,10 @@ if nl > 0 then
   -- At most 32 label keys per suite (keys.LABELS_KEPT).
   local room = 32 - redis.call('SCARD', seen)
   if room > 0 then
-    local have = redis.call('SMISMEMBER', seen, unpack(ARGV, 9 + ns, 8 + ns + nl))
+    local have = redis.call('SMISMEMBER', seen, unpack(ARGV, 12 + ns, 11 + ns + nl))
     local new = {}
     for j = 1, nl do
-      if have[j] == 0 and #new < room then new[#new + 1] = ARGV[8 + ns + j] end
+      if have[j] == 0 and #new < room then new[#new + 1] = ARGV[11 + ns + j] end
     end
     if #new > 0 then redis.call('SADD', seen, unpack(new)) end
   end
@@ -237,11 +250,25 @@ end
 for j = 1, ns do
   local part = parts[j]
   if part then
-    local base = 6 + 4 * (j - 1)
+    local base = 7 + 4 * (j - 1)
     local counted = count(part, KEYS[base + 2], KEYS[base + 3], KEYS[base + 4])
     finish(part, KEYS[base + 1], counted, 0)
   end
 end
 local counted, passes = count(whole, KEYS[2], KEYS[3], KEYS[4])
 local version = finish(whole, KEYS[1], counted, overflow)
-return {counted, whole.errors, whole.skips, whole.dups, version, passes, overflow}
+local logged = 0
+if keep then
+  if records ~= '' and counted > 0 then
+    for _, i in ipairs(gone) do dupes[#dupes + 1] = i end
+    local head_of = version .. '\29' .. table.concat(dupes, ',') .. '\29'
+    logged = redis.call('LPUSH', KEYS[7], head_of .. records)
+    if logged > cap then
+      redis.call('LTRIM', KEYS[7], 0, cap - 1)
+      logged = cap
+    end
+  else
+    logged = redis.call('LLEN', KEYS[7])
+  end
+end
+return {counted, whole.errors, whole.skips, whole.dups, version, passes, overflow, logged}

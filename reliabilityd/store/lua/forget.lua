@@ -1,5 +1,7 @@
 -- Take one task out of a suite's counts. KEYS: meta, tasks, hist, lottery,
--- touched. ARGV: task. Returns 1 when the task was there.
-if forget(ARGV[1]) == 0 then return 0 end
+-- touched, recent, failures. ARGV: task. Returns 1 when the task was there.
+local there = forget(ARGV[1])
+drop_failures()
+if there == 0 then return 0 end
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 return 1
