@@ -22,7 +22,7 @@ from functools import partial
 
 import msgspec
 
-from reliabilityd.alerting.notify import build, parse_time
+from reliabilityd.alerting.notify import LOTTERY_CASES, build, parse_time
 from reliabilityd.alerting.outbox import Outbox
 from reliabilityd.alerting.registry import watched
 from reliabilityd.config import Config
@@ -30,7 +30,14 @@ from reliabilityd.logs import emit
 from reliabilityd.rules import AlertState, Observation, Rule, step
 from reliabilityd.stats.history import Transition
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Series, Store, Undecodable, UndecodableLog
+from reliabilityd.store import (
+    Series,
+    Store,
+    StoreError,
+    TrialRecord,
+    Undecodable,
+    UndecodableLog,
+)
 
 
 class Evaluator:
@@ -140,10 +147,20 @@ class Evaluator:
             evidence=None if view is None else view.evidence,
             level=None if view is None else view.level,
         )
-        note_for = partial(
-            build, self.config, rule=rule, suite=suite, estimate=est, snap=snap, now=now
-        )
         t = step(rule, current, obs, now)
+        failing: list[TrialRecord] = []
+        if t.notify is not None or current.state == "firing":
+            failing = await self._failing(suite, snap)
+        note_for = partial(
+            build,
+            self.config,
+            rule=rule,
+            suite=suite,
+            estimate=est,
+            snap=snap,
+            now=now,
+            failing=failing,
+        )
         target = t.new
         if target != current:
             new = msgspec.structs.replace(
@@ -187,6 +204,18 @@ class Evaluator:
             self.outbox.resend_firing(
                 suite, rule.name, partial(note_for, state=current, repeat=True)
             )
+
+    async def _failing(self, suite: str, snap: Snapshot) -> list[TrialRecord]:
+        """The last failing trial of each of the notification's lottery cases, where one is
+        kept; none when Redis cannot say (a page without links beats no page)."""
+        out: list[TrialRecord] = []
+        try:
+            for case in snap.lottery.rows[:LOTTERY_CASES]:
+                out += await self.store.reads.trials(suite, case.task, failed=True, limit=1)
+        except StoreError as exc:
+            emit(logging.WARNING, "failing_trials_unread", suite=suite, error=str(exc))
+            return []
+        return out
 
 
 def _transition(rule: Rule, current: AlertState, new: AlertState, now: float) -> Transition | None:

@@ -8,6 +8,7 @@ that do not need Redis). Receivers can drop the rare repeat by ``id``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import quote
@@ -21,9 +22,30 @@ from reliabilityd.stats.compare import Comparison
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.lottery import LotteryCase
 from reliabilityd.stats.snapshot import Snapshot, rfc3339
+from reliabilityd.store import TrialRecord, link
 
 BLIND_ALERT = "ReliabilitydBlind"
 WATCHDOG_ALERT = "ReliabilitydWatchdog"
+
+
+# The lottery cases a notification names, best debugging target first.
+LOTTERY_CASES = 3
+
+
+class FailingTrial(msgspec.Struct, frozen=True, kw_only=True):
+    """The last failing trial of one of the top lottery cases, and where to read it.
+
+    ``url`` is the suite's link template filled in, else the event's url
+    (a relative one resolved against ``url_base``); None when neither gives
+    one. The debugging advice made one click: diff this failure against a
+    passing trial of the same task (``reliabilityd trials SUITE TASK``).
+    """
+
+    task: str
+    trial: str
+    at: str
+    run: str | None = None
+    url: str | None = None
 
 
 class Notification(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,6 +74,8 @@ class Notification(msgspec.Struct, frozen=True, kw_only=True):
     lottery: list[LotteryCase]
     at: str
     generator_url: str | None = None
+    # Of the lottery cases, the last failing trial of each that has one kept.
+    failing_trials: list[FailingTrial] = msgspec.field(default_factory=list)
     # A canary rule's: the sides, margins and worse tasks. Then `value`,
     # `ci_low` and `ci_high` are candidate - baseline and its interval,
     # `below` is -margin (the upper bound's), `resolve_above` -resolve_margin,
@@ -83,8 +107,10 @@ def build(
     snap: Snapshot,
     now: float,
     repeat: bool = False,
+    failing: Sequence[TrialRecord] = (),
 ) -> Notification:
-    """The notification of one transition, from the snapshot it was decided on."""
+    """The notification of one transition, from the snapshot it was decided on, with
+    ``failing``, the last failing trial of lottery cases, as links."""
     if state.state not in ("firing", "resolved"):
         raise ValueError(f"only firing and resolved states notify, not {state.state!r}")
     return Notification(
@@ -107,10 +133,36 @@ def build(
         started_at=None if state.started_at is None else rfc3339(state.started_at),
         ended_at=None if state.ended_at is None else rfc3339(state.ended_at),
         severity=rule.severity,
-        lottery=snap.lottery.rows[:3],
+        lottery=snap.lottery.rows[:LOTTERY_CASES],
         at=rfc3339(now),
         generator_url=generator_url(config, suite, rule.name, state.started_at),
+        failing_trials=failing_trials(config, suite, failing),
     )
+
+
+def failing_trials(
+    config: Config, suite: str, records: Sequence[TrialRecord]
+) -> list[FailingTrial]:
+    """``records`` with their links built by the suite's settings (``Config.links``)."""
+    base, template = config.links(suite)
+    return [
+        FailingTrial(
+            task=r.task,
+            trial=r.trial,
+            at=rfc3339(r.ts),
+            run=r.run,
+            url=link(
+                suite=suite,
+                task=r.task,
+                trial=r.trial,
+                run=r.run,
+                url=r.url,
+                template=template,
+                base=base,
+            ),
+        )
+        for r in records
+    ]
 
 
 def build_canary(
@@ -268,6 +320,11 @@ def alertmanager_alert(n: Notification, *, now: float, resend_interval: float) -
             "lottery_cases": ", ".join(f"{c.task} ({c.c}/{c.n})" for c in n.lottery) or "none",
         },
     }
+    if n.failing_trials:
+        # One line a lottery case: its last failure's link (or its trial id).
+        alert["annotations"]["failing_trials"] = "\n".join(
+            f"{f.task}: {f.url or f.trial}" for f in n.failing_trials
+        )
     if n.canary is not None:
         d = n.canary
         alert["labels"] |= {"baseline": d.baseline, "candidate": d.candidate}

@@ -263,3 +263,40 @@ async def test_stale_suite_pages_and_recovers_when_trials_return(
 
 def _seconds(rfc3339: str) -> float:
     return datetime.fromisoformat(rfc3339).timestamp()
+
+
+async def test_a_page_links_the_last_failing_trial_of_each_lottery_case(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    """The webhook body, the MQTT payload and the Alertmanager annotation carry the link
+    of each top lottery case's last failure: the page leads to a transcript."""
+    with Receiver() as am:
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        flaky = [
+            msgspec.structs.replace(
+                e, url=f"https://logs.example/{e.task}/{e.trial}".replace(" ", "-")
+            )
+            for e in Phase.events(range(20), flaky=True)
+        ]
+        last_failure = {e.task: e for e in flaky if e.outcome == "fail"}
+        async with (
+            collect(mosquitto.port, f"{prefix}/alerts/#") as mqtt_msgs,
+            running(cfg),
+        ):
+            await send(flaky, cfg)
+            await wait_until(lambda: _has(mqtt_msgs, "firing"), 20)
+            await wait_until(lambda: _count(am.alerts, 1), 20)
+            await wait_until(lambda: _count(am.webhook, 1), 20)
+        firing = next(m for m in mqtt_msgs if m["state"] == "firing")
+        cases = [c["task"] for c in firing["lottery"]]
+        assert cases
+        assert [f["task"] for f in firing["failing_trials"]] == cases
+        for f in firing["failing_trials"]:
+            event = last_failure[f["task"]]
+            assert (f["trial"], f["url"]) == (event.trial, event.url)
+            datetime.fromisoformat(f["at"])
+        assert am.webhook[0]["failing_trials"] == firing["failing_trials"]
+        annotation = am.alerts[0]["annotations"]["failing_trials"]
+        assert annotation.splitlines() == [
+            f"{f['task']}: {f['url']}" for f in firing["failing_trials"]
+        ]

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from reliabilityd.alerting.notify import failing_trials
 from reliabilityd.client._encode import encode_event
-from reliabilityd.config import Config
+from reliabilityd.config import Config, StatsConfig
 from reliabilityd.events import (
     NAME_FORBIDDEN,
     decode,
@@ -19,7 +20,7 @@ from reliabilityd.events import (
     template_problem,
     url_problem,
 )
-from reliabilityd.store import link
+from reliabilityd.store import TrialRecord, link
 from reliabilityd.store._recent import chunk_records
 
 
@@ -140,3 +141,23 @@ def test_a_config_with_a_template_that_cannot_build_a_link_is_refused() -> None:
         msgspec.convert({"stats": {"url_template": "javascript:{trial}"}}, Config)
     with pytest.raises(msgspec.ValidationError, match=r"url_base must be an absolute"):
         msgspec.convert({"suites": [{"match": "*", "url_base": "viewer/"}]}, Config)
+
+
+def test_a_notifications_failing_trials_take_the_suites_links() -> None:
+    records = [
+        TrialRecord(task="t 1", trial="r7", outcome="fail", ts=0.0, run="e1", url="s/7"),
+        TrialRecord(task="t2", trial="r9", outcome="fail", ts=1.5),
+    ]
+    based = Config(stats=StatsConfig(url_base="https://viewer.example/logs/"))
+    first, second = failing_trials(based, "bot", records)
+    assert (first.task, first.trial, first.run) == ("t 1", "r7", "e1")
+    assert first.url == "https://viewer.example/logs/s/7"
+    assert first.at == "1970-01-01T00:00:00.000Z"
+    assert second.url is None  # neither the event nor a template gives one
+    templated = Config(
+        stats=StatsConfig(url_template="https://traces.example/{suite}/{task}/{trial}")
+    )
+    assert [f.url for f in failing_trials(templated, "bot", records)] == [
+        "https://traces.example/bot/t%201/r7",
+        "https://traces.example/bot/t2/r9",
+    ]
