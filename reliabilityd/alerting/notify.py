@@ -22,7 +22,7 @@ from reliabilityd.stats.compare import Comparison
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.lottery import LotteryCase
 from reliabilityd.stats.snapshot import Snapshot, rfc3339
-from reliabilityd.store import TrialRecord, link
+from reliabilityd.store import TrialRecord, linked
 
 BLIND_ALERT = "ReliabilitydBlind"
 WATCHDOG_ALERT = "ReliabilitydWatchdog"
@@ -146,22 +146,8 @@ def failing_trials(
     """``records`` with their links built by the suite's settings (``Config.links``)."""
     base, template = config.links(suite)
     return [
-        FailingTrial(
-            task=r.task,
-            trial=r.trial,
-            at=rfc3339(r.ts),
-            run=r.run,
-            url=link(
-                suite=suite,
-                task=r.task,
-                trial=r.trial,
-                run=r.run,
-                url=r.url,
-                template=template,
-                base=base,
-            ),
-        )
-        for r in records
+        FailingTrial(task=r.task, trial=r.trial, at=rfc3339(r.ts), run=r.run, url=r.url)
+        for r in linked(records, suite, base=base, template=template)
     ]
 
 

@@ -60,7 +60,7 @@ from reliabilityd.store import (
     TrialRecord,
     Undecodable,
     connect,
-    link,
+    linked,
 )
 
 
@@ -319,21 +319,7 @@ class AsyncClient:
         against ``url_base``; None when neither gives one.
         """
         rows = await self.store.reads.trials(suite, task, failed=failed, limit=limit)
-        return [
-            msgspec.structs.replace(
-                r,
-                url=link(
-                    suite=suite,
-                    task=r.task,
-                    trial=r.trial,
-                    run=r.run,
-                    url=r.url,
-                    template=url_template,
-                    base=url_base,
-                ),
-            )
-            for r in rows
-        ]
+        return linked(rows, suite, base=url_base, template=url_template)
 
     @_naming_redis
     async def reset(self, suite: str) -> int:

@@ -261,6 +261,28 @@ def link(
     return url
 
 
+def linked(
+    records: Iterable[TrialRecord], suite: str, *, base: str = "", template: str = ""
+) -> list[TrialRecord]:
+    """``records`` with each ``url`` made its link (``link``): the template filled in,
+    else the event's url resolved against ``base``."""
+    return [
+        msgspec.structs.replace(
+            r,
+            url=link(
+                suite=suite,
+                task=r.task,
+                trial=r.trial,
+                run=r.run,
+                url=r.url,
+                template=template,
+                base=base,
+            ),
+        )
+        for r in records
+    ]
+
+
 def _has_scheme(url: str) -> bool:
     head, sep, _ = url.partition(":")
     return bool(sep) and head[:1].isalpha() and all(c.isalnum() or c in "+.-" for c in head)
