@@ -43,7 +43,7 @@ from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.daemon._metrics_text import SuiteText, SuiteView
 from reliabilityd.daemon.metrics import read_view
-from reliabilityd.daemon.ui import _data, _pages
+from reliabilityd.daemon.ui import _data, _index
 from reliabilityd.embedded.processes import RedisServer, free_port
 from reliabilityd.events import TrialEvent
 from reliabilityd.rules import AlertState, Rule
@@ -111,7 +111,7 @@ async def per_suite_index(store: Store, cfg: Config) -> None:
 
 async def rows_index(store: Store, **query: str) -> int:
     page = await _data.index(store, time.time(), **query)  # type: ignore[arg-type]
-    _pages.index_main(page)
+    _index.index_main(page)
     return len(page.rows)
 
 

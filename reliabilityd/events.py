@@ -17,45 +17,21 @@ every restarted daemon for ever.
 from __future__ import annotations
 
 import math
-import re
-import string
-import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import msgspec
 
+from reliabilityd.names import (
+    SHORT_NAME,
+    SUITE_FORBIDDEN,
+    name_problem,
+    names_clean,
+    url_problem,
+)
 from reliabilityd.rejections import ReasonClass, Rejected
 
 Outcome = Literal["pass", "fail", "error", "skip"]
-MAX_NAME_BYTES = 200
-_SHORT = MAX_NAME_BYTES // 4
-# What no name may hold, because some consumer of names refuses it or because it
-# hides what a name says (docs/security.md):
-# - C0 and C1 controls;
-# - surrogates and the 66 noncharacters (U+FDD0-U+FDEF, U+xFFFE and U+xFFFF in
-#   every plane): not valid in an MQTT topic, mosquitto disconnects a client
-#   that publishes one;
-# - format characters (Unicode category Cf: zero-width characters, bidirectional
-#   controls, the soft hyphen, tags) and the line and paragraph separators:
-#   invisible, they make two names that look the same count as two suites.
-# The Cf list is Unicode 15's (tests/unit/test_names.py checks that it holds
-# every Cf character of the running Python's unicodedata).
-_MQTT_BAD = "\ud800-\udfff\ufdd0-\ufdef" + "".join(
-    f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(17)
-)
-_FORMAT = (
-    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
-    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
-    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
-    "\U000e0020-\U000e007f\u2028\u2029"
-)
-NAME_FORBIDDEN = re.compile(f"[\x00-\x1f\x7f-\x9f{_MQTT_BAD}{_FORMAT}]")
-# Several names joined by NUL: the same test without NUL, plus white space at
-# either end of any of them.
-_JOINED_BAD = re.compile(f"[\x01-\x1f\x7f-\x9f{_MQTT_BAD}{_FORMAT}]|\x00\\s|\\s\x00")
-MQTT_FORBIDDEN = re.compile(f"[\x00-\x1f\x7f-\x9f{_MQTT_BAD}]")
-_SUITE_FORBIDDEN = re.compile(r"[{}/+#]")
 _JSON_START = frozenset(b'{["-0123456789tfn')
 _WHITESPACE = b" \t\r\n"
 # ``ts`` is Unix seconds. Any date after 1973 in milliseconds is past this
@@ -92,89 +68,6 @@ class TrialEvent(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     run: str | None = None
 
 
-MAX_URL_BYTES = 512
-# A scheme at the start of a URL (RFC 3986: a letter, then letters, digits, + - .).
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
-
-
-def url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be a trial's link, or None when it can.
-
-    An absolute ``http`` / ``https`` URL with a host, or a relative
-    reference (a path, a query, a ``#`` fragment or route) that the suite's
-    ``url_base`` resolves. Refused: empty, longer than ``MAX_URL_BYTES``,
-    control or invisible format characters, white space at either end, a
-    backslash (browsers read ``/\\host`` as ``//host``), a protocol-relative
-    ``//host`` (it leaves the base's host), credentials before the host, and
-    every other scheme, first of all ``javascript:``.
-    """
-    if not url:
-        return "url is empty"
-    if len(url.encode("utf-8", "surrogatepass")) > MAX_URL_BYTES:
-        return f"url is longer than {MAX_URL_BYTES} bytes of UTF-8"
-    problem = _char_problem("url", url)
-    if problem:
-        return problem
-    if url[0].isspace() or url[-1].isspace():
-        return "url begins or ends with white space"
-    if "\\" in url:
-        return "url contains a backslash (browsers read it as a slash; percent-encode it as %5C)"
-    scheme = _SCHEME.match(url)
-    if scheme is not None:
-        name = scheme.group(1).lower()
-        if name == "javascript":
-            return "url has the javascript: scheme (a link runs no code)"
-        if name not in ("http", "https"):
-            return f"url has the scheme {name}: (only http and https, or a relative path)"
-        rest = url[len(name) + 1 :]
-        host = re.split(r"[/?#]", rest[2:], maxsplit=1)[0]
-        if not rest.startswith("//") or not host:
-            return f"url is not an absolute {name} URL with a host ({name}://host/...)"
-        if "@" in host:
-            return "url carries credentials (user:password@host): a link is shown to every reader"
-        return None
-    if url.startswith("//"):
-        return "url is protocol-relative (//host): give the scheme, or a path under the base"
-    return None
-
-
-LINK_FIELDS = ("suite", "task", "trial", "run")
-
-
-def template_problem(template: str) -> str | None:
-    """Why ``template`` cannot build trial links, or None when it can.
-
-    Placeholders are ``{suite}``, ``{task}``, ``{trial}`` and ``{run}``, each
-    percent-encoded when the link is built; the result must be a url
-    ``url_problem`` accepts.
-    """
-    try:
-        names = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
-    except ValueError as exc:
-        return f"not a template: {exc}"
-    unknown = sorted(names - set(LINK_FIELDS))
-    if unknown:
-        return f"unknown placeholder {{{unknown[0]}}} (known: {', '.join(LINK_FIELDS)})"
-    return url_problem(template.format(suite="s", task="t", trial="1", run="r"))
-
-
-# A placeholder of an OTLP link template: {trace_id}, {span_id}, {attribute:KEY}, {resource:KEY}.
-RECORD_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-
-
-def record_template_problem(template: str) -> str | None:
-    """Why ``template`` cannot build an OTLP record's link, or None when it can."""
-    for name in RECORD_PLACEHOLDER.findall(template):
-        scope, sep, key = name.partition(":")
-        if name in ("trace_id", "span_id") or (sep and scope in ("attribute", "resource") and key):
-            continue
-        return (
-            f"unknown placeholder {{{name}}} (known: {{trace_id}}, {{span_id}}, "
-            "{attribute:KEY}, {resource:KEY})"
-        )
-    return url_problem(RECORD_PLACEHOLDER.sub("x", template))
-
-
 # Dead letters one payload yields at most, besides the one that counts the rest.
 MAX_LETTERS = 10
 # A rejected element past the first MAX_LETTERS of its payload (no copy, no reason of its own).
@@ -192,78 +85,26 @@ _MSGPACK_ARRAY = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
 _mp_one = msgspec.msgpack.Decoder(TrialEvent)
 
 
-def _char_problem(field: str, value: str) -> str | None:
-    found = NAME_FORBIDDEN.search(value)
-    if found is None:
-        return None
-    char = found.group()
-    code = ord(char)
-    if code <= 0x1F or 0x7F <= code <= 0x9F:
-        kind, why = "a control character", ""
-    elif 0xD800 <= code <= 0xDFFF:
-        kind, why = "a surrogate", " (not valid UTF-8; MQTT refuses it)"
-    elif 0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE:
-        kind, why = "a Unicode noncharacter", " (MQTT refuses it in a topic)"
-    else:
-        kind, why = "an invisible format character", " (zero-width, bidirectional control or alike)"
-    return f"{field} contains {kind} U+{code:04X}{why}"
-
-
-def _name_problem(field: str, value: str, *, suite: bool = False) -> str | None:
-    if not value:
-        return f"{field} is empty"
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
-        return f"{field} is longer than {MAX_NAME_BYTES} bytes of UTF-8"
-    problem = _char_problem(field, value)
-    if problem:
-        return problem
-    if value[0].isspace() or value[-1].isspace():
-        return f"{field} begins or ends with white space"
-    if not value.isascii() and not unicodedata.is_normalized("NFC", value):
-        return f"{field} is not in Unicode normalization form NFC (normalise it before sending)"
-    if suite and _SUITE_FORBIDDEN.search(value):
-        return "suite contains one of { } / + # (it lives in a Redis hash tag and MQTT topics)"
-    return None
-
-
-def suite_name_problem(value: str) -> str | None:
-    """Why ``value`` cannot name a suite, or None when it can."""
-    return _name_problem("suite", value, suite=True)
-
-
-def names_clean(names: Sequence[str]) -> bool:
-    """True when no name holds a forbidden character, edge white space or non-NFC text.
-
-    A few C-level scans over the names joined by NUL, however many there are.
-    """
-    joined = "\x00".join(names)
-    if joined.count("\x00") != len(names) - 1 or _JOINED_BAD.search(joined):
-        return False
-    if joined[:1].isspace() or joined[-1:].isspace():
-        return False
-    return joined.isascii() or unicodedata.is_normalized("NFC", joined)
-
-
 def validate(event: TrialEvent) -> str | None:
     """The reason an event is unusable, or None when it is fine."""
     suite, task, trial = event.suite, event.task, event.trial
     # Fast path for the common case, one scan for all three names:
     # 50 characters are at most 200 bytes of UTF-8 (4 bytes per code point).
     if (
-        0 < len(suite) <= _SHORT
-        and 0 < len(task) <= _SHORT
-        and 0 < len(trial) <= _SHORT
+        0 < len(suite) <= SHORT_NAME
+        and 0 < len(task) <= SHORT_NAME
+        and 0 < len(trial) <= SHORT_NAME
         and names_clean((suite, task, trial))
-        and not _SUITE_FORBIDDEN.search(suite)
+        and not SUITE_FORBIDDEN.search(suite)
         and (event.ts is None or -MAX_TS < event.ts < MAX_TS)
         and event.url is None
         and event.run is None
     ):
         return None
     return (
-        _name_problem("suite", event.suite, suite=True)
-        or _name_problem("task", event.task)
-        or _name_problem("trial", event.trial)
+        name_problem("suite", event.suite, suite=True)
+        or name_problem("task", event.task)
+        or name_problem("trial", event.trial)
         or (_ts_problem(event.ts) if event.ts is not None else None)
         or _link_problem(event)
     )
@@ -271,7 +112,7 @@ def validate(event: TrialEvent) -> str | None:
 
 def _link_problem(event: TrialEvent) -> str | None:
     if event.run is not None:
-        problem = _name_problem("run", event.run)
+        problem = name_problem("run", event.run)
         if problem:
             return problem
     return url_problem(event.url) if event.url is not None else None
@@ -523,11 +364,11 @@ def all_valid(events: Sequence[TrialEvent]) -> bool:
     if not events:
         return True
     names = [name for e in events for name in (e.suite, e.task, e.trial)]
-    if "" in names or max(map(len, names)) > _SHORT:
+    if "" in names or max(map(len, names)) > SHORT_NAME:
         return False
     if not names_clean(names):
         return False
-    if any(_SUITE_FORBIDDEN.search(suite) for suite in set(names[::3])):
+    if any(SUITE_FORBIDDEN.search(suite) for suite in set(names[::3])):
         return False
     linked = [e for e in events if e.url is not None or e.run is not None]
     if linked and any(_link_problem(e) for e in linked):
@@ -603,6 +444,6 @@ def named_suite(raw: bytes) -> str | None:
     except Exception:  # not an object, or not decodable: it names none
         return None
     suite = named.suite
-    if isinstance(suite, str) and _name_problem("suite", suite, suite=True) is None:
+    if isinstance(suite, str) and name_problem("suite", suite, suite=True) is None:
         return suite
     return None

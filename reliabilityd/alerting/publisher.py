@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import MqttConfig
-from reliabilityd.events import MQTT_FORBIDDEN
 from reliabilityd.logs import emit
 from reliabilityd.mqtt_connector import Connection, MqttError, Refused, connect
+from reliabilityd.names import MQTT_FORBIDDEN
 
 __all__ = ["Publisher", "TopicRefused", "topic_problem"]
 

@@ -11,18 +11,12 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from reliabilityd.config._model import (
-    Config,
-    HttpConfig,
-    OtlpConfig,
-    TlsConfig,
-    is_loopback,
-    parse_networks,
-)
+from reliabilityd.config._http import HttpConfig, OtlpConfig, is_loopback, parse_networks
+from reliabilityd.config._model import Config, TlsConfig
 from reliabilityd.config._mqtt import TlsProblem, parse_mqtt_url, tls_context
 from reliabilityd.config._tls import HttpTlsProblem, http_tls_context
 from reliabilityd.errors import ConfigError
-from reliabilityd.events import suite_name_problem
+from reliabilityd.names import suite_name_problem
 from reliabilityd.rules.canary import CanaryRule, side_parts
 from reliabilityd.store import url_problem
 from reliabilityd.topics import Binding

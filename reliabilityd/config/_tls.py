@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import ssl
 
-from reliabilityd.config._model import HttpConfig
+from reliabilityd.config._http import HttpConfig
 
 
 class HttpTlsProblem(ValueError):

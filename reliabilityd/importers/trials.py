@@ -15,11 +15,12 @@ from collections.abc import Iterator
 
 import msgspec
 
-from reliabilityd.events import MAX_NAME_BYTES, NAME_FORBIDDEN, Outcome
+from reliabilityd.events import Outcome
 from reliabilityd.importers._detect import ImportFileError
+from reliabilityd.names import MAX_NAME_BYTES, NAME_FORBIDDEN
 
 MAX_RUN_BYTES = 100
-# What no name may hold (events.NAME_FORBIDDEN: control and invisible format
+# What no name may hold (names.NAME_FORBIDDEN: control and invisible format
 # characters, surrogates, noncharacters).
 _CONTROL = NAME_FORBIDDEN
 _SUITE_FORBIDDEN = re.compile(r"[{}/+#]")
@@ -60,7 +61,7 @@ def suite_name(raw: str) -> str:
     """A valid suite name for ``raw``.
 
     The name is normalised to NFC; ``{ } / + #`` and the characters no name
-    may hold (``events.NAME_FORBIDDEN``) become ``_`` (so ``openai/gpt-4o``
+    may hold (``names.NAME_FORBIDDEN``) become ``_`` (so ``openai/gpt-4o``
     is ``openai_gpt-4o``), surrounding white space goes, and a name over 200
     bytes of UTF-8 keeps its first 191 bytes plus ``~`` and 8 hex digits of
     a hash of the whole name, so long names stay distinct.

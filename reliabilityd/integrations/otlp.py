@@ -36,18 +36,10 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from reliabilityd.config import OtlpConfig
 from reliabilityd.errors import ReliabilitydError
-from reliabilityd.events import (
-    MAX_LETTERS,
-    RECORD_PLACEHOLDER,
-    UNREPORTED,
-    Outcome,
-    TrialEvent,
-    letters,
-    suite_name_problem,
-    validate,
-)
+from reliabilityd.events import MAX_LETTERS, UNREPORTED, Outcome, TrialEvent, letters, validate
 from reliabilityd.importers.trials import suite_name, task_name
 from reliabilityd.integrations._otlp_shape import ShapeProblem, json_problem, wire_problem
+from reliabilityd.names import RECORD_PLACEHOLDER, suite_name_problem
 from reliabilityd.rejections import ReasonClass, Rejected
 
 PROTOBUF = "application/x-protobuf"

@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from reliabilityd.events import MAX_NAME_BYTES, NAME_FORBIDDEN
+from reliabilityd.names import MAX_NAME_BYTES, NAME_FORBIDDEN
 
 __all__ = [
     "NONE_SHOWN",

@@ -15,8 +15,9 @@ from typing import Any
 
 import msgspec
 
-from reliabilityd.events import NAME_FORBIDDEN, TrialEvent, named_suite
+from reliabilityd.events import TrialEvent, named_suite
 from reliabilityd.logs import emit
+from reliabilityd.names import NAME_FORBIDDEN
 from reliabilityd.rejections import Rejected
 from reliabilityd.stats.slices import Ids
 from reliabilityd.store import _recent, dedup

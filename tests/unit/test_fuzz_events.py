@@ -19,7 +19,8 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from hypothesis.internal.charmap import CategoryName
 
-from reliabilityd.events import MAX_NAME_BYTES, MAX_TS, TrialEvent, decode, decode_many, validate
+from reliabilityd.events import MAX_TS, TrialEvent, decode, decode_many, validate
+from reliabilityd.names import MAX_NAME_BYTES
 
 OUTCOMES = ("pass", "fail", "error", "skip")
 # A valid name: no control, format or surrogate character, no noncharacter

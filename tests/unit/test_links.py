@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from reliabilityd.alerting.notify import failing_trials
 from reliabilityd.client._encode import encode_event
 from reliabilityd.config import Config, StatsConfig
-from reliabilityd.events import (
+from reliabilityd.events import decode
+from reliabilityd.names import (
     NAME_FORBIDDEN,
-    decode,
     record_template_problem,
     template_problem,
     url_problem,

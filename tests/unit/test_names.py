@@ -11,8 +11,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from reliabilityd.events import NAME_FORBIDDEN, TrialEvent, all_valid, validate
+from reliabilityd.events import TrialEvent, all_valid, validate
 from reliabilityd.importers.trials import suite_name, task_name
+from reliabilityd.names import NAME_FORBIDDEN
 
 NONCHARACTERS = [*range(0xFDD0, 0xFDF0)] + [
     plane << 16 | low for plane in range(17) for low in (0xFFFE, 0xFFFF)

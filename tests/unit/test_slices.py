@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from reliabilityd.config import load
 from reliabilityd.errors import ConfigError
-from reliabilityd.events import NAME_FORBIDDEN
+from reliabilityd.names import NAME_FORBIDDEN
 from reliabilityd.stats.compare import Side
 from reliabilityd.stats.slices import (
     Ids,

@@ -13,13 +13,11 @@ from reliabilityd.alerting.registry import Watched
 from reliabilityd.config import Config, HttpConfig
 from reliabilityd.daemon._rows import row_of
 from reliabilityd.daemon.ui import _model, wants_html
+from reliabilityd.daemon.ui._index import IndexPage, IndexRow, index_main
 from reliabilityd.daemon.ui._pages import (
-    IndexPage,
-    IndexRow,
     RuleView,
     SuitePage,
     TransitionRow,
-    index_main,
     layout,
     suite_main,
 )

@@ -20,13 +20,12 @@ FILES = ("README.md", "CHANGELOG.md", "CONTRIBUTING.md", "pyproject.toml", "Make
 
 # Words that track work instead of describing the software.
 WORK_WORDS = [
-    r"\bthe issue\b",
-    r"\bthis issue\b",
-    r"\bissue #?\d+",
-    r"\bfinding \d+",
-    r"\bfindings \d+",
-    r"\bthe seed's gate\b",
-    r"\bearlier releases?\b",
+    r"\bthe\s+issue\b",
+    r"\bthis\s+issue\b",
+    r"\bissue\s+#?\d+",
+    r"\bfindings?\s+\d+",
+    r"\bthe\s+seed's\s+gate\b",
+    r"\bearlier\s+releases?\b",
 ]
 # Modules and keys that moved or were removed, by the name they had.
 GONE = [

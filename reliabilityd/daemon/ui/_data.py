@@ -16,9 +16,8 @@ from reliabilityd.alerting import registry
 from reliabilityd.alerting.registry import Watched
 from reliabilityd.config import Config
 from reliabilityd.daemon.ui import _model
+from reliabilityd.daemon.ui._index import IndexPage, IndexRow
 from reliabilityd.daemon.ui._pages import (
-    IndexPage,
-    IndexRow,
     RuleView,
     SliceCard,
     SuitePage,

@@ -1,4 +1,6 @@
-"""The pages as HTML: the index of suites, a suite's page and a slice's. Pure: data in, text out.
+"""The pages as HTML: a suite's page and a slice's, and the layout every page shares. Pure.
+
+The index of suites is ``_index``.
 
 Numbers are percent as ``reliabilityd status`` prints them (a canary's
 difference in percentage points); a number a rule judges is in the firing
@@ -28,10 +30,10 @@ from reliabilityd.rules.registry import describe
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.slices import shown
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import ROW_STATES, DeadLetter, Row, Undecodable
+from reliabilityd.store import DeadLetter, Undecodable
 
 EXCERPT = 160  # characters of a dead letter's payload shown
-_UNDECODABLE = '<span class="undecodable">undecodable</span>'
+UNDECODABLE = '<span class="undecodable">undecodable</span>'
 
 
 class TransitionRow(NamedTuple):
@@ -55,16 +57,6 @@ class RuleView(msgspec.Struct, frozen=True):
         return self.watched.watch.name
 
 
-class IndexRow(msgspec.Struct, frozen=True):
-    suite: str
-    # The suite's summary row; None before its first snapshot.
-    row: Row | Undecodable | None
-    # The state that needs a person most; None when no rule watches the suite (or the
-    # daemon has not judged it yet).
-    alert: str | None
-    rejected: int
-
-
 class SliceCard(msgspec.Struct, frozen=True):
     """One slice beside the others on its suite's page."""
 
@@ -74,20 +66,6 @@ class SliceCard(msgspec.Struct, frozen=True):
     trend: list[Sample]
     alert: str | None
     below: float | None = None
-
-
-class IndexPage(msgspec.Struct, frozen=True, kw_only=True):
-    rows: list[IndexRow]
-    unattributed: int
-    now: float
-    # The suites the filter matches, this page (1-based) and how many pages they fill.
-    total: int = 0
-    page: int = 1
-    pages: int = 1
-    state: str | None = None
-    prefix: str = ""
-    contains: str = ""
-    page_size: int = 100
 
 
 class SuitePage(msgspec.Struct, frozen=True, kw_only=True):
@@ -139,7 +117,7 @@ def layout(title: str, main: str, *, refresh: str | None) -> str:
     )
 
 
-def _num(x: float | None, below: float | None = None) -> str:
+def percent(x: float | None, below: float | None = None) -> str:
     """A ratio in percent; in the firing colour (``num under``) when under ``below``."""
     if x is None:
         return '<span class="num unknown">UNKNOWN</span>'
@@ -162,12 +140,12 @@ def slice_href(suite: str, sid: str, **query: str) -> str:
     return suite_href(suite, slice=sid, **query)
 
 
-def _alert_cell(alert: str | None) -> str:
+def alert_cell(alert: str | None) -> str:
     """The state that needs a person most, or that no rule watches (no badge)."""
     return '<span class="norule">no rule</span>' if alert is None else _state(alert)
 
 
-def _ago(then: float | None, now: float) -> str:
+def ago(then: float | None, now: float) -> str:
     if then is None:
         return "never"
     s = max(0.0, now - then)
@@ -186,152 +164,10 @@ def _state(state: str) -> str:
     return f'<span class="state {escape(state)}">{escape(state)}</span>'
 
 
-def _parse_time(text: str | None) -> float | None:
+def time_of(text: str | None) -> float | None:
     from datetime import datetime
 
     return None if text is None else datetime.fromisoformat(text).timestamp()
-
-
-def index_href(page: IndexPage, number: int) -> str:
-    """The index at page ``number`` with ``page``'s filters."""
-    query = {"page": str(number)}
-    if page.state:
-        query["state"] = page.state
-    if page.prefix:
-        query["prefix"] = page.prefix
-    if page.contains:
-        query["q"] = page.contains
-    return "/?" + urlencode(query)
-
-
-def _filters(page: IndexPage) -> str:
-    options = "".join(
-        f'<option value="{s}"{" selected" if page.state == s else ""}>'
-        f"{'no rule' if s == 'none' else s}</option>"
-        for s in ROW_STATES
-    )
-    return (
-        '<form class="filters" method="get" action="/">'
-        '<label>state <select name="state"><option value="">any</option>'
-        f"{options}</select></label> "
-        '<label>name starts with <input type="search" name="prefix" '
-        f'value="{escape(page.prefix)}"></label> '
-        '<label>name holds <input type="search" name="q" '
-        f'value="{escape(page.contains)}"></label> '
-        '<button type="submit">Filter</button></form>'
-    )
-
-
-def _pager(page: IndexPage) -> str:
-    first = (page.page - 1) * page.page_size + 1 if page.rows else 0
-    last = first + len(page.rows) - 1 if page.rows else 0
-    links = []
-    if page.page > 1:
-        links.append(f'<a rel="prev" href="{escape(index_href(page, page.page - 1))}">previous</a>')
-    if page.page < page.pages:
-        links.append(f'<a rel="next" href="{escape(index_href(page, page.page + 1))}">next</a>')
-    return (
-        f'<p class="pager"><span class="shown">{first}&ndash;{last} of {page.total}</span> '
-        f"(page {page.page} of {page.pages}) " + " ".join(links) + "</p>"
-    )
-
-
-def row_json(row: Row) -> dict[str, object]:
-    """A summary row as a JSON object, its fields by name."""
-    return {field: getattr(row, field) for field in row.__struct_fields__}
-
-
-def index_json(page: IndexPage) -> bytes:
-    """``GET /v1/suites``: the page's suites, each with its state and its summary row
-    (null before its first snapshot; ``{"undecodable": error}`` when it does not decode),
-    and the page's place among all that match."""
-    suites = []
-    for item in page.rows:
-        row: object = None
-        if isinstance(item.row, Row):
-            row = row_json(item.row)
-        elif isinstance(item.row, Undecodable):
-            row = {"undecodable": item.row.error}
-        suites.append(
-            {
-                "suite": item.suite,
-                "state": item.alert or "none",
-                "rejected": item.rejected,
-                "row": row,
-            }
-        )
-    return msgspec.json.encode(
-        {
-            "suites": suites,
-            "total": page.total,
-            "page": page.page,
-            "pages": page.pages,
-            "page_size": page.page_size,
-        }
-    )
-
-
-def _trend_samples(row: Row) -> list[Sample]:
-    return [Sample(t, v, lo, hi) for t, v, lo, hi in row.trend]
-
-
-def index_main(page: IndexPage) -> str:
-    parts = ["<h1>Suites</h1>", _filters(page)]
-    filtered = bool(page.state or page.prefix or page.contains)
-    if not page.rows:
-        text = (
-            "No suite matches this filter."
-            if filtered or page.page > 1
-            else "No suites yet: publish a trial event to start one."
-        )
-        parts.append(f'<p class="empty">{text}</p>')
-    else:
-        parts.append(_pager(page))
-        parts.append(
-            '<div class="scroll"><table class="suites"><thead><tr><th>suite</th>'
-            '<th title="the chance a task passes all of k tries">pass^k</th>'
-            "<th>interval</th><th>trend</th><th>alert</th>"
-            "<th>last trial</th><th>rejected (1 h)</th></tr></thead><tbody>"
-        )
-        for item in page.rows:
-            row = item.row if isinstance(item.row, Row) else None
-            label = "" if row is None or row.k is None else f'<span class="k">k={row.k}</span> '
-            last = None if row is None else _parse_time(row.last_trial_at)
-            if isinstance(item.row, Undecodable):
-                value, ci, trend = _UNDECODABLE, "&ndash;", ""
-            elif row is None:
-                value = '<span class="pending-row">no snapshot yet</span>'
-                ci, trend = "&ndash;", ""
-            else:
-                value = _num(row.value, row.below)
-                ci = (
-                    "&ndash;"
-                    if row.ci is None
-                    else f"[{100 * row.ci[0]:.1f}, {100 * row.ci[1]:.1f}]"
-                )
-                trend = sparkline(_trend_samples(row))
-            parts.append(
-                f'<tr class="suite" data-suite="{escape(item.suite)}">'
-                f'<td><a href="{escape(suite_href(item.suite))}">{escape(item.suite)}</a></td>'
-                f'<td class="value">{label}{value}</td>'
-                f"<td>{ci}</td><td>{trend}</td>"
-                f"<td>{_alert_cell(item.alert)}</td><td>{_ago(last, page.now)}</td>"
-                f'<td class="rejected">{item.rejected}</td></tr>'
-            )
-        parts.append("</tbody></table></div>")
-        if page.pages > 1:
-            parts.append(_pager(page))
-    parts.append(
-        '<p class="note">Values in percent; the interval is the 95% one, in percent. '
-        "A value in red is under the threshold of a rule that judges it. "
-        "Each row is as of the suite's newest snapshot.</p>"
-    )
-    parts.append(
-        f'<p class="note">Rejected in the last hour without a suite named: '
-        f'<span class="unattributed">{page.unattributed}</span>. '
-        f"Updated {utc(page.now)}.</p>"
-    )
-    return "".join(parts)
 
 
 def _estimates_table(snap: Snapshot, rules: Sequence[Rule]) -> str:
@@ -343,8 +179,8 @@ def _estimates_table(snap: Snapshot, rules: Sequence[Rule]) -> str:
             (r.below for r in rules if r.metric == "pass@k" and r.k == hat.k), default=None
         )
         rows.append(
-            f"<tr><td>{hat.k}</td><td>{_num(hat.value, below)}</td><td>{_ci(hat)}</td>"
-            f"<td>{_num(None if at is None else at.value, at_below)}</td><td>{_ci(at)}</td>"
+            f"<tr><td>{hat.k}</td><td>{percent(hat.value, below)}</td><td>{_ci(hat)}</td>"
+            f"<td>{percent(None if at is None else at.value, at_below)}</td><td>{_ci(at)}</td>"
             f"<td>{hat.tasks}</td><td>{hat.runs}</td></tr>"
         )
         if hat.unknown_reason:
@@ -375,19 +211,19 @@ def _slices(page: SuitePage) -> str:
         single = " failing" if card.slice == failing else ""
         head = (
             f'<p class="slice-name"><a href="{href}">{escape(shown(card.slice))}</a> '
-            f"{_alert_cell(card.alert)}</p>"
+            f"{alert_cell(card.alert)}</p>"
         )
         if isinstance(card.snap, Undecodable):
             cards.append(
                 f'<section class="slice{single}" data-slice="{sid}">{head}'
-                f"<p>{_UNDECODABLE}</p></section>"
+                f"<p>{UNDECODABLE}</p></section>"
             )
             continue
         est = None if card.k is None else card.snap.get("pass^k", card.k)
         label = "pass^k" if card.k is None else f"pass^{card.k}"
         cards.append(
             f'<section class="slice{single}" data-slice="{sid}">{head}'
-            f'<p class="value">{label} {_num(None if est is None else est.value, card.below)} '
+            f'<p class="value">{label} {percent(None if est is None else est.value, card.below)} '
             f'<span class="ci">{_ci(est)}</span></p>{sparkline(card.trend)}'
             f'<p class="facts">{card.snap.tasks} tasks, {card.snap.trials} trials</p></section>'
         )
@@ -486,7 +322,7 @@ def _canary(page: SuitePage, view: RuleView) -> str:
         sides,
         f'<p class="difference">candidate - baseline: <span class="{cls}">{_pp(v.value)}</span>'
         f'<span class="ci">{ci}</span>{means} over {d.shared} shared tasks, '
-        f"compared {_ago(v.at, page.now)}.{unknown}</p>",
+        f"compared {ago(v.at, page.now)}.{unknown}</p>",
     ]
     if view.points:
         parts.append(
@@ -618,10 +454,10 @@ def suite_main(page: SuitePage) -> str:
             "snapshot of this suite replaces it.</p>"
         )
     else:
-        last = _parse_time(snap.last_trial_at)
+        last = time_of(snap.last_trial_at)
         parts.append(
             f'<p class="facts">{snap.tasks} tasks, {snap.trials} trials, {snap.errors} errors, '
-            f"{snap.skips} skips; last trial {_ago(last, page.now)}; "
+            f"{snap.skips} skips; last trial {ago(last, page.now)}; "
             f'rejected in the last hour: <span class="rejected">{page.rejected}</span></p>'
         )
         own = [

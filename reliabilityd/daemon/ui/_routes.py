@@ -31,7 +31,7 @@ from reliabilityd.config import Config
 from reliabilityd.daemon._http_answers import RETRY_AFTER
 from reliabilityd.daemon._offload import Busy
 from reliabilityd.daemon._peers import Peers, Throttle
-from reliabilityd.daemon.ui import _data, _pages
+from reliabilityd.daemon.ui import _data, _index, _pages
 from reliabilityd.daemon.ui._access import (
     AUTHORITY,
     COOKIE,
@@ -185,7 +185,7 @@ class Routes:
             )
             return _problem(request, 503, f"Redis unavailable: {type(exc).__name__}", html=html)
 
-    async def _index_page(self, request: web.Request) -> _pages.IndexPage:
+    async def _index_page(self, request: web.Request) -> _index.IndexPage:
         """The index page the query asks for (``page``, ``state``, ``prefix``, ``q``)."""
         q = request.query
         number = q.get("page", "1")
@@ -211,7 +211,7 @@ class Routes:
             return _refused(request, None)
 
         async def page() -> web.Response:
-            main = _pages.index_main(await self._index_page(request))
+            main = _index.index_main(await self._index_page(request))
             if request.query.get("fragment"):
                 return _html(main)
             refresh = request.rel_url.update_query(fragment="1")
@@ -220,7 +220,7 @@ class Routes:
         return await self._guard(request, page)
 
     async def suites_json(self, request: web.Request) -> web.Response:
-        """``GET /v1/suites``: the index's page as JSON (``_pages.index_json``)."""
+        """``GET /v1/suites``: the index's page as JSON (``_index.index_json``)."""
         if not can_read(request, None):
             what = "a valid token" if grant_of(request).anonymous else "a token that may read"
             return web.json_response(
@@ -229,7 +229,7 @@ class Routes:
             )
 
         async def page() -> web.Response:
-            body = _pages.index_json(await self._index_page(request))
+            body = _index.index_json(await self._index_page(request))
             return web.Response(body=body, content_type="application/json")
 
         return await self._guard(request, page, html=False)
