@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-memory bench-reads \
-	study-pages study-coverage study-compare study-looks soak servers clean
+	study-pages study-oracle study-coverage study-compare study-looks soak servers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -105,9 +105,16 @@ bench-ingest: $(STAMP) servers
 bench-import: $(STAMP) servers
 	$(PY) -m benchmarks.bench_import
 
-## False pages per day and detection delay of the alert rules at the daemon's cadence (docs/studies.md).
+## False pages per day and detection delay of the alert rules at the daemon's cadence, then
+## every trigger beside the oracle, the fastest detector at the same false-alarm rate
+## (docs/studies.md).
 study-pages: $(STAMP)
 	$(PY) -m studies.pages
+	$(PY) -m studies.oracle
+
+## The oracle table alone (docs/studies.md#the-oracle); about an hour on a shared 2-core machine.
+study-oracle: $(STAMP)
+	$(PY) -m studies.oracle
 
 ## The compare study: coverage of the paired difference interval and false "worse" verdicts
 ## (docs/statistics.md); about 8 minutes on a shared 2-core machine.
