@@ -13,17 +13,18 @@ from collections.abc import Callable
 
 from reliabilityd.config import Config
 from reliabilityd.rules import Rule
-from reliabilityd.rules.forecast import STAYS_ON, expected_false_pages
+from reliabilityd.rules.forecast import ENOUGH, STAYS_ON, expected_false_pages
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store, Undecodable
 
 __all__ = ["add_parser", "forecast"]
 
-# The simulated stretch (the figure is per day), and at most this many rounds
-# of one trial per task: the cost is tasks x rounds.
-HOURS = 6.0
-MAX_ROUNDS = 1000
+# The most simulated (the figure is per day; the simulation stops earlier once it has
+# counted rules.forecast.ENOUGH pages), and at most this many rounds of one trial per
+# task: the cost is tasks x rounds.
+HOURS = 48.0
+MAX_ROUNDS = 3000
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -37,7 +38,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         type=float,
         help="trials per task per day to simulate (default: the suite's measured pace)",
     )
-    p.add_argument("--hours", type=float, default=HOURS, help=f"simulated hours (default {HOURS})")
+    p.add_argument(
+        "--hours",
+        type=float,
+        default=HOURS,
+        help=f"the most simulated hours (default {HOURS:g}; it stops once it has counted "
+        f"{ENOUGH} pages)",
+    )
     return p
 
 
@@ -122,13 +129,13 @@ def _line(
         # One page that never resolves: a rate of pages says nothing, the time firing does.
         return head + (
             f"firing {pages.firing_share:.0%} of the simulated time at {pace:.3g} "
-            f"trials/task/day ({hist.tasks} tasks, {simulated:.2g} h simulated): an alert "
+            f"trials/task/day ({hist.tasks} tasks, {pages.days * 24:.2g} h simulated): an alert "
             "that stays on, not a rate of pages"
         )
     return head + (
         f"{_rate(pages.per_day)} expected false pages/day, at most {_rate(pages.upper)} "
         f"({pages.confidence:.0%}), at {pace:.3g} trials/task/day "
-        f"({hist.tasks} tasks, {simulated:.2g} h simulated"
+        f"({hist.tasks} tasks, {pages.days * 24:.2g} h simulated"
         + (f", firing {pages.firing_share:.0%} of it" if pages.firing_share >= 0.25 else "")
         + ")"
     )

@@ -31,6 +31,10 @@ __all__ = ["STAYS_ON", "expected_false_pages", "poisson_upper"]
 # Past this share of the simulated time firing, a rule stays on: one page that never
 # resolves, where the time firing says what a rate of pages cannot.
 STAYS_ON = 0.9
+# The simulation stops once it has counted this many pages (the rate is then known to
+# about +-45%), checked every CHUNK_HOURS simulated hours, else it runs all its hours.
+ENOUGH = 20
+CHUNK_HOURS = 6.0
 
 
 def poisson_upper(count: int, confidence: float) -> float:
@@ -70,10 +74,12 @@ def expected_false_pages(
     interval: str = "gaffke",
     tick: float = 5.0,
     confidence: float = 0.9,
+    enough: int | None = ENOUGH,
 ) -> Pages:
     """What this rule would cost on-call if the suite stayed as it is now.
 
-    The suite is simulated for ``hours`` at the rates ``shifted_rates``
+    The suite is simulated for at most ``hours`` (stopping, checked every
+    ``CHUNK_HOURS``, once ``enough`` pages are counted) at the rates ``shifted_rates``
     gives from ``window_counts`` (the suite's windowed histogram) and the
     window's unbiased estimate of the rule's metric, with its window, trials
     arriving at ``rounds_per_day`` per task per day (the suite's own pace,
@@ -104,12 +110,14 @@ def expected_false_pages(
         window=window,
         k=rule.k,
         duration=hours * 3600.0,
+        chunk=min(hours, CHUNK_HOURS) * 3600.0,
+        enough=enough,
         rng=np.random.default_rng(seed),
         tick=tick,
         interval=interval,
         n_boot=n_boot,
     )
-    days = hours / 24.0
+    days = got.ticks * tick / 86400.0
     (pages,), (firing,) = got.pages, got.firing
     return Pages(
         per_day=pages / days,

@@ -275,12 +275,16 @@ def steady(
     *,
     duration: float,
     chunk: float = 21600.0,
+    enough: int | None = None,
     **judging: Unpack[Judging],
 ) -> Steady:
     """Every rule judged for ``duration`` seconds on a suite at the fixed rates ``p``.
 
     Judged ``chunk`` seconds at a time (the rules' states and the windows carry
-    on from one chunk to the next), so memory stays flat in ``duration``.
+    on from one chunk to the next), so memory stays flat in ``duration``. With
+    ``enough``, stops after the first chunk by which the first rule has paged
+    that many times (``ticks`` says how long was simulated): a rate from a
+    count of ``enough`` is known to within about ``2 / sqrt(enough)``.
     """
     path = Path(p, judging["k"])
     pages = [0] * len(rules)
@@ -300,6 +304,8 @@ def steady(
             firing[j] += int(got.firing[j].sum())
         ticks += got.firing[0].size
         at += span
+        if enough is not None and pages[0] >= enough:
+            break
     return Steady(pages, firing, ticks)
 
 

@@ -219,3 +219,20 @@ def test_the_poisson_upper_limit_is_exact() -> None:
     assert poisson_upper(1, 0.9) == pytest.approx(3.889720, rel=1e-6)
     assert poisson_upper(10, 0.95) == pytest.approx(16.962219, rel=1e-6)
     assert poisson_upper(1000, 0.9) == pytest.approx(1000 + 1.2816 * math.sqrt(1000) + 1, rel=2e-3)
+
+
+def test_the_forecast_stops_once_it_has_counted_enough_pages() -> None:
+    """A rule that pages often is simulated only until its rate is known; a quiet one for
+    all its hours, and the rate is over the time simulated either way."""
+    rng = np.random.default_rng(6)
+    p = MAKE_UPS["alike"].rates(10, 0.85, 5)
+    hist = Histogram.from_pairs(np.c_[np.full(10, 20), rng.binomial(20, p)])
+    short = expected_false_pages(PERCENTILE, hist, window=20, rounds_per_day=1440, hours=48)
+    assert short.pages >= 20
+    assert short.days < 2.0
+    assert short.per_day == pytest.approx(short.pages / short.days)
+    full = expected_false_pages(
+        PERCENTILE, hist, window=20, rounds_per_day=1440, hours=48, enough=None
+    )
+    assert full.days == pytest.approx(2.0)
+    assert full.pages > short.pages
