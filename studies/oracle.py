@@ -312,7 +312,7 @@ FULL = Grid((10, 20, 50), tuple(MAKE_UPS), tuple(RATES), reps=20, days=14.0)
 QUICK = Grid((10,), ("mix",), ("uniform", "mostly-slow"), reps=4, days=0.5)
 
 HEAD = [
-    "| T | make-up | rates | trigger | false pages per 2 weeks at 0.85 / 0.80 | "
+    "| T | make-up | rates | trigger | false pages per 2 weeks (time firing) at 0.85 / 0.80 | "
     "step concentrated: mean / median min (x oracle) | step spread | "
     "drift 2 h: median / p90 min from the crossing | firing when the change began | "
     "met: within 2x of the oracle's mean, at most 1 false page in 2 weeks |",
@@ -344,9 +344,10 @@ def run(grid: Grid, seed: int = SEED, budget_days: float = BUDGET_DAYS) -> list[
                 started = time.perf_counter()
                 pattern = RATES[rname][1]
                 pages = []
+                shares = []
                 for level, days in ((0.85, grid.days), (0.80, grid.days / 2.0)):
                     p = make_up.rates(tasks, level, K)
-                    fp, _ = false_pages_per_day(
+                    fp, share = false_pages_per_day(
                         rules,
                         p,
                         pattern(p) * PER_MINUTE,
@@ -357,6 +358,7 @@ def run(grid: Grid, seed: int = SEED, budget_days: float = BUDGET_DAYS) -> list[
                         tick=TICK,
                     )
                     pages.append([f * 14.0 for f in fp])
+                    shares.append(share)
                 before = make_up.rates(tasks, 0.9, K)
                 rates = pattern(before) * PER_MINUTE
                 oracle: list[Delay] = []
@@ -414,16 +416,21 @@ def run(grid: Grid, seed: int = SEED, budget_days: float = BUDGET_DAYS) -> list[
                 ]
                 for j, (label, _) in enumerate(named):
                     ds = [Delay.of(f.delay[j]) for f in found]
+                    on = float(np.mean([f.on_at_start[j].mean() for f in found]))
+                    # A rule firing most of a healthy day pages rarely because it rarely
+                    # resolves, and "catches" a change it was already firing at.
                     misses = [] if pages[0][j] <= 1.0 else ["pages"]
+                    if shares[0][j] >= 0.5 or on >= 0.5:
+                        misses.append("on at a healthy 0.85")
                     misses += [
                         name
                         for name, d, o in zip(("concentrated", "spread"), ds, oracle, strict=False)
                         if not (np.isfinite(d.mean) and d.mean <= 2.0 * o.mean)
                     ]
-                    on = float(np.mean([f.on_at_start[j].mean() for f in found]))
                     verdict = "yes" if not misses else "no: " + ", ".join(misses)
                     rows.append(
-                        f"{cell} {label} | {pages[0][j]:.0f} / {pages[1][j]:.0f} | "
+                        f"{cell} {label} | {pages[0][j]:.0f} ({shares[0][j]:.0%}) / "
+                        f"{pages[1][j]:.0f} ({shares[1][j]:.0%}) | "
                         f"{_step_cell(ds[0], oracle[0])} | {_step_cell(ds[1], oracle[1])} | "
                         f"{_fmt(ds[2].median)} / {_fmt(ds[2].p90)} | {on:.0%} | {verdict} |"
                     )
