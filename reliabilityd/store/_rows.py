@@ -12,8 +12,10 @@ no snapshot yet, and says so. Every key shares the tag ``{/rows}``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import gc
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -26,7 +28,7 @@ from reliabilityd.store._scripts import DROP_ROWS, ROW_STATES, WRITE_ROWS
 from reliabilityd.store.keys import ROW_STATES as STATES
 from reliabilityd.store.keys import Keys, Series, glob_escape
 
-__all__ = ["Row", "RowPage", "Rows", "compact"]
+__all__ = ["Gauges", "Row", "RowPage", "Rows", "compact", "no_gc"]
 
 # Index entries read per ZSCAN call when a page filters by a substring.
 SCAN_COUNT = 5000
@@ -99,6 +101,55 @@ def compact(est: Estimate) -> Compact:
     return (est.k, est.value, lo, hi, est.runs, est.tasks, est.left_out)
 
 
+_NONE = msgspec.Raw(b"\xc0")
+_EMPTY = msgspec.Raw(b"\x90")
+
+
+class Gauges(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """The fields of a ``Row`` that ``/metrics`` formats, decoded from the same bytes.
+
+    A row is an array; each field here sits at its ``Row`` position (a test holds
+    them together), and the ones ``/metrics`` does not show (the headline, the
+    trend) stay undecoded bytes (``msgspec.Raw``), so a scrape builds no objects
+    for a day's trend of every series.
+    """
+
+    suite: str
+    slice: str | None
+    version: int
+    updated_at: str
+    k: msgspec.Raw
+    value: msgspec.Raw
+    ci: msgspec.Raw
+    tasks: int
+    last_trial_at: str | None
+    below: msgspec.Raw = _NONE
+    rules: list[tuple[str, str, str]] = msgspec.field(default_factory=list)
+    trend: msgspec.Raw = _EMPTY
+    unknown_reason: msgspec.Raw = _NONE
+    pass_at_k: list[Compact] = msgspec.field(default_factory=list)
+    pass_hat_k: list[Compact] = msgspec.field(default_factory=list)
+    slices: int = 0
+    slice_overflow: int = 0
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """The cyclic collector held off while a synchronous step builds many objects.
+
+    Decoding thousands of rows allocates lists and tuples by the hundred thousand,
+    which would run the collector over and over for nothing (they hold no cycles).
+    The step runs without an ``await``, so no other task runs meanwhile.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 class RowPage(msgspec.Struct, frozen=True):
     """One page of the index: each suite with its row (None: no snapshot yet) and state.
 
@@ -115,6 +166,14 @@ class RowPage(msgspec.Struct, frozen=True):
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(Row).decode
+T = TypeVar("T", Row, Gauges)
+_ROWS = (_decode, msgspec.msgpack.Decoder(list[Row]).decode)
+_GAUGES = (msgspec.msgpack.Decoder(Gauges).decode, msgspec.msgpack.Decoder(list[Gauges]).decode)
+
+
+def _packed(values: Sequence[bytes]) -> bytes:
+    """Encoded values as one msgpack array (an array32 header, then each in turn)."""
+    return b"\xdd" + len(values).to_bytes(4, "big") + b"".join(values)
 
 
 def _row_of(key: str, raw: Any) -> Row | Undecodable | None:
@@ -195,12 +254,42 @@ class Rows:
 
     async def every(self) -> list[Row | Undecodable]:
         """Every row of the deployment (suites and slices), read by HSCAN in pages."""
-        out: list[Row | Undecodable] = []
-        async for _, raw in self.client.hscan_iter(self.keys.rows, count=SCAN_COUNT):
-            row = _row_of(self.keys.rows, raw)
-            if row is not None:
-                out.append(row)
-        return out
+        return await self._every(*_ROWS)
+
+    async def gauges(self) -> list[Gauges | Undecodable]:
+        """What ``/metrics`` shows of every row (``every``'s read, less decoded)."""
+        return await self._every(*_GAUGES)
+
+    async def _every(
+        self, one: Callable[[bytes], T], many: Callable[[bytes], list[T]]
+    ) -> list[T | Undecodable]:
+        """Every row, each decoded by ``one``; ``many`` decodes an array of them.
+
+        The values are decoded as one array in one call; when one of them does not
+        decode, each is decoded on its own and that one is ``Undecodable``. A member
+        HSCAN returns twice (the hash grew while it was read) is kept once.
+        """
+        # HSCAN a page at a time (not ``hscan_iter``: an async step per member).
+        raw: dict[Any, bytes] = {}
+        cursor: int = 0
+        while True:
+            cursor, page = await self.client.hscan(self.keys.rows, cursor, count=SCAN_COUNT)
+            raw.update(cast(dict[Any, bytes], page))
+            if not cursor:
+                break
+        values = list(raw.values())
+        with no_gc():
+            try:
+                return list(many(_packed(values)))
+            except msgspec.DecodeError:
+                pass
+            out: list[T | Undecodable] = []
+            for value in values:
+                try:
+                    out.append(one(value))
+                except msgspec.DecodeError as exc:
+                    out.append(Undecodable("row", self.keys.rows, str(exc)))
+            return out
 
     async def page(
         self,
