@@ -13,6 +13,7 @@ no snapshot yet, and says so. Every key shares the tag ``{/rows}``
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
@@ -34,6 +35,8 @@ __all__ = ["Gauges", "Row", "RowPage", "Rows", "compact", "no_gc"]
 SCAN_COUNT = 5000
 # The most trend points a row keeps: a day's, one an hour.
 TREND_POINTS = 24
+# The dead letters a page counts: the last hour's, by minute (``keys.rejected_minute``).
+REJECTED_MINUTES = 60
 
 
 # An estimate in a row: (k, value, low, high, runs, tasks, left out).
@@ -154,7 +157,9 @@ class RowPage(msgspec.Struct, frozen=True):
     """One page of the index: each suite with its row (None: no snapshot yet) and state.
 
     ``total``: how many suites match the filter; ``state`` of a suite is one of
-    ``ROW_STATES`` (None while the daemon has not judged it yet).
+    ``ROW_STATES`` (None while the daemon has not judged it yet); ``rejected``: each
+    suite's dead letters in the last ``REJECTED_MINUTES``, and ``unattributed`` those
+    that named no suite, read with the page's rows.
     """
 
     suites: list[str]
@@ -162,6 +167,8 @@ class RowPage(msgspec.Struct, frozen=True):
     states: list[str | None]
     total: int
     offset: int
+    rejected: list[int] = msgspec.field(default_factory=list)
+    unattributed: int = 0
 
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -183,6 +190,14 @@ def _row_of(key: str, raw: Any) -> Row | Undecodable | None:
         return _decode(raw)
     except msgspec.DecodeError as exc:
         return Undecodable("row", key, str(exc))
+
+
+def _count(raw: Any) -> int:
+    """A dead-letter count as Redis holds it (0 when absent or not a number)."""
+    try:
+        return int(raw) if raw is not None else 0
+    except ValueError:
+        return 0
 
 
 def _upper(prefix: str) -> bytes:
@@ -300,6 +315,7 @@ class Rows:
         prefix: str = "",
         contains: str = "",
         readable: Any = None,
+        now: float | None = None,
     ) -> RowPage:
         """A page of suites by name: in ``state`` (one of ``ROW_STATES``), whose names start
         with ``prefix`` and hold ``contains``, ``limit`` from ``offset``, with their rows.
@@ -308,6 +324,12 @@ class Rows:
         page's rows: two round trips. With them the index entries that match are scanned
         (ZSCAN MATCH, ``SCAN_COUNT`` a call) before the page's rows are read. ``readable``:
         a callable that keeps the names a token may read.
+
+        The page's dead letters come in the round trip of its rows: each minute's count
+        of the page's suites (and of none named) as of ``now`` (None: the clock's), so a
+        page reads ``REJECTED_MINUTES`` x (its suites + 1) counts whatever the number of
+        suites. A count moves with every dead letter and every minute, which a row,
+        written when its snapshot or its rules' states move, would not follow.
         """
         index = self.keys.row_names if state is None else self.keys.row_state(state)
         if not contains and readable is None:
@@ -332,12 +354,22 @@ class Rows:
                 found = list(readable(found))
             total = len(found)
             names = found[offset : offset + limit]
-        if not names:
-            return RowPage([], [], [], int(total), offset)
+        last = int((time.time() if now is None else now) // 60)
+        minutes = range(last - REJECTED_MINUTES + 1, last + 1)
         pipe = self.client.pipeline(transaction=False)
-        pipe.hmget(self.keys.rows, names)
-        pipe.hmget(self.keys.row_states, names)
-        rows_raw, states_raw = await pipe.execute()
+        if names:
+            pipe.hmget(self.keys.rows, names)
+            pipe.hmget(self.keys.row_states, names)
+        for minute in minutes:
+            pipe.hmget(self.keys.rejected_minute(minute), [*names, ""])
+        replies = await pipe.execute()
+        counts = [0] * (len(names) + 1)
+        for minute_counts in replies[2 if names else 0 :]:
+            for i, raw in enumerate(minute_counts):
+                counts[i] += _count(raw)
+        if not names:
+            return RowPage([], [], [], int(total), offset, [], counts[-1])
+        rows_raw, states_raw = replies[0], replies[1]
         states: list[str | None] = []
         for raw in states_raw:
             try:
@@ -345,4 +377,4 @@ class Rows:
             except (ValueError, IndexError):
                 states.append(None)
         rows = [_row_of(self.keys.rows, r) for r in rows_raw]
-        return RowPage(names, rows, states, int(total), offset)
+        return RowPage(names, rows, states, int(total), offset, counts[:-1], counts[-1])
