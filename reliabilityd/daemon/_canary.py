@@ -76,6 +76,27 @@ class Canaries:
         # a tick in between failed (Redis) and its changed suites are unknown.
         self._last_judged: float | None = None
 
+    async def forget(self, before: Sequence[CanaryRule]) -> list[str]:
+        """Delete the views and points of the comparisons ``before`` made that the rules
+        now configured do not (a rule removed, or its sides changed, by a reload); the
+        suites those comparisons read (their rows list them)."""
+        if not before:
+            return []
+
+        async def made(rules: Sequence[CanaryRule]) -> dict[tuple[str, str], Pair]:
+            return {
+                (w.pair.home, w.rule.name): w.pair
+                for w in await watched(self.store, rules)
+                if isinstance(w.rule, CanaryRule) and w.pair is not None
+            }
+
+        now = await made(self.rules)
+        gone = {key: pair for key, pair in (await made(before)).items() if key not in now}
+        await self.store.alerts.drop_canary_views(sorted(gone))
+        for home, name in sorted(gone):
+            emit(logging.INFO, "canary_forgotten", rule=name, suite=home)
+        return sorted({suite for pair in gone.values() for suite in pair.suites})
+
     async def judge(self, changed: Sequence[str]) -> None:
         """Judge every comparison that reads a changed suite or whose alert is under way."""
         if not self.rules:

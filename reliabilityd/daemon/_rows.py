@@ -114,6 +114,12 @@ class RowWriter:
         self._rules: dict[Series, list[tuple[str, str, str]]] = {}
         self._forget_at = 0.0
         self._next_sweep = 0.0
+        self._recheck: set[Series] = set()
+
+    def recheck(self, suites: Sequence[str]) -> None:
+        """Compare the rows of ``suites`` with the registry at the next write, whether or
+        not a rule reads them still (a rule a reload removed: their rows drop it)."""
+        self._recheck.update(Series(s) for s in suites)
 
     async def write(
         self, config: Config, suites: Sequence[str], snapshots: Mapping[Series, Snapshot]
@@ -138,8 +144,10 @@ class RowWriter:
             for s, ws in by_series.items()
             if s not in snapshots and self._rules.get(s) != _rules(ws)
         ]
+        moved += sorted(s for s in self._recheck if s not in by_series and s not in snapshots)
+        self._recheck.clear()
         for series, old in zip(moved, await self.store.rows.read(moved), strict=True):
-            new = _rules(by_series[series])
+            new = _rules(by_series.get(series, []))
             if isinstance(old, Row) and [tuple(r) for r in old.rules] != new:
                 rows.append(msgspec.structs.replace(old, rules=new))
         # The state indexes first: a reader that sees a row's new states finds its suite
