@@ -22,10 +22,11 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from reliabilityd.alerting import registry
-from reliabilityd.alerting.registry import Watched
+from reliabilityd.alerting.registry import Settled, Watched
 from reliabilityd.config import Config
 from reliabilityd.daemon.ui import _model
 from reliabilityd.rules import Rule
+from reliabilityd.rules.registry import Watch
 from reliabilityd.stats.history import History
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Row, Series, Store
@@ -122,15 +123,27 @@ class RowWriter:
         self._recheck.update(Series(s) for s in suites)
 
     async def write(
-        self, config: Config, suites: Sequence[str], snapshots: Mapping[Series, Snapshot]
+        self,
+        config: Config,
+        suites: Sequence[str],
+        snapshots: Mapping[Series, Snapshot],
+        watches: Sequence[Watch] | None = None,
+        settled: Settled | None = None,
     ) -> None:
-        """Rows for the tick's ``snapshots``; the states of every suite of ``suites``."""
+        """Rows for the tick's ``snapshots``; the states of every suite of ``suites``.
+
+        ``watches`` and ``settled``: the registry's watches the tick judged and the
+        states its verdicts left (``Evaluator.evaluate``, ``Canaries.judge``), so the
+        rules' states are read again only where a verdict does not know its own."""
         now = time.time()
         if time.monotonic() >= self._forget_at:
             self._written.clear()
             self._rules.clear()
             self._forget_at = time.monotonic() + FORGET_WRITTEN
-        every = await registry.statuses(self.store, config.alerts, suites=suites)
+        if watches is None or settled is None:
+            every = await registry.statuses(self.store, config.alerts, suites=suites)
+        else:
+            every = await registry.with_settled(self.store, watches, settled)
         by_series = _by_series(every)
         written = list(snapshots)
         histories = await self.store.history.read_many(written, since=now - DAY, until=now)

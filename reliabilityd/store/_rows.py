@@ -142,7 +142,9 @@ def no_gc() -> Iterator[None]:
 
     Decoding thousands of rows allocates lists and tuples by the hundred thousand,
     which would run the collector over and over for nothing (they hold no cycles).
-    The step runs without an ``await``, so no other task runs meanwhile.
+    The collector is the process's: a step in a worker thread (the ``/metrics``
+    text) puts it off for the event loop too, for the step's tens of milliseconds;
+    it is only put off, and the first step in turns it back on (where it was on).
     """
     was = gc.isenabled()
     gc.disable()

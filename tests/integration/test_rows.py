@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Sequence
 
 import msgspec
 
+from reliabilityd.alerting import registry
 from reliabilityd.cli.status import status
 from reliabilityd.client import AsyncClient
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
@@ -17,9 +19,10 @@ from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.daemon.ui import _data, _index
 from reliabilityd.events import TrialEvent
 from reliabilityd.rejections import Rejected
-from reliabilityd.rules import Rule
+from reliabilityd.rules import AlertState, CanaryRule, Rule
+from reliabilityd.rules.canary import Compare
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Row, Series, Store, connect
+from reliabilityd.store import Row, Series, Store, Undecodable, connect
 from tests.support.daemon import store_for
 from tests.support.helpers import wait_until
 from tests.support.http import get, http_config, serving
@@ -273,5 +276,57 @@ async def test_a_page_counts_its_suites_dead_letters_of_the_last_hour(
         assert '<td class="rejected">2</td>' in html
         async with AsyncClient(redis_server.url, prefix=prefix) as reader:
             assert (await reader.rows()).rejected == [0, 2, 1]
+    finally:
+        await client.aclose()
+
+
+async def test_the_rows_carry_the_states_the_verdicts_left_without_reading_them_again(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """A tick reads the rules' states once, for its verdicts (the threshold rules' and
+    the canaries'); the rows get the states those verdicts left. A state another writer
+    moved behind a verdict's back (its compare-and-set lost) is read for the rows."""
+    cfg = _config(redis_server.url, prefix)
+    canary = CanaryRule(
+        name="beta-worse",
+        compare=Compare(baseline={"suite": "beta-1"}, candidate={"suite": "alpha-1"}),
+        k=1,
+    )
+    cfg = msgspec.structs.replace(cfg, alerts=[*cfg.alerts, canary])
+    client = connect(redis_server.url)
+    store = Store(client, prefix)
+    reads: list[list[tuple[str, str]]] = []
+    states = store.alerts.alert_states
+
+    async def counted(pairs: Sequence[tuple[str, str]]) -> list[AlertState | Undecodable]:
+        reads.append(list(pairs))
+        return await states(pairs)
+
+    try:
+        names = ["alpha-1", "beta-1"]
+        batch = {"alpha-1": _events("alpha-1", 10, 5), "beta-1": _events("beta-1", 10, 10)}
+        await store.ingest.apply(batch, windows=dict.fromkeys(names, 0), dedup_ttl=3600)
+        daemon = Daemon(cfg, store)
+        store.alerts.alert_states = counted  # type: ignore[method-assign]
+        await daemon.recompute._tick()
+        # The evaluator's read and the canary judge's: none for the rows (a read of no
+        # state makes no round trip).
+        assert [r for r in reads if r] == [[("alpha-1", "low")], [("alpha-1", "beta-worse")]]
+        rows = await store.rows.read([Series("alpha-1"), Series("beta-1")])
+        # What the verdicts left is what Redis holds (the canary shares too few tasks
+        # to be judged: inactive).
+        stored = await states([("alpha-1", "low"), ("alpha-1", "beta-worse")])
+        assert [s.state for s in stored if isinstance(s, AlertState)] == ["firing", "inactive"]
+        assert [r.rules for r in rows if isinstance(r, Row)] == [
+            [("low", "firing", "alpha-1"), ("beta-worse", "inactive", "alpha-1")],
+            [("beta-worse", "inactive", "alpha-1")],
+        ]
+        assert (await store.rows.page(state="firing")).suites == ["alpha-1"]
+
+        # A verdict that does not know its state (another replica's write won): read.
+        reads.clear()
+        watches = await registry.watched(store, cfg.alerts, names)
+        await daemon.recompute.rows.write(cfg, names, {}, watches, {("alpha-1", "low"): None})
+        assert [r for r in reads if r] == [[("alpha-1", "low"), ("alpha-1", "beta-worse")]]
     finally:
         await client.aclose()
