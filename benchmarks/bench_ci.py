@@ -19,8 +19,10 @@ The figures, all from the same run:
   side: each one's wall time and share (the shares add up to every suite
   exactly once);
 * ``/metrics`` with 10,000 suites: the view read and the text formatted
-  cold, again with nothing new (the cached bytes), and after half the
-  suites got a new snapshot.
+  cold (the process's first scrape), again with nothing new, and after half
+  the suites got a new snapshot; each beside the read and text before the
+  column-at-a-time text (``benchmarks._line_text``: a row decoded at a time,
+  a line written at a time, each series' lines kept by ``updated_at``).
 
 The histograms are written directly (what the events would leave behind,
 without the lottery index), so the figures measure the CI path, not ingest.
@@ -34,6 +36,7 @@ import asyncio
 import cProfile
 import io
 import multiprocessing
+import os
 import pstats
 import tempfile
 import time
@@ -44,15 +47,17 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from benchmarks._line_text import LineText
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
+from reliabilityd.daemon._metrics_text import SuiteView
 from reliabilityd.daemon._recompute import RECONCILE_EVERY
 from reliabilityd.daemon._rows import row_of
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.embedded.processes import RedisServer, free_port
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.histogram import Histogram
-from reliabilityd.store import Series, SnapshotWrite, Store, connect
+from reliabilityd.store import Row, Series, SnapshotWrite, Store, connect
 
 CI_INTERVAL = 5.0
 KS = [1, 5]
@@ -198,6 +203,8 @@ async def metrics_figures(store: Store, series: int) -> None:
     await store.client.sadd(store.keys.suites, *(f"metrics-{i:05d}" for i in range(series)))
     await write(1_000_000.0, series)
     metrics = Metrics()
+    before = LineText()
+    decode = msgspec.msgpack.Decoder(Row).decode
 
     async def scrape() -> tuple[float, float, int]:
         started = time.perf_counter()
@@ -207,23 +214,42 @@ async def metrics_figures(store: Store, series: int) -> None:
         body = metrics.render()
         return read, time.perf_counter() - started, len(body)
 
+    async def scrape_before() -> tuple[float, float]:
+        """The read and text before: a row decoded at a time, a line written at a time."""
+        started = time.perf_counter()
+        key = store.keys.rows
+        rows = [decode(raw) async for _, raw in store.client.hscan_iter(key, count=5000)]
+        rows.sort(key=lambda r: (r.suite, r.slice or ""))
+        before.view = SuiteView(list(rows), [], {}, redis_up=True, read_at=time.time())
+        read = time.perf_counter() - started
+        started = time.perf_counter()
+        before.render()
+        return read, time.perf_counter() - started
+
+    def line(what: str, new: tuple[float, float], old: tuple[float, float]) -> str:
+        took, was = sum(new), sum(old)
+        return (
+            f"  {what:<22} read {new[0] * 1e3:6.1f} ms + format {new[1] * 1e3:6.1f} ms"
+            f" = {took * 1e3:6.1f} ms; before {old[0] * 1e3:6.1f} + {old[1] * 1e3:6.1f}"
+            f" = {was * 1e3:6.1f} ms ({was / took:.1f}x)"
+        )
+
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    old_cold = await scrape_before()
     cold_read, cold_render, size = await scrape()
+    old_warm = await scrape_before()
     warm_read, warm_render, _ = await scrape()
     await write(1_000_001.0, series // 2)
+    old_half = await scrape_before()
     half_read, half_render, _ = await scrape()
     lines = size // 1024
     print(
-        f"/metrics with {series:,} suites (k = {', '.join(map(str, KS))}; {lines:,} KiB of text):"
+        f"/metrics with {series:,} suites (k = {', '.join(map(str, KS))}; {lines:,} KiB of text;"
+        f" load {load}):"
     )
-    print(f"  cold: read the view {cold_read * 1e3:7.1f} ms, format {cold_render * 1e3:7.1f} ms")
-    print(
-        f"  nothing new: read {warm_read * 1e3:7.1f} ms, serve the cached text"
-        f" {warm_render * 1e3:7.3f} ms"
-    )
-    print(
-        f"  {series // 2:,} new snapshots: read {half_read * 1e3:7.1f} ms,"
-        f" format {half_render * 1e3:7.1f} ms"
-    )
+    print(line("cold (first scrape):", (cold_read, cold_render), old_cold))
+    print(line("nothing new:", (warm_read, warm_render), old_warm))
+    print(line(f"{series // 2:,} new snapshots:", (half_read, half_render), old_half))
 
 
 async def run(workdir: Path, args: argparse.Namespace) -> None:

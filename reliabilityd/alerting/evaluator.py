@@ -24,10 +24,11 @@ import msgspec
 
 from reliabilityd.alerting.notify import LOTTERY_CASES, build, parse_time
 from reliabilityd.alerting.outbox import Outbox
-from reliabilityd.alerting.registry import watched
+from reliabilityd.alerting.registry import Settled, watched
 from reliabilityd.config import Config
 from reliabilityd.logs import emit
 from reliabilityd.rules import AlertState, Observation, Rule, step
+from reliabilityd.rules.registry import Watch
 from reliabilityd.stats.history import Transition
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import (
@@ -79,38 +80,50 @@ class Evaluator:
             await self.store.snapshots.mark_changed(unreadable)
         return out
 
-    async def pairs(self, suites: Sequence[str]) -> list[tuple[Series, Rule]]:
+    async def pairs(
+        self, suites: Sequence[str], watches: Sequence[Watch] | None = None
+    ) -> list[tuple[Series, Rule]]:
         """Every (series, rule) to judge: the registry's threshold watches of ``suites``
         (``alerting.registry``: each rule on the suites it matches and, with
-        ``slices = true``, on each of their slices as ``<rule>[<slice>]``)."""
-        return [
-            (Series(w.suite, w.slice), w.rule)
-            for w in await watched(self.store, self.rules, suites)
-            if isinstance(w.rule, Rule)
-        ]
+        ``slices = true``, on each of their slices as ``<rule>[<slice>]``). ``watches``:
+        the registry's watches of this config, when the caller has read them."""
+        if watches is None:
+            watches = await watched(self.store, self.rules, suites)
+        return [(Series(w.suite, w.slice), w.rule) for w in watches if isinstance(w.rule, Rule)]
 
     async def evaluate(
-        self, suites: Sequence[str], fresh: Mapping[Series, Snapshot] | None = None
-    ) -> None:
-        """Step every (series, rule) pair against the series' newest snapshot.
+        self,
+        suites: Sequence[str],
+        fresh: Mapping[Series, Snapshot] | None = None,
+        watches: Sequence[Watch] | None = None,
+    ) -> Settled:
+        """Step every (series, rule) pair against the series' newest snapshot; the state
+        each pair is left in, by (suite, rule name).
 
         ``fresh``: the snapshots this replica's tick wrote (each write won),
-        by series (``newest_snapshots``).
+        by series (``newest_snapshots``); ``watches``: the registry's, when read.
+        A pair's state is the one this pass wrote, else the one it read; None when
+        another replica's write won over this one's (its state is not known here).
         """
         if not self.rules:
-            return
+            return {}
         now = time.time()
-        pairs = await self.pairs(suites)
+        pairs = await self.pairs(suites, watches)
         if not pairs:
-            return
+            return {}
         snaps = await self.newest_snapshots(list(dict.fromkeys(s for s, _ in pairs)), fresh)
         states = await self.store.alerts.alert_states([(s.suite, r.name) for s, r in pairs])
         sinks = list(self.outbox.sinks)
+        settled: Settled = {}
         for (series, rule), stored in zip(pairs, states, strict=True):
             snap = snaps.get(series)
+            settled[(series.suite, rule.name)] = stored
             if snap is not None:
                 suite = series.suite
-                await self._step(suite, rule, snap, self._readable(stored), now)
+                readable = self._readable(stored)
+                after = await self._step(suite, rule, snap, readable, now)
+                if after is not readable:
+                    settled[(suite, rule.name)] = after
         # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
         triples = [(s.suite, r.name, sink) for s, r in pairs for sink in sinks]
         for triple, length in zip(
@@ -118,6 +131,7 @@ class Evaluator:
         ):
             if length:
                 self.outbox.kick(*triple)
+        return settled
 
     def _readable(self, stored: AlertState | Undecodable) -> AlertState:
         if isinstance(stored, AlertState):
@@ -128,15 +142,17 @@ class Evaluator:
 
     async def _step(
         self, suite: str, rule: Rule, snap: Snapshot, current: AlertState, now: float
-    ) -> None:
+    ) -> AlertState | None:
+        """Judge one pair: the state it is left in (``current`` itself when unmoved),
+        None when another replica's write won."""
         view = snap.rule(rule.name)
         est = view.estimate if view is not None and view.estimate is not None else None
         if est is None:
             est = snap.get(rule.metric, rule.k)
         if est is None:
-            return  # no estimate with this k yet: no verdict
+            return current  # no estimate with this k yet: no verdict
         if snap.version < current.snapshot_version:
-            return  # the stored state rests on a newer snapshot than Redis showed us
+            return current  # the stored state rests on a newer snapshot than Redis showed us
         obs = Observation(
             value=est.value,
             ci_low=est.ci_low,
@@ -185,7 +201,7 @@ class Evaluator:
             )
             if not cas.won:
                 # Another replica moved the state on, or decided on a newer snapshot.
-                return
+                return None
             current = new
             if note is not None:
                 emit(
@@ -204,6 +220,7 @@ class Evaluator:
             self.outbox.resend_firing(
                 suite, rule.name, partial(note_for, state=current, repeat=True)
             )
+        return current
 
     async def _failing(self, suite: str, snap: Snapshot) -> list[TrialRecord]:
         """The last failing trial of each of the notification's lottery cases, where one is

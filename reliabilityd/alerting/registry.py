@@ -23,16 +23,21 @@ from reliabilityd.store import Series, Store, Undecodable
 
 __all__ = [
     "RuleStatus",
+    "Settled",
     "Watched",
     "reading",
     "statuses",
     "suite_json",
     "transitions",
     "watched",
+    "with_settled",
     "with_states",
 ]
 
 Alerts = Sequence[Rule | CanaryRule]
+# The states a tick's verdicts left, by (suite, rule name): the one written or read, None
+# where another replica's write won (``Evaluator.evaluate``, ``Canaries.judge``).
+Settled = dict[tuple[str, str], AlertState | Undecodable | None]
 
 
 class RuleStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -150,6 +155,19 @@ async def with_states(store: Store, ws: Sequence[Watch]) -> list[Watched]:
         Watched(w, s, views.get((w.suite, w.name)) if w.pair is not None else None)
         for w, s in zip(ws, states, strict=True)
     ]
+
+
+async def with_settled(store: Store, ws: Sequence[Watch], settled: Settled) -> list[Watched]:
+    """The watches with the states a tick's verdicts left them in (no canary views); a
+    state the verdicts do not know (none judged it, or another replica's write won) is
+    read, all of those in one round trip."""
+    missing = [(w.suite, w.name) for w in ws if settled.get((w.suite, w.name)) is None]
+    read = dict(zip(missing, await store.alerts.alert_states(missing), strict=True))
+    out = []
+    for w in ws:
+        state = settled.get((w.suite, w.name))
+        out.append(Watched(w, state if state is not None else read[(w.suite, w.name)]))
+    return out
 
 
 async def transitions(

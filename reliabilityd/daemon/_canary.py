@@ -34,11 +34,12 @@ import msgspec
 
 from reliabilityd.alerting.notify import build_canary
 from reliabilityd.alerting.outbox import Outbox
-from reliabilityd.alerting.registry import watched
+from reliabilityd.alerting.registry import Settled, watched
 from reliabilityd.config import Config
 from reliabilityd.logs import emit, kv, log
 from reliabilityd.rules import AlertState, canary
 from reliabilityd.rules.canary import CanaryRule, Pair
+from reliabilityd.rules.registry import Watch
 from reliabilityd.stats.compare import Comparison, compare
 from reliabilityd.stats.history import Transition
 from reliabilityd.store import (
@@ -76,18 +77,46 @@ class Canaries:
         # a tick in between failed (Redis) and its changed suites are unknown.
         self._last_judged: float | None = None
 
-    async def judge(self, changed: Sequence[str]) -> None:
-        """Judge every comparison that reads a changed suite or whose alert is under way."""
+    async def forget(self, before: Sequence[CanaryRule]) -> list[str]:
+        """Delete the views and points of the comparisons ``before`` made that the rules
+        now configured do not (a rule removed, or its sides changed, by a reload); the
+        suites those comparisons read (their rows list them)."""
+        if not before:
+            return []
+
+        async def made(rules: Sequence[CanaryRule]) -> dict[tuple[str, str], Pair]:
+            return {
+                (w.pair.home, w.rule.name): w.pair
+                for w in await watched(self.store, rules)
+                if isinstance(w.rule, CanaryRule) and w.pair is not None
+            }
+
+        now = await made(self.rules)
+        gone = {key: pair for key, pair in (await made(before)).items() if key not in now}
+        await self.store.alerts.drop_canary_views(sorted(gone))
+        for home, name in sorted(gone):
+            emit(logging.INFO, "canary_forgotten", rule=name, suite=home)
+        return sorted({suite for pair in gone.values() for suite in pair.suites})
+
+    async def judge(
+        self, changed: Sequence[str], watches: Sequence[Watch] | None = None
+    ) -> Settled:
+        """Judge every comparison that reads a changed suite or whose alert is under way;
+        the state each comparison is left in, by (home suite, rule name): the one this
+        judge wrote, else the one it read, None where another replica's write won.
+        ``watches``: the registry's watches of this config, when the caller has read them."""
         if not self.rules:
-            return
+            return {}
         now = time.time()
+        if watches is None:
+            watches = await watched(self.store, self.rules)
         todo = [
             (w.rule, w.pair)
-            for w in await watched(self.store, self.rules)
+            for w in watches
             if isinstance(w.rule, CanaryRule) and w.pair is not None
         ]
         if not todo:
-            return
+            return {}
         states = await self.store.alerts.alert_states(
             [(pair.home, rule.name) for rule, pair in todo]
         )
@@ -97,11 +126,15 @@ class Canaries:
             or time.monotonic() - self._last_judged
             > JUDGE_ALL_AFTER * self.config.stats.ci_interval
         )
+        settled: Settled = {}
         for (rule, pair), stored in zip(todo, states, strict=True):
             current = self._readable(stored)
+            settled[(pair.home, rule.name)] = stored
             if every or current.state in ("pending", "firing") or pair.suites & fresh:
                 try:
-                    await self._step(rule, pair, current, now)
+                    after = await self._step(rule, pair, current, now)
+                    if after is not current:
+                        settled[(pair.home, rule.name)] = after
                 except StoreError:
                     raise
                 except Exception:
@@ -116,6 +149,7 @@ class Canaries:
         ):
             if length:
                 self.outbox.kick(*triple)
+        return settled
 
     def _readable(self, stored: AlertState | Undecodable) -> AlertState:
         if isinstance(stored, AlertState):
@@ -161,10 +195,14 @@ class Canaries:
         )
         return cmp, canary.fewest_runs(base, cand)
 
-    async def _step(self, rule: CanaryRule, pair: Pair, current: AlertState, now: float) -> None:
+    async def _step(
+        self, rule: CanaryRule, pair: Pair, current: AlertState, now: float
+    ) -> AlertState | None:
+        """Judge one comparison: the state it is left in (``current`` itself when
+        unmoved), None when another replica's write won."""
         cmp, runs, version = await self.compare(rule, pair)
         if version < current.snapshot_version:
-            return  # the stored state rests on newer data than this replica read
+            return current  # the stored state rests on newer data than this replica read
         await self.store.alerts.write_canary_view(pair.home, rule.name, canary.view(rule, cmp, now))
         note_for = partial(
             build_canary,
@@ -197,7 +235,7 @@ class Canaries:
                 ),
             )
             if not cas.won:
-                return  # another replica moved the state on, or decided on newer data
+                return None  # another replica moved the state on, or decided on newer data
             current = new
             if note is not None:
                 diff = cmp.difference(rule.metric)
@@ -220,3 +258,4 @@ class Canaries:
             self.outbox.resend_firing(
                 pair.home, rule.name, partial(note_for, state=current, repeat=True)
             )
+        return current

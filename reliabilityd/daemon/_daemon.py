@@ -40,7 +40,7 @@ from reliabilityd.errors import ConfigError, first_config_error
 from reliabilityd.logs import emit
 from reliabilityd.sources import Batch, Commit, Committed, Letter, mqtt
 from reliabilityd.sources import configured as configured_sources
-from reliabilityd.store import Store, connect
+from reliabilityd.store import Store, StoreError, connect
 
 LIVE_INTERVAL = 0.2
 SHUTDOWN_GRACE = 4.0
@@ -131,6 +131,7 @@ class Daemon:
         configured = sinks.configured(config, self.store, self.publisher, self.http)
         counted = self.metrics.count_sink_failures(configured)
         async with self.recompute.tick:
+            before = self.config.canaries()
             self.config, self.rules, self.sinks = config, config.rules(), counted
             self.authority.configure(config.http, config.grants)
             self.commit.configure(config)
@@ -144,6 +145,12 @@ class Daemon:
             self.recompute.configure(config)
             if self.recompute.canaries is not None:
                 self.recompute.canaries.configure(config)
+                try:
+                    # Views and points nothing judges any more: gone with the rule, and
+                    # gone from the rows of the suites they read at the next tick.
+                    self.recompute.rows.recheck(await self.recompute.canaries.forget(before))
+                except StoreError as exc:
+                    emit(logging.WARNING, "canary_forget_failed", error=exc, kept="until a reload")
 
     # --- what every commit tells the daemon (sources.Observer) ------------
 

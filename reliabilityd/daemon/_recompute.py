@@ -34,6 +34,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from reliabilityd.alerting import registry
 from reliabilityd.alerting.evaluator import Evaluator
 from reliabilityd.alerting.notify import parse_time
 from reliabilityd.alerting.publisher import Publisher
@@ -486,10 +487,14 @@ class Recompute:
             await self.expire_idle(await self.store.reads.suites())
         tick = await self.ci_tick()
         suites = await self.store.reads.suites()
+        # One read of the registry's watches for the verdicts and the rows.
+        watches = await registry.watched(self.store, self.config.alerts, suites)
         # The tick's own snapshots go to the evaluator as records, not back through Redis.
-        await self.evaluator.evaluate(suites, tick.snapshots)
+        settled = await self.evaluator.evaluate(suites, tick.snapshots, watches)
         if self.canaries is not None:
-            await self.canaries.judge(sorted({Series.of_member(m).suite for m in tick.marks}))
-        # The rows carry the states just decided: written after the verdicts.
-        await self.rows.write(self.config, suites, tick.snapshots)
+            changed = sorted({Series.of_member(m).suite for m in tick.marks})
+            settled |= await self.canaries.judge(changed, watches)
+        # The rows carry the states just decided, as the verdicts left them: written
+        # after the verdicts, reading again only the states a verdict does not know.
+        await self.rows.write(self.config, suites, tick.snapshots, watches, settled)
         self.metrics.evaluations.inc()

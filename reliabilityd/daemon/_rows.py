@@ -22,10 +22,11 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from reliabilityd.alerting import registry
-from reliabilityd.alerting.registry import Watched
+from reliabilityd.alerting.registry import Settled, Watched
 from reliabilityd.config import Config
 from reliabilityd.daemon.ui import _model
 from reliabilityd.rules import Rule
+from reliabilityd.rules.registry import Watch
 from reliabilityd.stats.history import History
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Row, Series, Store
@@ -114,17 +115,35 @@ class RowWriter:
         self._rules: dict[Series, list[tuple[str, str, str]]] = {}
         self._forget_at = 0.0
         self._next_sweep = 0.0
+        self._recheck: set[Series] = set()
+
+    def recheck(self, suites: Sequence[str]) -> None:
+        """Compare the rows of ``suites`` with the registry at the next write, whether or
+        not a rule reads them still (a rule a reload removed: their rows drop it)."""
+        self._recheck.update(Series(s) for s in suites)
 
     async def write(
-        self, config: Config, suites: Sequence[str], snapshots: Mapping[Series, Snapshot]
+        self,
+        config: Config,
+        suites: Sequence[str],
+        snapshots: Mapping[Series, Snapshot],
+        watches: Sequence[Watch] | None = None,
+        settled: Settled | None = None,
     ) -> None:
-        """Rows for the tick's ``snapshots``; the states of every suite of ``suites``."""
+        """Rows for the tick's ``snapshots``; the states of every suite of ``suites``.
+
+        ``watches`` and ``settled``: the registry's watches the tick judged and the
+        states its verdicts left (``Evaluator.evaluate``, ``Canaries.judge``), so the
+        rules' states are read again only where a verdict does not know its own."""
         now = time.time()
         if time.monotonic() >= self._forget_at:
             self._written.clear()
             self._rules.clear()
             self._forget_at = time.monotonic() + FORGET_WRITTEN
-        every = await registry.statuses(self.store, config.alerts, suites=suites)
+        if watches is None or settled is None:
+            every = await registry.statuses(self.store, config.alerts, suites=suites)
+        else:
+            every = await registry.with_settled(self.store, watches, settled)
         by_series = _by_series(every)
         written = list(snapshots)
         histories = await self.store.history.read_many(written, since=now - DAY, until=now)
@@ -138,8 +157,10 @@ class RowWriter:
             for s, ws in by_series.items()
             if s not in snapshots and self._rules.get(s) != _rules(ws)
         ]
+        moved += sorted(s for s in self._recheck if s not in by_series and s not in snapshots)
+        self._recheck.clear()
         for series, old in zip(moved, await self.store.rows.read(moved), strict=True):
-            new = _rules(by_series[series])
+            new = _rules(by_series.get(series, []))
             if isinstance(old, Row) and [tuple(r) for r in old.rules] != new:
                 rows.append(msgspec.structs.replace(old, rules=new))
         # The state indexes first: a reader that sees a row's new states finds its suite

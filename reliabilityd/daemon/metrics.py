@@ -41,7 +41,7 @@ from reliabilityd.daemon._metrics_text import SuiteText, SuiteView
 from reliabilityd.rejections import REASON_CLASSES, Rejected
 from reliabilityd.rules import AlertState, CanaryRule, Rule
 from reliabilityd.sources.mqtt import Watch
-from reliabilityd.store import Applied, Row, Store, StoreError, Undecodable, UndecodableLog
+from reliabilityd.store import Applied, Gauges, Store, StoreError, Undecodable, UndecodableLog
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ALERT_STATES = ("inactive", "pending", "firing", "resolved")
@@ -96,8 +96,8 @@ async def read_view(store: Store, sinks: Sequence[str]) -> SuiteView:
     and the states that tick decided. A suite without a snapshot has no row and no gauge
     yet; a rule's state is exposed once, from the row of the suite that holds it.
     """
-    rows: list[Row] = []
-    for row in await store.rows.every():
+    rows: list[Gauges] = []
+    for row in await store.rows.gauges():
         if isinstance(row, Undecodable):
             _undecodable_log.note(row)
         else:

@@ -156,7 +156,7 @@ async def _run(servers: EmbeddedServers, duration: float, live: bool) -> int:
                     if elapsed >= duration:
                         break
                     await agents.publish(client, agents.round())
-                    views = await liveview.read(store, config.rules())
+                    views = await liveview.read(store, config.alerts)
                     state = next(
                         (
                             liveview.state_name(s)

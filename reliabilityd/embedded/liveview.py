@@ -3,20 +3,23 @@
 ``read`` takes everything from Redis through the Store (snapshot documents,
 alert states, the alert history, each decoded by the store), never from the
 daemon's memory, so what a person sees is what any other reader of Redis
-would see; a document the store cannot decode shows as undecodable.
+would see; a document the store cannot decode shows as undecodable. The
+rules come from the registry every surface reads (``alerting.registry``), so
+a threshold rule, a slice rule (``<rule>[<slice>]``) and a canary (on both
+of its sides' suites) are listed as ``status`` lists them.
 ``render`` builds the rich view for a terminal; ``plain`` the line a log or
 CI gets instead.
 """
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from reliabilityd.rules import AlertState, Rule, Trigger
+from reliabilityd.alerting import registry
+from reliabilityd.rules import AlertState, CanaryRule, Rule, Trigger
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store, Undecodable
@@ -36,7 +39,8 @@ ALERT_STYLE = {
 class SuiteView(msgspec.Struct, frozen=True):
     suite: str
     snap: Snapshot | Undecodable | None
-    # (rule name, its state) for each rule watching this suite.
+    # (rule name, its state) for each rule that reads this suite: its threshold rules,
+    # its slices' rules as <rule>[<slice id>], the canaries on either side.
     alerts: list[tuple[str, AlertState | Undecodable]]
 
 
@@ -58,17 +62,15 @@ class Note(msgspec.Struct, frozen=True):
     runs: int
 
 
-async def read(store: Store, rules: Sequence[Rule]) -> list[SuiteView]:
-    """Every suite's snapshot document and the state of each rule watching it."""
-    views = []
-    for suite in await store.reads.suites():
-        snap = await store.snapshots.document(suite)
-        watching = [r for r in rules if fnmatch.fnmatchcase(suite, r.suite)]
-        states = await store.alerts.alert_states([(suite, r.name) for r in watching])
-        views.append(
-            SuiteView(suite, snap, [(r.name, s) for r, s in zip(watching, states, strict=True)])
-        )
-    return views
+async def read(store: Store, alerts: Sequence[Rule | CanaryRule]) -> list[SuiteView]:
+    """Every suite's snapshot document and the state of each rule that reads it."""
+    suites = await store.reads.suites()
+    every = await registry.statuses(store, alerts, suites=suites)
+    docs = await store.snapshots.documents(suites)
+    return [
+        SuiteView(suite, snap, [(w.watch.name, w.state) for w in registry.reading(every, suite)])
+        for suite, snap in zip(suites, docs, strict=True)
+    ]
 
 
 async def new_notes(store: Store, key: str, seen: int) -> list[Note]:
@@ -217,10 +219,12 @@ def render(
             if snap.lottery.rows:
                 rows = ", ".join(f"{r.task} ({r.c}/{r.n})" for r in snap.lottery.rows[:3])
                 lottery.append(f"  {view.suite}: {rows}")
-        alert = Text("-")
-        for _, state in view.alerts:
+        # One line per rule that reads the suite; the name where more than one does.
+        alert = Text("-") if not view.alerts else Text()
+        for i, (name, state) in enumerate(view.alerts):
             word, style = ALERT_STYLE[state_name(state)]
-            alert = Text(word, style=style)
+            alert.append("\n" if i else "")
+            alert.append(word if len(view.alerts) == 1 else f"{word} {name}", style=style)
         cells.append(alert)
         table.add_row(*cells)
     parts: list[RenderableType] = [

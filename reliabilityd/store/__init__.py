@@ -37,7 +37,7 @@ from reliabilityd.store._errors import (
 from reliabilityd.store._ingest import Slicing
 from reliabilityd.store._reads import TaskHashes, task_counts_of
 from reliabilityd.store._recent import Recent, TrialRecord, link, linked
-from reliabilityd.store._rows import Row, RowPage
+from reliabilityd.store._rows import Gauges, Row, RowPage
 from reliabilityd.store._snapshots import SnapshotWrite
 from reliabilityd.store._store import Store
 from reliabilityd.store.keys import ROW_STATES, Series
@@ -49,6 +49,7 @@ __all__ = [
     "Baseline",
     "Counters",
     "DeadLetter",
+    "Gauges",
     "ImportApplied",
     "Recent",
     "Redis",

@@ -160,6 +160,17 @@ class Alerts:
             minutes = sorted(int(_text(f)) for f in await self.client.hkeys(key))
             await self.client.hdel(key, *map(str, minutes[: len(minutes) - CANARY_POINTS_KEPT]))
 
+    async def drop_canary_views(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Delete each (suite, canary rule)'s latest comparison and its points over time
+        (a rule gone from the config: nothing judges them again)."""
+        if not pairs:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for suite, rule in pairs:
+            pipe.delete(self.keys.canary_view(suite, rule))
+            pipe.delete(self.keys.canary_points(suite, rule))
+        await pipe.execute()
+
     async def canary_views(self, pairs: Sequence[tuple[str, str]]) -> list[CanaryView | None]:
         """Each (suite, canary rule)'s latest comparison in one round trip; None before the
         first, or when the stored one does not decode (the next judge replaces it)."""

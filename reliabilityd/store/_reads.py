@@ -316,6 +316,20 @@ class Reads:
                 totals[name] = totals.get(name, 0) + int(value)
         return totals
 
+    async def rejected_of(self, suite: str, now: float, minutes: int = 60) -> int:
+        """The suite's dead letters in the ``minutes`` up to ``now``: one count a minute."""
+        last = int(now // 60)
+        pipe = self.client.pipeline(transaction=False)
+        for minute in range(last - minutes + 1, last + 1):
+            pipe.hget(self.keys.rejected_minute(minute), suite)
+        total = 0
+        for raw in await pipe.execute():
+            try:
+                total += int(raw) if raw is not None else 0
+            except ValueError:
+                continue
+        return total
+
     async def deadletter_count(self) -> int:
         """Dead letters ever written (the stream itself is capped)."""
         raw: Any = await self.client.hget(self.keys.stats, "deadletters")

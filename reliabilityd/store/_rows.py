@@ -12,8 +12,11 @@ no snapshot yet, and says so. Every key shares the tag ``{/rows}``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import gc
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -26,12 +29,14 @@ from reliabilityd.store._scripts import DROP_ROWS, ROW_STATES, WRITE_ROWS
 from reliabilityd.store.keys import ROW_STATES as STATES
 from reliabilityd.store.keys import Keys, Series, glob_escape
 
-__all__ = ["Row", "RowPage", "Rows", "compact"]
+__all__ = ["Gauges", "Row", "RowPage", "Rows", "compact", "no_gc"]
 
 # Index entries read per ZSCAN call when a page filters by a substring.
 SCAN_COUNT = 5000
 # The most trend points a row keeps: a day's, one an hour.
 TREND_POINTS = 24
+# The dead letters a page counts: the last hour's, by minute (``keys.rejected_minute``).
+REJECTED_MINUTES = 60
 
 
 # An estimate in a row: (k, value, low, high, runs, tasks, left out).
@@ -99,11 +104,64 @@ def compact(est: Estimate) -> Compact:
     return (est.k, est.value, lo, hi, est.runs, est.tasks, est.left_out)
 
 
+_NONE = msgspec.Raw(b"\xc0")
+_EMPTY = msgspec.Raw(b"\x90")
+
+
+class Gauges(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """The fields of a ``Row`` that ``/metrics`` formats, decoded from the same bytes.
+
+    A row is an array; each field here sits at its ``Row`` position (a test holds
+    them together), and the ones ``/metrics`` does not show (the headline, the
+    trend) stay undecoded bytes (``msgspec.Raw``), so a scrape builds no objects
+    for a day's trend of every series.
+    """
+
+    suite: str
+    slice: str | None
+    version: int
+    updated_at: str
+    k: msgspec.Raw
+    value: msgspec.Raw
+    ci: msgspec.Raw
+    tasks: int
+    last_trial_at: str | None
+    below: msgspec.Raw = _NONE
+    rules: list[tuple[str, str, str]] = msgspec.field(default_factory=list)
+    trend: msgspec.Raw = _EMPTY
+    unknown_reason: msgspec.Raw = _NONE
+    pass_at_k: list[Compact] = msgspec.field(default_factory=list)
+    pass_hat_k: list[Compact] = msgspec.field(default_factory=list)
+    slices: int = 0
+    slice_overflow: int = 0
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """The cyclic collector held off while a synchronous step builds many objects.
+
+    Decoding thousands of rows allocates lists and tuples by the hundred thousand,
+    which would run the collector over and over for nothing (they hold no cycles).
+    The collector is the process's: a step in a worker thread (the ``/metrics``
+    text) puts it off for the event loop too, for the step's tens of milliseconds;
+    it is only put off, and the first step in turns it back on (where it was on).
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 class RowPage(msgspec.Struct, frozen=True):
     """One page of the index: each suite with its row (None: no snapshot yet) and state.
 
     ``total``: how many suites match the filter; ``state`` of a suite is one of
-    ``ROW_STATES`` (None while the daemon has not judged it yet).
+    ``ROW_STATES`` (None while the daemon has not judged it yet); ``rejected``: each
+    suite's dead letters in the last ``REJECTED_MINUTES``, and ``unattributed`` those
+    that named no suite, read with the page's rows.
     """
 
     suites: list[str]
@@ -111,10 +169,20 @@ class RowPage(msgspec.Struct, frozen=True):
     states: list[str | None]
     total: int
     offset: int
+    rejected: list[int] = msgspec.field(default_factory=list)
+    unattributed: int = 0
 
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(Row).decode
+T = TypeVar("T", Row, Gauges)
+_ROWS = (_decode, msgspec.msgpack.Decoder(list[Row]).decode)
+_GAUGES = (msgspec.msgpack.Decoder(Gauges).decode, msgspec.msgpack.Decoder(list[Gauges]).decode)
+
+
+def _packed(values: Sequence[bytes]) -> bytes:
+    """Encoded values as one msgpack array (an array32 header, then each in turn)."""
+    return b"\xdd" + len(values).to_bytes(4, "big") + b"".join(values)
 
 
 def _row_of(key: str, raw: Any) -> Row | Undecodable | None:
@@ -124,6 +192,14 @@ def _row_of(key: str, raw: Any) -> Row | Undecodable | None:
         return _decode(raw)
     except msgspec.DecodeError as exc:
         return Undecodable("row", key, str(exc))
+
+
+def _count(raw: Any) -> int:
+    """A dead-letter count as Redis holds it (0 when absent or not a number)."""
+    try:
+        return int(raw) if raw is not None else 0
+    except ValueError:
+        return 0
 
 
 def _upper(prefix: str) -> bytes:
@@ -195,12 +271,42 @@ class Rows:
 
     async def every(self) -> list[Row | Undecodable]:
         """Every row of the deployment (suites and slices), read by HSCAN in pages."""
-        out: list[Row | Undecodable] = []
-        async for _, raw in self.client.hscan_iter(self.keys.rows, count=SCAN_COUNT):
-            row = _row_of(self.keys.rows, raw)
-            if row is not None:
-                out.append(row)
-        return out
+        return await self._every(*_ROWS)
+
+    async def gauges(self) -> list[Gauges | Undecodable]:
+        """What ``/metrics`` shows of every row (``every``'s read, less decoded)."""
+        return await self._every(*_GAUGES)
+
+    async def _every(
+        self, one: Callable[[bytes], T], many: Callable[[bytes], list[T]]
+    ) -> list[T | Undecodable]:
+        """Every row, each decoded by ``one``; ``many`` decodes an array of them.
+
+        The values are decoded as one array in one call; when one of them does not
+        decode, each is decoded on its own and that one is ``Undecodable``. A member
+        HSCAN returns twice (the hash grew while it was read) is kept once.
+        """
+        # HSCAN a page at a time (not ``hscan_iter``: an async step per member).
+        raw: dict[Any, bytes] = {}
+        cursor: int = 0
+        while True:
+            cursor, page = await self.client.hscan(self.keys.rows, cursor, count=SCAN_COUNT)
+            raw.update(cast(dict[Any, bytes], page))
+            if not cursor:
+                break
+        values = list(raw.values())
+        with no_gc():
+            try:
+                return list(many(_packed(values)))
+            except msgspec.DecodeError:
+                pass
+            out: list[T | Undecodable] = []
+            for value in values:
+                try:
+                    out.append(one(value))
+                except msgspec.DecodeError as exc:
+                    out.append(Undecodable("row", self.keys.rows, str(exc)))
+            return out
 
     async def page(
         self,
@@ -211,6 +317,7 @@ class Rows:
         prefix: str = "",
         contains: str = "",
         readable: Any = None,
+        now: float | None = None,
     ) -> RowPage:
         """A page of suites by name: in ``state`` (one of ``ROW_STATES``), whose names start
         with ``prefix`` and hold ``contains``, ``limit`` from ``offset``, with their rows.
@@ -219,6 +326,12 @@ class Rows:
         page's rows: two round trips. With them the index entries that match are scanned
         (ZSCAN MATCH, ``SCAN_COUNT`` a call) before the page's rows are read. ``readable``:
         a callable that keeps the names a token may read.
+
+        The page's dead letters come in the round trip of its rows: each minute's count
+        of the page's suites (and of none named) as of ``now`` (None: the clock's), so a
+        page reads ``REJECTED_MINUTES`` x (its suites + 1) counts whatever the number of
+        suites. A count moves with every dead letter and every minute, which a row,
+        written when its snapshot or its rules' states move, would not follow.
         """
         index = self.keys.row_names if state is None else self.keys.row_state(state)
         if not contains and readable is None:
@@ -243,12 +356,22 @@ class Rows:
                 found = list(readable(found))
             total = len(found)
             names = found[offset : offset + limit]
-        if not names:
-            return RowPage([], [], [], int(total), offset)
+        last = int((time.time() if now is None else now) // 60)
+        minutes = range(last - REJECTED_MINUTES + 1, last + 1)
         pipe = self.client.pipeline(transaction=False)
-        pipe.hmget(self.keys.rows, names)
-        pipe.hmget(self.keys.row_states, names)
-        rows_raw, states_raw = await pipe.execute()
+        if names:
+            pipe.hmget(self.keys.rows, names)
+            pipe.hmget(self.keys.row_states, names)
+        for minute in minutes:
+            pipe.hmget(self.keys.rejected_minute(minute), [*names, ""])
+        replies = await pipe.execute()
+        counts = [0] * (len(names) + 1)
+        for minute_counts in replies[2 if names else 0 :]:
+            for i, raw in enumerate(minute_counts):
+                counts[i] += _count(raw)
+        if not names:
+            return RowPage([], [], [], int(total), offset, [], counts[-1])
+        rows_raw, states_raw = replies[0], replies[1]
         states: list[str | None] = []
         for raw in states_raw:
             try:
@@ -256,4 +379,4 @@ class Rows:
             except (ValueError, IndexError):
                 states.append(None)
         rows = [_row_of(self.keys.rows, r) for r in rows_raw]
-        return RowPage(names, rows, states, int(total), offset)
+        return RowPage(names, rows, states, int(total), offset, counts[:-1], counts[-1])

@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from reliabilityd.alerting import registry
 from reliabilityd.config import (
     Config,
     DaemonConfig,
@@ -27,11 +28,12 @@ from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.daemon._reload import Reloader, merge
 from reliabilityd.events import TrialEvent
 from reliabilityd.rules import Rule
+from reliabilityd.rules.canary import CanaryRule, Compare
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Store
+from reliabilityd.store import Row, Series, Store
 from reliabilityd.testing import TestingSource
 from tests.support.alertmanager import Receiver
-from tests.support.helpers import stored_snapshot, stored_state, toml_of, wait_until
+from tests.support.helpers import judged, stored_snapshot, stored_state, toml_of, wait_until
 from tests.support.http import event, post, serving
 from tests.support.servers import RedisServer, free_port
 
@@ -222,3 +224,67 @@ def test_merge_takes_only_the_reloadable_keys(redis_server: RedisServer) -> None
     assert merged.http == msgspec.structs.replace(running.http, token="new")
     assert merged.alerts == [RULE]
     assert merged.external_url == "http://x"
+
+
+async def test_a_canary_a_reload_removes_leaves_no_view_points_or_listing(
+    redis_server: RedisServer, prefix: str, tmp_path: Path
+) -> None:
+    """A canary judged (its view and its points stored, both sides' rows listing it),
+    then a reload without it: its keys are deleted and no surface lists it any more,
+    while the threshold rule that stays is still listed."""
+    canary = CanaryRule(
+        name="v2-worse",
+        compare=Compare(baseline={"suite": "v1"}, candidate={"suite": "v2"}),
+        k=1,
+    )
+    # The rule that stays watches the candidate only: the baseline's row lists no rule after.
+    stays = Rule(name="low", suite="v2", k=1, below=0.5, trigger="ci-low")
+    cfg = config(redis_server, prefix, alerts=[canary, stays])
+    events = [
+        TrialEvent(suite, f"task {t}", f"{suite}-{t}-{r}", "pass" if ok else "fail")
+        for suite in ("v1", "v2")
+        for t in range(20)
+        for r in range(6)
+        for ok in [suite == "v1" or t >= 8 or r == 0]
+    ]
+    async with serving(cfg) as (daemon, _):
+        store = daemon.store
+        keys = [
+            store.keys.canary_view("v2", canary.name),
+            store.keys.canary_points("v2", canary.name),
+        ]
+        await TestingSource(events).run(daemon.commit)
+
+        async def rows_list(name: str) -> bool:
+            rows = await store.rows.read([Series("v1"), Series("v2")])
+            return all(isinstance(r, Row) and name in {x[0] for x in r.rules} for r in rows)
+
+        async def stored() -> bool:
+            return await store.client.exists(*keys) == 2 and await rows_list(canary.name)
+
+        await wait_until(stored, 30)
+        path = write(tmp_path / "c.toml", msgspec.structs.replace(cfg, alerts=[stays]))
+        assert await reloader(daemon, path).reload()
+        assert await store.client.exists(*keys) == 0
+
+        async def unlisted() -> bool:
+            rows = await store.rows.read([Series("v1"), Series("v2")])
+            return [[x[0] for x in r.rules] if isinstance(r, Row) else None for r in rows] == [
+                [],
+                [stays.name],
+            ]
+
+        await wait_until(unlisted, 30)
+        names = {w.watch.name for w in await registry.statuses(store, daemon.config.alerts)}
+        assert names == {stays.name}
+        await daemon.metrics.refresh(store, daemon.config.alerts, [])
+        text = daemon.metrics.render().decode()
+        assert 'rule="low"' in text
+        assert canary.name not in text
+        page = await store.rows.page()
+        assert all(
+            canary.name not in {x[0] for x in r.rules} for r in page.rows if isinstance(r, Row)
+        )
+        # Passes of the judge since: none writes them again.
+        await judged(store, "v2", daemon, passes=2)
+        assert await store.client.exists(*keys) == 0

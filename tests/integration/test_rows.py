@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
+from collections.abc import Sequence
 
 import msgspec
 
+from reliabilityd.alerting import registry
 from reliabilityd.cli.status import status
 from reliabilityd.client import AsyncClient
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
+from reliabilityd.daemon.ui import _data, _index
 from reliabilityd.events import TrialEvent
-from reliabilityd.rules import Rule
+from reliabilityd.rejections import Rejected
+from reliabilityd.rules import AlertState, CanaryRule, Rule
+from reliabilityd.rules.canary import Compare
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Row, Series, Store, connect
+from reliabilityd.store import Row, Series, Store, Undecodable, connect
 from tests.support.daemon import store_for
 from tests.support.helpers import wait_until
 from tests.support.http import get, http_config, serving
@@ -220,5 +226,107 @@ async def test_a_state_that_moves_without_a_new_snapshot_moves_the_row(
         await daemon.recompute.rows.write(cfg, await store.reads.suites(), {})
         assert (await store.rows.page()).suites == []
         assert await store.rows.series() == []
+    finally:
+        await client.aclose()
+
+
+async def test_a_page_counts_its_suites_dead_letters_of_the_last_hour(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """The index's page, its JSON and the Client's ``rows`` carry each suite's dead
+    letters of the last hour and those that named no suite, read with the page's rows;
+    a minute past the hour counts no more."""
+    cfg = _config(redis_server.url, prefix)
+    client = connect(redis_server.url)
+    store = Store(client, prefix)
+    try:
+        names = ["alpha-1", "beta-1", "gamma"]
+        batch = {name: _events(name, 4, 4) for name in names}
+        await store.ingest.apply(batch, windows=dict.fromkeys(names, 0), dedup_ttl=3600)
+        await Daemon(cfg, store).recompute._tick()
+        letters = [
+            (Rejected(b"x", "bad", "invalid_field", suite="beta-1"), "http:test"),
+            (Rejected(b"x", "bad", "invalid_field", suite="beta-1"), "http:test"),
+            (Rejected(b"x", "bad", "invalid_field", suite="gamma"), "http:test"),
+            (Rejected(b"not json", "bad", "undecodable"), "mqtt:x"),
+        ]
+        await store.ingest.deadletter(letters, maxlen=100)
+        now = time.time()
+        # Dead letters of beta-1 an hour and a minute ago: past the page's hour.
+        await client.hincrby(store.keys.rejected_minute(int(now // 60) - 61), "beta-1", 50)
+
+        page = await store.rows.page(now=now)
+        assert (page.suites, page.rejected, page.unattributed) == (names, [0, 2, 1], 1)
+        assert (await store.rows.page(prefix="g", now=now)).rejected == [1]
+        # The suite's own page reads its count alone.
+        assert await store.reads.rejected_of("beta-1", now) == 2
+        empty = await store.rows.page(prefix="zeta", now=now)
+        assert (empty.suites, empty.rejected, empty.unattributed) == ([], [], 1)
+
+        index = await _data.index(store, now)
+        assert [(r.suite, r.rejected) for r in index.rows] == [
+            ("alpha-1", 0),
+            ("beta-1", 2),
+            ("gamma", 1),
+        ]
+        doc = msgspec.json.decode(_index.index_json(index))
+        assert [s["rejected"] for s in doc["suites"]] == [0, 2, 1]
+        assert doc["unattributed"] == 1
+        html = _index.index_main(index)
+        assert '<td class="rejected">2</td>' in html
+        async with AsyncClient(redis_server.url, prefix=prefix) as reader:
+            assert (await reader.rows()).rejected == [0, 2, 1]
+    finally:
+        await client.aclose()
+
+
+async def test_the_rows_carry_the_states_the_verdicts_left_without_reading_them_again(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """A tick reads the rules' states once, for its verdicts (the threshold rules' and
+    the canaries'); the rows get the states those verdicts left. A state another writer
+    moved behind a verdict's back (its compare-and-set lost) is read for the rows."""
+    cfg = _config(redis_server.url, prefix)
+    canary = CanaryRule(
+        name="beta-worse",
+        compare=Compare(baseline={"suite": "beta-1"}, candidate={"suite": "alpha-1"}),
+        k=1,
+    )
+    cfg = msgspec.structs.replace(cfg, alerts=[*cfg.alerts, canary])
+    client = connect(redis_server.url)
+    store = Store(client, prefix)
+    reads: list[list[tuple[str, str]]] = []
+    states = store.alerts.alert_states
+
+    async def counted(pairs: Sequence[tuple[str, str]]) -> list[AlertState | Undecodable]:
+        reads.append(list(pairs))
+        return await states(pairs)
+
+    try:
+        names = ["alpha-1", "beta-1"]
+        batch = {"alpha-1": _events("alpha-1", 10, 5), "beta-1": _events("beta-1", 10, 10)}
+        await store.ingest.apply(batch, windows=dict.fromkeys(names, 0), dedup_ttl=3600)
+        daemon = Daemon(cfg, store)
+        store.alerts.alert_states = counted  # type: ignore[method-assign]
+        await daemon.recompute._tick()
+        # The evaluator's read and the canary judge's: none for the rows (a read of no
+        # state makes no round trip).
+        assert [r for r in reads if r] == [[("alpha-1", "low")], [("alpha-1", "beta-worse")]]
+        rows = await store.rows.read([Series("alpha-1"), Series("beta-1")])
+        # What the verdicts left is what Redis holds (the canary shares too few tasks
+        # to be judged: inactive).
+        stored = await states([("alpha-1", "low"), ("alpha-1", "beta-worse")])
+        assert [s.state for s in stored if isinstance(s, AlertState)] == ["firing", "inactive"]
+        assert [r.rules for r in rows if isinstance(r, Row)] == [
+            [("low", "firing", "alpha-1"), ("beta-worse", "inactive", "alpha-1")],
+            [("beta-worse", "inactive", "alpha-1")],
+        ]
+        assert (await store.rows.page(state="firing")).suites == ["alpha-1"]
+
+        # A verdict that does not know its state (another replica's write won): read.
+        reads.clear()
+        watches = await registry.watched(store, cfg.alerts, names)
+        await daemon.recompute.rows.write(cfg, names, {}, watches, {("alpha-1", "low"): None})
+        assert [r for r in reads if r] == [[("alpha-1", "low"), ("alpha-1", "beta-worse")]]
     finally:
         await client.aclose()

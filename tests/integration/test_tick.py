@@ -8,10 +8,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 
+from reliabilityd.alerting.registry import Settled
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.events import Outcome, TrialEvent
 from reliabilityd.rules import Rule
+from reliabilityd.rules.registry import Watch
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Series, Store, connect
@@ -118,10 +120,12 @@ async def test_the_evaluator_judges_the_ticks_own_snapshots_without_reading_them
         evaluate = daemon.evaluator.evaluate
 
         async def spy(
-            suites: Sequence[str], fresh: Mapping[Series, Snapshot] | None = None
-        ) -> None:
+            suites: Sequence[str],
+            fresh: Mapping[Series, Snapshot] | None = None,
+            watches: Sequence[Watch] | None = None,
+        ) -> Settled:
             handed.append(fresh)
-            await evaluate(suites, fresh)
+            return await evaluate(suites, fresh, watches)
 
         monkeypatch.setattr(daemon.evaluator, "evaluate", spy)
         await store.ingest.apply({"h": rounds("fail", range(10))}, windows={}, dedup_ttl=3600)

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import time
+from math import inf, nan
 
+import msgspec
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks._line_text import LineText
 from reliabilityd.alerting.notify import parse_time
-from reliabilityd.daemon._metrics_text import SuiteText, SuiteView, Summary
+from reliabilityd.daemon._metrics_text import SuiteText, SuiteView, Summary, _texts
 from reliabilityd.daemon._rows import row_of
 from reliabilityd.daemon.metrics import ALERT_STATES
 from reliabilityd.rules import AlertState
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.snapshot import Snapshot
+from reliabilityd.store import Gauges, Row
+from reliabilityd.store._rows import Compact
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -134,3 +139,110 @@ def test_a_view_of_rows_is_the_text_of_their_snapshots(rng: np.random.Generator)
     text = SuiteText()
     text.view = of_rows
     assert parsed(text.render()) == expected(of_snaps)
+
+
+def random_rows(rng: np.random.Generator, count: int) -> list[Row]:
+    """Rows of every shape the text must say: ks apart, values unknown, intervals
+    missing, numbers an exponent writes (tiny, huge, negative, not finite), labels that
+    need escaping, slices with and without their counts, times absent or unreadable."""
+    specials = [0.0, -0.0, 1.0, 1e-4, 9.99e-5, 3e-7, 1e16, 2.5e17, -0.25, nan, inf, -inf, 0.5]
+    names = ["plain", 'quote " in', "back \\ slash", "new\nline", "nul \x00 in", "ünï", "x"]
+
+    def number() -> float | None:
+        pick = rng.random()
+        if pick < 0.1:
+            return None
+        if pick < 0.25:
+            return specials[int(rng.integers(len(specials)))]
+        return float(rng.random())
+
+    def estimates() -> list[Compact]:
+        ks = sorted({int(k) for k in rng.integers(1, 12, int(rng.integers(0, 4)))})
+        return [(k, number(), number(), number(), 3, 4, 0) for k in ks]
+
+    rows = []
+    for i in range(count):
+        suite = f"{names[i % len(names)]}-{i}"
+        last = [None, "", "not a time", f"2026-12-02T10:{i % 60:02d}:05.250Z"][int(rng.integers(4))]
+        counts = rng.random() < 0.3
+        rows.append(
+            Row(
+                suite=suite,
+                slice=None if rng.random() < 0.6 else names[int(rng.integers(len(names)))],
+                version=1,
+                updated_at=f"2026-12-02T10:00:{i % 60:02d}Z",
+                k=None,
+                value=None,
+                ci=None,
+                tasks=int(rng.integers(0, 10**6)),
+                last_trial_at=last,
+                pass_at_k=estimates(),
+                pass_hat_k=estimates(),
+                slices=int(rng.integers(0, 9)) if counts else 0,
+                slice_overflow=int(rng.integers(0, 99)) if counts else 0,
+            )
+        )
+    return rows
+
+
+def test_the_text_of_random_rows_is_the_line_at_a_time_text_byte_for_byte() -> None:
+    """The column-at-a-time text says what the line-at-a-time one says, to the byte,
+    for rows as /metrics decodes them (``Gauges``) and as the daemon writes them."""
+    rng = np.random.default_rng(28)
+    rows = random_rows(rng, 400)
+    blob = msgspec.msgpack.encode(rows)
+    alerts: list[tuple[str, str, AlertState | str]] = [
+        (rows[0].suite, "r", "firing"),
+        (rows[1].suite, 'q"uote', AlertState(state="pending")),
+    ]
+    for decoded in (
+        msgspec.msgpack.Decoder(list[Gauges]).decode(blob),
+        msgspec.msgpack.Decoder(list[Row]).decode(blob),
+    ):
+        wholes: list[Summary] = [r for r in decoded if r.slice is None]
+        parts: list[Summary] = [r for r in decoded if r.slice is not None]
+        new, old = SuiteText(), LineText()
+        for at, changed in ((2e9, 0), (2e9 + 7.5, 0), (2e9 + 9.0, 40)):
+            # A new snapshot of some series: their row changes, the others stay.
+            for j in range(changed):
+                wholes[j] = msgspec.structs.replace(
+                    wholes[j], updated_at="later", tasks=j, pass_hat_k=[]
+                )
+            view = SuiteView(
+                list(wholes),
+                alerts,
+                {"s": 3},
+                redis_up=True,
+                read_at=at,
+                slice_snapshots=list(parts),
+            )
+            new.view = old.view = view
+            body = new.render()
+            assert body == old.render()
+            families = list(text_string_to_metric_families(body.decode()))
+            names = [f.name for f in families]
+            assert len(names) == len(set(names))  # each family once, its samples together
+            assert sum(len(f.samples) for f in families) == body.count(b"\n") - 2 * len(names)
+
+
+def test_numbers_that_are_no_float_are_written_as_floats() -> None:
+    """An int or a numpy scalar among a batch's numbers: each written as its float."""
+    numbers = [1, 0.5, True, np.float64(0.1), 3e-5]
+    assert _texts(numbers) == ["1.0\n", "0.5\n", "1.0\n", "0.1\n", "3e-05\n"]
+    assert _texts([0.5, nan, 1e16]) == ["0.5\n", "NaN\n", "1e+16\n"]
+
+
+def test_gauges_read_each_field_at_its_row_position() -> None:
+    """``Gauges`` decodes a row's bytes: each of its fields sits where ``Row`` has it."""
+    gauges, row = Gauges.__struct_fields__, Row.__struct_fields__
+    assert row[: len(gauges)] == gauges
+    rows = random_rows(np.random.default_rng(3), 20)
+    for r in rows:
+        g = msgspec.msgpack.decode(msgspec.msgpack.encode(r), type=Gauges)
+        for name in ("suite", "slice", "updated_at", "tasks", "last_trial_at", "rules"):
+            assert getattr(g, name) == getattr(r, name)
+        for metric in ("pass_at_k", "pass_hat_k"):  # the same bytes: NaN is no NaN's equal
+            assert msgspec.msgpack.encode(getattr(g, metric)) == msgspec.msgpack.encode(
+                getattr(r, metric)
+            )
+        assert (g.slices, g.slice_overflow) == (r.slices, r.slice_overflow)

@@ -86,7 +86,8 @@ async def index(
 ) -> IndexPage:
     """A page of the index from the summary rows (``store.rows``): ``PAGE_ROWS`` suites by
     name, in ``state``, starting with ``prefix``, holding ``contains``; each with its
-    headline value, interval, day's trend, alerts and rejected count. A few round trips
+    headline value, interval, day's trend, alerts and dead letters of the last hour (read
+    with the page's rows: ``Rows.page``). A few round trips
     whatever the number of suites; ``readable`` keeps the suites a token may read (None:
     every one)."""
     found = await store.rows.page(
@@ -96,22 +97,24 @@ async def index(
         prefix=prefix,
         contains=contains,
         readable=readable,
+        now=now,
     )
     _noted(found.rows)
-    rejected = await store.reads.rejected_counts(now)
     rows = [
         IndexRow(
             suite=suite,
             row=row,
             # None: no rule watches the suite (no state to show).
             alert=None if st == "none" else st,
-            rejected=rejected.get(suite, 0),
+            rejected=rejected,
         )
-        for suite, row, st in zip(found.suites, found.rows, found.states, strict=True)
+        for suite, row, st, rejected in zip(
+            found.suites, found.rows, found.states, found.rejected, strict=True
+        )
     ]
     return IndexPage(
         rows=rows,
-        unattributed=rejected.get(None, 0),
+        unattributed=found.unattributed,
         now=now,
         total=found.total,
         page=page,
@@ -196,7 +199,7 @@ async def suite_page(
     letters = await store.reads.recent_deadletters(
         since=now - LETTERS_SINCE, suite=suite, limit=LETTERS
     )
-    rejected = (await store.reads.rejected_counts(now)).get(suite, 0)
+    rejected = await store.reads.rejected_of(suite, now)
     slices = [] if slice is not None else await _slices(store, suite, readable, watched, now)
     return SuitePage(
         suite=suite,

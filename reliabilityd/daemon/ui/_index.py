@@ -99,8 +99,9 @@ def row_json(row: Row) -> dict[str, object]:
 
 def index_json(page: IndexPage) -> bytes:
     """``GET /v1/suites``: the page's suites, each with its state and its summary row
-    (null before its first snapshot; ``{"undecodable": error}`` when it does not decode),
-    and the page's place among all that match."""
+    (null before its first snapshot; ``{"undecodable": error}`` when it does not decode)
+    and its dead letters of the last hour (``rejected``), the page's place among all that
+    match, and the last hour's dead letters that named no suite (``unattributed``)."""
     suites = []
     for item in page.rows:
         row: object = None
@@ -123,6 +124,7 @@ def index_json(page: IndexPage) -> bytes:
             "page": page.page,
             "pages": page.pages,
             "page_size": page.page_size,
+            "unattributed": page.unattributed,
         }
     )
 
