@@ -14,7 +14,7 @@ CI gets instead.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -52,7 +52,7 @@ class Note(msgspec.Struct, frozen=True):
     state: str
     metric: str
     k: int
-    trigger: Trigger
+    trigger: Trigger | Literal["canary"]
     value: float | None
     ci_low: float | None
     ci_high: float | None
@@ -73,10 +73,18 @@ async def read(store: Store, alerts: Sequence[Rule | CanaryRule]) -> list[SuiteV
     ]
 
 
-async def new_notes(store: Store, key: str, seen: int) -> list[Note]:
-    """Alert notifications appended to the history stream after the first ``seen``."""
+async def new_notes(store: Store, key: str, seen: int) -> list[Note | str]:
+    """Alert notifications appended to the history stream after the first ``seen``; an
+    entry that is not a rule's notification (a blind notice, a corrupted entry) is the
+    line that says so, never an error that stops the view."""
     raw = await store.alerts.alert_history(key)
-    return [msgspec.json.decode(r, type=Note) for r in raw[seen:]]
+    out: list[Note | str] = []
+    for entry in raw[seen:]:
+        try:
+            out.append(msgspec.json.decode(entry, type=Note))
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            out.append(f"ALERT (an entry of the history that is not a rule's notification: {e})")
+    return out
 
 
 def state_name(state: AlertState | Undecodable) -> str:
@@ -113,10 +121,20 @@ def label(metric: str, k: int) -> str:
     return metric.replace("k", str(k))
 
 
-def note_line(note: Note) -> str:
+def note_line(note: Note | str) -> str:
     """What an alert says, in the terms of the rule's trigger."""
+    if isinstance(note, str):
+        return note
     metric = label(note.metric, note.k)
     head = f"ALERT {note.state:<8} {note.rule} on {note.suite}: {metric}"
+    if note.trigger == "canary":
+        # value, ci_low and ci_high are candidate - baseline; below is -margin.
+        diff = f"candidate - baseline {pct(note.value)} [{pct(note.ci_low)}, {pct(note.ci_high)}]"
+        if note.state == "firing":
+            return (
+                f"{head} {diff}, worse by more than {pct(-note.below)} ({note.tasks} shared tasks)"
+            )
+        return f"{head} {diff}, within {pct(-note.resolve_above)}"
     if note.trigger == "ci-low":
         if note.state == "firing":
             return (

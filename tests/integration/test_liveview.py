@@ -52,6 +52,16 @@ async def test_the_live_view_lists_threshold_slice_and_canary_rules(
         await current_snapshot(store, SLICED)
         views = {v.suite: v for v in await liveview.read(store, cfg.alerts)}
 
+        async def canary_noted() -> bool:
+            notes = await liveview.new_notes(store, cfg.alerts_key, 0)
+            return any(not isinstance(n, str) and n.trigger == "canary" for n in notes)
+
+        # The demo prints the history's notifications: a canary's in its own terms, and an
+        # entry that is no rule's notification as a line that says so.
+        await wait_until(canary_noted, 60)
+        await store.alerts.append_alert_history(cfg.alerts_key, b'{"alert": "other"}', 100)
+        lines = [liveview.note_line(n) for n in await liveview.new_notes(store, cfg.alerts_key, 0)]
+
     def states(suite: str) -> dict[str, str]:
         return {name: liveview.state_name(s) for name, s in views[suite].alerts}
 
@@ -64,6 +74,10 @@ async def test_the_live_view_lists_threshold_slice_and_canary_rules(
     assert f"alert[{SLICE_NAME}]=firing" in line
     assert f"alert[{good}]=inactive" in line
     assert f"alert[{CANARY.name}]=firing" in liveview.plain(views[CANDIDATE], [1], 0.0)
+    canary = next(line for line in lines if f" {CANARY.name} on " in line)
+    assert "candidate - baseline" in canary
+    assert "worse by more than" in canary
+    assert lines[-1].startswith("ALERT (an entry of the history that is not a rule's")
     console = Console(record=True, width=200)
     console.print(
         liveview.render(list(views.values()), [1], header="", phase="", log=[], footer=[])
