@@ -106,11 +106,12 @@ class Evaluator:
         snaps = await self.newest_snapshots(list(dict.fromkeys(s for s, _ in pairs)), fresh)
         states = await self.store.alerts.alert_states([(s.suite, r.name) for s, r in pairs])
         sinks = list(self.outbox.sinks)
+        failures = LastFailures(self.store, self.config, snaps)
         for (series, rule), stored in zip(pairs, states, strict=True):
             snap = snaps.get(series)
             if snap is not None:
                 suite = series.suite
-                await self._step(suite, rule, snap, self._readable(stored), now)
+                await self._step(suite, rule, snap, self._readable(stored), now, failures=failures)
         # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
         triples = [(s.suite, r.name, sink) for s, r in pairs for sink in sinks]
         for triple, length in zip(
@@ -127,7 +128,14 @@ class Evaluator:
         return AlertState(seq=stored.seq, snapshot_version=stored.snapshot_version)
 
     async def _step(
-        self, suite: str, rule: Rule, snap: Snapshot, current: AlertState, now: float
+        self,
+        suite: str,
+        rule: Rule,
+        snap: Snapshot,
+        current: AlertState,
+        now: float,
+        *,
+        failures: LastFailures,
     ) -> None:
         view = snap.rule(rule.name)
         est = view.estimate if view is not None and view.estimate is not None else None
@@ -150,7 +158,7 @@ class Evaluator:
         t = step(rule, current, obs, now)
         failing: list[TrialRecord] = []
         if t.notify is not None or current.state == "firing":
-            failing = await self._failing(suite, snap)
+            failing = await failures.of(suite, snap)
         note_for = partial(
             build,
             self.config,
@@ -205,16 +213,45 @@ class Evaluator:
                 suite, rule.name, partial(note_for, state=current, repeat=True)
             )
 
-    async def _failing(self, suite: str, snap: Snapshot) -> list[TrialRecord]:
-        """The last failing trial of each of the notification's lottery cases, where one is
-        kept; none when Redis cannot say (a page without links beats no page)."""
-        out: list[TrialRecord] = []
+
+class LastFailures:
+    """The last failing trial of each top lottery case of the series one evaluation judges,
+    read once per suite: the first series of a suite to need them reads every case of
+    every series of that suite judged (``Reads.task_trials``, one round trip), and the
+    suite's other rules and slices take theirs from that read. None when Redis cannot
+    say (a page without links beats no page) or the suite keeps no trials."""
+
+    def __init__(self, store: Store, config: Config, snaps: Mapping[Series, Snapshot]) -> None:
+        self.store = store
+        self.config = config
+        self.tasks: dict[str, list[str]] = {}
+        for series, snap in snaps.items():
+            names = self.tasks.setdefault(series.suite, [])
+            names += [c.task for c in snap.lottery.rows[:LOTTERY_CASES] if c.task not in names]
+        self.found: dict[str, dict[str, TrialRecord]] = {}
+
+    async def of(self, suite: str, snap: Snapshot) -> list[TrialRecord]:
+        """The last failure of each of ``snap``'s top lottery cases, where one is kept."""
+        if suite not in self.found:
+            self.found[suite] = await self._read(suite, self.tasks.get(suite, []))
+        found = self.found[suite]
+        cases = snap.lottery.rows[:LOTTERY_CASES]
+        return [found[c.task] for c in cases if c.task in found]
+
+    async def _read(self, suite: str, tasks: Sequence[str]) -> dict[str, TrialRecord]:
+        recent = self.config.recent(suite)
+        if recent is None or not tasks:
+            return {}
         try:
-            for case in snap.lottery.rows[:LOTTERY_CASES]:
-                out += await self.store.reads.trials(suite, case.task, failed=True, limit=1)
+            read = await self.store.reads.task_trials(suite, tasks, keep=recent.trials)
         except StoreError as exc:
             emit(logging.WARNING, "failing_trials_unread", suite=suite, error=str(exc))
-            return []
+            return {}
+        out: dict[str, TrialRecord] = {}
+        for task, records in read.trials.items():
+            last = next((r for r in records if r.outcome == "fail"), None)
+            if last is not None:
+                out[task] = last
         return out
 
 
