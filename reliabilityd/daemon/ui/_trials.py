@@ -15,6 +15,7 @@ is shown as text. Every name, run and link is escaped.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from html import escape
 from urllib.parse import quote, urlsplit
@@ -170,8 +171,9 @@ def lottery(
 
 
 def moved_failures(records: Sequence[TrialRecord], since: float) -> list[TrialRecord]:
-    """The failing trials among ``records`` counted at or after ``since``, newest first."""
-    return [r for r in records if r.outcome == "fail" and r.ts >= since]
+    """The failing trials among ``records`` of the second of ``since`` or later, newest
+    first (a trial's time is kept to the second)."""
+    return [r for r in records if r.outcome == "fail" and r.ts >= math.floor(since)]
 
 
 def movers(
