@@ -6,6 +6,7 @@ from __future__ import annotations
 from html.parser import HTMLParser
 from urllib.parse import unquote
 
+import msgspec
 import pytest
 
 from reliabilityd.daemon.ui._model import Mover
@@ -153,11 +154,14 @@ def test_the_task_view_lists_trials_newest_first_or_says_why_there_are_none() ->
     html = task_main(page)
     assert html.index('data-trial="b"') < html.index('data-trial="a"')
     assert "1 of its 3 trials counted passed" in html
+    windowed = task_main(msgspec.structs.replace(page, window=3))
+    assert "1 of the 3 trials in its window passed" in windowed
     assert "3 min ago" in html
     (link,) = [a for a in _parsed(html).anchors if a.get("class") == "trial-link"]
     assert link == {
         "class": "trial-link",
         "href": "https://t.example/b",
+        "title": "https://t.example/b",
         "rel": "noopener noreferrer",
     }
     empty = task_main(TaskPage(suite="s", task="t", n=3, c=1, kept=10, trials=[], now=NOW))

@@ -265,6 +265,7 @@ async def task_page(
         kept=0 if recent is None else recent.trials,
         trials=linked(records, suite, base=base, template=template),
         now=now,
+        window=config.suite_settings(suite)[0],
     )
 
 

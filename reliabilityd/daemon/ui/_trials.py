@@ -43,6 +43,8 @@ class TaskPage(msgspec.Struct, frozen=True, kw_only=True):
     kept: int
     trials: list[TrialRecord]
     now: float
+    # The suite's window (0: none): n and c are then the window's.
+    window: int = 0
 
 
 def task_href(suite: str, task: str) -> str:
@@ -83,7 +85,8 @@ def link_html(url: str | None, text: str) -> str:
     target = openable(url)
     if target is not None:
         return (
-            f'<a class="trial-link" href="{escape(target)}" rel="noopener noreferrer">'
+            f'<a class="trial-link" href="{escape(target)}" title="{escape(target)}" '
+            'rel="noopener noreferrer">'
             f"{escape(text)}</a>"
         )
     if url:
@@ -220,7 +223,11 @@ def task_main(page: TaskPage) -> str:
     parts = [
         f'<h1 class="task-name">{escape(page.task)}</h1>'
         f'<p class="note">A task of <a href="{escape(suite)}">{escape(page.suite)}</a>: '
-        f"{page.c} of its {page.n} trials counted passed (its window's, with a window).</p>",
+        + (
+            f"{page.c} of the {page.n} trials in its window passed.</p>"
+            if page.window
+            else f"{page.c} of its {page.n} trials counted passed.</p>"
+        ),
         "<h2>Recent trials</h2>",
     ]
     if not page.trials:
