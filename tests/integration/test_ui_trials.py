@@ -14,14 +14,15 @@ from urllib.parse import quote
 
 import aiohttp
 import msgspec
+import yarl
 
-from reliabilityd.config import Config, SuiteOverride
+from reliabilityd.config import Config, HttpConfig, HttpToken, SuiteOverride
 from reliabilityd.daemon.ui._trials import task_href
 from tests.integration.test_ui_hostile import SCRIPT, parse
 from tests.support.daemon import store_for
 from tests.support.helpers import wait_until
 from tests.support.http import http_config, post, serving
-from tests.support.servers import RedisServer
+from tests.support.servers import RedisServer, free_port
 
 BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 # A task name holding what a path, a query, a fragment and markup each mean.
@@ -53,10 +54,10 @@ def _trials(suite: str, t0: float) -> list[dict[str, Any]]:
     return [{"suite": suite, "task": TASK, "ts": t0 + i, **row} for i, row in enumerate(rows)]
 
 
-async def _get(base: str, path: str, accept: str) -> tuple[int, str, bytes]:
+async def _get(base: str, path: str, accept: str, **headers: str) -> tuple[int, str, bytes]:
     async with (
         aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as http,
-        http.get(base + path, headers={"Accept": accept}) as resp,
+        http.get(base + path, headers={"Accept": accept, **headers}) as resp,
     ):
         return resp.status, resp.content_type, await resp.read()
 
@@ -187,3 +188,49 @@ async def test_an_unknown_suite_or_task_is_a_404_naming_it(
             status, kind, body = await _get(base, path, "application/json")
             assert (status, kind) == (404, "application/json")
             assert msgspec.json.decode(body) == {"error": message}
+
+
+async def test_beyond_loopback_the_task_view_needs_a_token_that_may_read_the_suite(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    port = free_port()
+    http = HttpConfig(
+        host="0.0.0.0",
+        port=port,
+        token="s3cret",
+        tokens=[HttpToken(token="other-reader", read=["other-*"])],
+    )
+    cfg = msgspec.structs.replace(_config(redis_server, prefix), http=http)
+    base = f"http://127.0.0.1:{port}"
+    path = task_href("web", TASK)
+    async with serving(cfg):
+        status, _, _ = await post(base, _trials("web", time.time()), token="s3cret")
+        assert status == 200
+        await _counted(cfg, "web", TASK, 4)
+        # No token: the form for a browser, 401 for JSON; a token for other suites: 403.
+        status, kind, body = await _get(base, path, BROWSER)
+        assert (status, kind) == (401, "text/html")
+        (target,) = [
+            e.attrs["value"] for e in parse(body.decode()).all("input") if e.attrs["name"] == "next"
+        ]
+        status, kind, body = await _get(base, path, "application/json")
+        assert (status, kind) == (401, "application/json")
+        assert "a valid token" in msgspec.json.decode(body)["error"]
+        other = {"Authorization": "Bearer other-reader"}
+        assert (await _get(base, path, BROWSER, **other))[0] == 403
+        assert (await _get(base, path, "application/json", **other))[0] == 403
+        # The form sends the reader back to exactly this task's view, names intact.
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
+            login = {"token": "s3cret", "next": target}
+            async with session.post(f"{base}/ui/login", data=login, allow_redirects=False) as r:
+                assert r.status == 303
+                back = r.headers["Location"]
+            async with session.get(
+                yarl.URL(base + back, encoded=True), headers={"Accept": BROWSER}
+            ) as r:
+                assert r.status == 200
+                assert [e.text for e in parse(await r.text()).all("h1")] == [TASK]
+        reader = {"Authorization": "Bearer s3cret"}
+        status, _, body = await _get(base, path, "application/json", **reader)
+        assert status == 200
+        assert [r["trial"] for r in msgspec.json.decode(body)["trials"]][-1] == "t1"
