@@ -6,7 +6,8 @@ trial. Trials are published over MQTT, each with a `url` of its own on the
 viewer and a `run`; six of ten tasks pass 4 of their 10 trials, so a
 threshold rule fires and they are the lottery cases. The browser opens the
 firing notification's generatorURL, reads a lottery case's last failing and
-last passing trial, follows the failing one's link to the viewer and lands
+last passing trial and the failures that moved a task during the breach,
+follows the failing one's link to the viewer and lands
 on exactly the url that was published for it (sent without a referrer), and
 opens the task's recent trials, saved as screenshots in test-artifacts/ at
 desktop and phone widths.
@@ -28,7 +29,7 @@ from reliabilityd.config import HttpConfig
 from reliabilityd.rules import Rule
 from tests.support.browser import browser
 from tests.support.daemon import make_config, running, store_for
-from tests.support.helpers import publish, stored_state, wait_until
+from tests.support.helpers import current_snapshot, publish, stored_state, wait_until
 from tests.support.servers import Mosquitto, RedisServer, free_port
 
 SUITE = "trace-bot"
@@ -87,6 +88,12 @@ LOTTERY = """[...document.querySelectorAll('table.lottery tbody tr')].map((tr) =
   text: tr.innerText,
 }))"""
 
+MOVERS = """[...document.querySelectorAll('table.movers tbody tr')].map((tr) => ({
+  task: tr.dataset.task,
+  cells: [...tr.cells].map((td) => td.innerText),
+  links: [...tr.querySelectorAll('td.moved-by a.trial-link')].map((a) => a.href),
+}))"""
+
 TRIAL_LIST = """(() => ({
   h1: document.querySelector('h1').innerText,
   rows: [...document.querySelectorAll('table.trials tbody tr')].map((tr) => ({
@@ -143,6 +150,28 @@ async def test_a_firing_alert_leads_to_the_failing_trial_that_was_published(
         await wait_until(fired, within=60, interval=0.2)
         (note,) = [msgspec.json.decode(n) for n in await store.alerts.alert_history(cfg.alerts_key)]
         assert note["state"] == "firing"
+        # During the breach a reliable task fails three times: a task that moved, by these.
+        moved = TASKS[FLAKY]
+        later = [
+            {
+                "suite": SUITE,
+                "task": moved,
+                "trial": f"{FLAKY}-later-{j}",
+                "outcome": "fail",
+                "url": v.url(FLAKY, f"{FLAKY}-later-{j}"),
+                "run": "nightly-7",
+            }
+            for j in range(3)
+        ]
+        await publish(mosquitto.port, f"{prefix}/trials/x", [msgspec.json.encode(e) for e in later])
+        last[(moved, "fail")] = later[-1]["url"]
+
+        async def counted() -> bool:
+            rows = await store.reads.trials(SUITE, moved)
+            return bool(rows) and rows[0].trial == later[-1]["trial"]
+
+        await wait_until(counted, within=30, interval=0.2)
+        await current_snapshot(store, SUITE)  # the page's lottery cases: of every trial
         base = f"http://127.0.0.1:{cfg.http.port}"
         assert note["generator_url"].startswith(f"{base}/suites/{SUITE}?rule={RULE.name}&at=")
 
@@ -153,13 +182,18 @@ async def test_a_firing_alert_leads_to_the_failing_trial_that_was_published(
             # The firing alert's page: the lottery cases, each with its pair of trials.
             await page.goto(note["generator_url"])
             cases: list[dict[str, Any]] = await page.eval(LOTTERY)
-            assert [c["task"] for c in cases] == TASKS[:FLAKY][: len(cases)]
-            assert cases
+            # The flaky six, then the task that failed during the breach (10 of 13).
+            assert [c["task"] for c in cases] == TASKS[: FLAKY + 1]
             for case in cases:
                 assert case["failing"] == last[(case["task"], "fail")]
                 assert case["passing"] == last[(case["task"], "pass")]
                 assert case["failingRel"] == "noopener noreferrer"
                 assert case["view"] == f"/suites/{SUITE}/tasks/{quote(case['task'])}"
+            # The task that moved links the failures that moved it, newest first.
+            movers: list[dict[str, Any]] = await page.eval(MOVERS)
+            assert [m["task"] for m in movers] == [moved]
+            assert movers[0]["links"] == [e["url"] for e in reversed(later)]
+            assert movers[0]["cells"][1:4] == ["10/10", "0/3", "-100.0 pp"]
             await page.screenshot("ui-lottery-trials-desktop.png")
 
             # Follow the first case's failing trial to the viewer: exactly the url that
