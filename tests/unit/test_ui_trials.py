@@ -115,18 +115,26 @@ def test_a_suite_without_links_or_kept_trials_says_where_they_come_from() -> Non
     assert lottery("s", [], {}, 10, NOW) == '<p class="empty">No task passes only sometimes.</p>'
 
 
-def test_the_failures_that_moved_a_task_are_those_of_the_breachs_second_or_later() -> None:
+def test_the_failures_that_moved_a_task_are_its_trials_since_the_breach() -> None:
     since = NOW + 0.7
     records = [
         _rec("late", "fail", NOW + 5),
         _rec("ok", "pass", NOW + 4),
-        _rec("same second", "fail", NOW),  # kept to the second: the breach's second
+        _rec("same second", "fail", NOW),  # counted before the breach, in its second
         _rec("before", "fail", NOW - 1),
     ]
-    assert [r.trial for r in moved_failures(records, since)] == ["late", "same second"]
+    # Without a window: the task's newest trials, as many as it counted since (exact).
+    assert [r.trial for r in moved_failures(records, since=since, after=2)] == ["late"]
+    assert [r.trial for r in moved_failures(records, since=since, after=3)] == [
+        "late",
+        "same second",
+    ]
+    assert moved_failures(records, since=since, after=0) == []
+    # With a window the counts say nothing of it: the times, to the second.
+    assert [r.trial for r in moved_failures(records, since=since)] == ["late", "same second"]
     many = {"t": [_rec(f"f{i}", "fail", NOW + 10 - i, f"https://t.example/{i}") for i in range(5)]}
     html = movers(
-        "s", rule="r", since=NOW, rows=[Mover("t", 10, 9, 5, 0)], trials=many, now=NOW + 20
+        "s", rule="r", since=NOW, rows=[Mover("t", 10, 9, 5, 0)], moved=many, now=NOW + 20
     )
     hrefs = [a["href"] for a in _parsed(html).anchors]
     assert hrefs == [

@@ -24,7 +24,7 @@ from reliabilityd.daemon.ui._pages import (
     TransitionRow,
 )
 from reliabilityd.daemon.ui._svg import Mark, Sample
-from reliabilityd.daemon.ui._trials import TaskPage
+from reliabilityd.daemon.ui._trials import TaskPage, moved_failures
 from reliabilityd.rules import AlertState, Rule
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import (
@@ -203,6 +203,16 @@ async def suite_page(
     slices = [] if slice is not None else await _slices(store, suite, readable, watched, now)
     shown_tasks = [r.task for r in readable.lottery.rows] if readable is not None else []
     trials, kept = await _trials_of(store, config, suite, shown_tasks + [m.task for m in movers])
+    # Without a window a task's trials since the breach are its newest (n - n at the breach).
+    windowed = config.suite_settings(suite)[0] > 0
+    moved = {
+        m.task: moved_failures(
+            trials.get(m.task, []),
+            since=movers_since or 0.0,
+            after=None if windowed else m.after_n,
+        )
+        for m in movers
+    }
     return SuitePage(
         suite=suite,
         slice=slice,
@@ -226,6 +236,7 @@ async def suite_page(
         below=_model.below_at(own, "pass^k", shown),
         trials=trials,
         kept=kept,
+        moved=moved,
     )
 
 

@@ -98,6 +98,8 @@ class SuitePage(msgspec.Struct, frozen=True, kw_only=True):
     trials: dict[str, list[TrialRecord]] = msgspec.field(default_factory=dict)
     # Trials kept per task (0: the suite keeps none).
     kept: int = 0
+    # Each task that moved: the failures among its trials since the breach began.
+    moved: dict[str, list[TrialRecord]] = msgspec.field(default_factory=dict)
 
 
 def suite_href(suite: str, **query: str) -> str:
@@ -357,7 +359,7 @@ def _movers(page: SuitePage) -> str:
         rule=page.movers_rule,
         since=page.movers_since,
         rows=page.movers,
-        trials=page.trials,
+        moved=page.moved,
         now=page.now,
     )
 

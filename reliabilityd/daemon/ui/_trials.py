@@ -173,10 +173,19 @@ def lottery(
     )
 
 
-def moved_failures(records: Sequence[TrialRecord], since: float) -> list[TrialRecord]:
-    """The failing trials among ``records`` of the second of ``since`` or later, newest
-    first (a trial's time is kept to the second)."""
-    return [r for r in records if r.outcome == "fail" and r.ts >= math.floor(since)]
+def moved_failures(
+    records: Sequence[TrialRecord], *, since: float, after: int | None = None
+) -> list[TrialRecord]:
+    """The failures among a task's ``records`` (its last trials, newest first) counted
+    since a breach began. ``after``: how many trials the task counted since (its count
+    now less its baseline's, a suite without a window), so exactly its newest ``after``;
+    else (a window's counts say nothing of it) those of the second of ``since`` or later,
+    a trial's time being kept to the second."""
+    if after is not None:
+        mine = records[: max(0, after)]
+    else:
+        mine = [r for r in records if r.ts >= math.floor(since)]
+    return [r for r in mine if r.outcome == "fail"]
 
 
 def movers(
@@ -185,11 +194,11 @@ def movers(
     rule: str,
     since: float,
     rows: Sequence[Mover],
-    trials: dict[str, list[TrialRecord]],
+    moved: dict[str, list[TrialRecord]],
     now: float,
 ) -> str:
     """The tasks that moved since ``rule``'s breach began, each opening to its view, with
-    the failing trials (among those kept) that moved it."""
+    the failing trials that moved it (``moved``: task -> its ``moved_failures``)."""
     head = (
         f"<p>Since {escape(rule)} began breaching at {utc(since)}: "
         "each task's passes of its trials (c/n) before and after, the change in its "
@@ -199,7 +208,7 @@ def movers(
         return head + '<p class="empty">No task has moved since then.</p>'
     body = []
     for m in rows:
-        failed = moved_failures(trials.get(m.task, []), since)
+        failed = moved.get(m.task, [])
         href = escape(task_href(suite, m.task))
         cells = " ".join(trial_cell(r, now) for r in failed[:MOVED_FAILURES]) or NONE_KEPT
         if len(failed) > MOVED_FAILURES:
