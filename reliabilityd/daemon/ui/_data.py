@@ -203,13 +203,16 @@ async def suite_page(
     slices = [] if slice is not None else await _slices(store, suite, readable, watched, now)
     shown_tasks = [r.task for r in readable.lottery.rows] if readable is not None else []
     trials, kept = await _trials_of(store, config, suite, shown_tasks + [m.task for m in movers])
-    # Without a window a task's trials since the breach are its newest (n - n at the breach).
-    windowed = config.suite_settings(suite)[0] > 0
+    # A task's trials since the breach are its newest after_n (n less n at the breach)
+    # when its counts are the whole suite's and grow: no window, not a slice's counts
+    # (the trials kept are the whole suite's); else their times say.
+    of_slice = next((v.watched.watch.slice for v in views if v.name == movers_rule), None)
+    exact = config.suite_settings(suite)[0] == 0 and of_slice is None
     moved = {
         m.task: moved_failures(
             trials.get(m.task, []),
             since=movers_since or 0.0,
-            after=None if windowed else m.after_n,
+            after=m.after_n if exact else None,
         )
         for m in movers
     }
