@@ -115,13 +115,14 @@ class Evaluator:
         states = await self.store.alerts.alert_states([(s.suite, r.name) for s, r in pairs])
         sinks = list(self.outbox.sinks)
         settled: Settled = {}
+        failures = LastFailures(self.store, self.config, snaps)
         for (series, rule), stored in zip(pairs, states, strict=True):
             snap = snaps.get(series)
             settled[(series.suite, rule.name)] = stored
             if snap is not None:
                 suite = series.suite
                 readable = self._readable(stored)
-                after = await self._step(suite, rule, snap, readable, now)
+                after = await self._step(suite, rule, snap, readable, now, failures=failures)
                 if after is not readable:
                     settled[(suite, rule.name)] = after
         # Outboxes left by a daemon that died mid-delivery, or by a sink that was down.
@@ -141,7 +142,14 @@ class Evaluator:
         return AlertState(seq=stored.seq, snapshot_version=stored.snapshot_version)
 
     async def _step(
-        self, suite: str, rule: Rule, snap: Snapshot, current: AlertState, now: float
+        self,
+        suite: str,
+        rule: Rule,
+        snap: Snapshot,
+        current: AlertState,
+        now: float,
+        *,
+        failures: LastFailures,
     ) -> AlertState | None:
         """Judge one pair: the state it is left in (``current`` itself when unmoved),
         None when another replica's write won."""
@@ -166,7 +174,7 @@ class Evaluator:
         t = step(rule, current, obs, now)
         failing: list[TrialRecord] = []
         if t.notify is not None or current.state == "firing":
-            failing = await self._failing(suite, snap)
+            failing = await failures.of(suite, snap)
         note_for = partial(
             build,
             self.config,
@@ -222,16 +230,45 @@ class Evaluator:
             )
         return current
 
-    async def _failing(self, suite: str, snap: Snapshot) -> list[TrialRecord]:
-        """The last failing trial of each of the notification's lottery cases, where one is
-        kept; none when Redis cannot say (a page without links beats no page)."""
-        out: list[TrialRecord] = []
+
+class LastFailures:
+    """The last failing trial of each top lottery case of the series one evaluation judges,
+    read once per suite: the first series of a suite to need them reads every case of
+    every series of that suite judged (``Reads.task_trials``, one round trip), and the
+    suite's other rules and slices take theirs from that read. None when Redis cannot
+    say (a page without links beats no page) or the suite keeps no trials."""
+
+    def __init__(self, store: Store, config: Config, snaps: Mapping[Series, Snapshot]) -> None:
+        self.store = store
+        self.config = config
+        self.tasks: dict[str, list[str]] = {}
+        for series, snap in snaps.items():
+            names = self.tasks.setdefault(series.suite, [])
+            names += [c.task for c in snap.lottery.rows[:LOTTERY_CASES] if c.task not in names]
+        self.found: dict[str, dict[str, TrialRecord]] = {}
+
+    async def of(self, suite: str, snap: Snapshot) -> list[TrialRecord]:
+        """The last failure of each of ``snap``'s top lottery cases, where one is kept."""
+        if suite not in self.found:
+            self.found[suite] = await self._read(suite, self.tasks.get(suite, []))
+        found = self.found[suite]
+        cases = snap.lottery.rows[:LOTTERY_CASES]
+        return [found[c.task] for c in cases if c.task in found]
+
+    async def _read(self, suite: str, tasks: Sequence[str]) -> dict[str, TrialRecord]:
+        recent = self.config.recent(suite)
+        if recent is None or not tasks:
+            return {}
         try:
-            for case in snap.lottery.rows[:LOTTERY_CASES]:
-                out += await self.store.reads.trials(suite, case.task, failed=True, limit=1)
+            read = await self.store.reads.task_trials(suite, tasks, keep=recent.trials)
         except StoreError as exc:
             emit(logging.WARNING, "failing_trials_unread", suite=suite, error=str(exc))
-            return []
+            return {}
+        out: dict[str, TrialRecord] = {}
+        for task, records in read.trials.items():
+            last = next((r for r in records if r.outcome == "fail"), None)
+            if last is not None:
+                out[task] = last
         return out
 
 

@@ -36,7 +36,8 @@
   when the suite has none; with ``?slice=<id>`` the slice's, with its own
   rules; a browser (``Accept: text/html``) gets the suite's page instead.
 * ``GET /`` and the suite pages: the web UI (``daemon.ui``), where alert
-  ``generatorURL``s point.
+  ``generatorURL``s point; ``GET /suites/<suite>/tasks/<task>``: a task's
+  recent trials with their links, a page or (negotiated) JSON.
 * ``GET /v1/compare?suite=S&baseline=agent_version=1.4&candidate=agent_version=1.5``
   (``&k=5&metric=pass^k&top=5&min_shared=10`` optional): the paired
   comparison, the same JSON as ``reliabilityd compare --json``. Without

@@ -387,8 +387,9 @@ class EmbeddedServers:
             f"Redis is at        {self.redis_url}  ({self.redis_kind})",
             f"HTTP is at         {self.http_url}  (POST /v1/trials, {otlp}GET /suites/<suite>,",
             f"{pad}/v1/suites, /v1/compare, /metrics, /healthz, /readyz)",
-            f"web UI at          {self.http_url}/  (/, /suites/<suite>, /ui/login; "
-            "`reliabilityd ui`)",
+            f"web UI at          {self.http_url}/  (/, /suites/<suite>, "
+            "/suites/<suite>/tasks/<task>,",
+            f"{pad}/ui/login; `reliabilityd ui`)",
             f"data directory     {self.datadir}  (`reliabilityd endpoints` finds all of these)",
         ]
 

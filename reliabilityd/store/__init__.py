@@ -36,7 +36,7 @@ from reliabilityd.store._errors import (
 )
 from reliabilityd.store._ingest import Slicing
 from reliabilityd.store._reads import TaskHashes, task_counts_of
-from reliabilityd.store._recent import Recent, TrialRecord, link, linked
+from reliabilityd.store._recent import Recent, TaskTrials, TrialRecord, link, linked
 from reliabilityd.store._rows import Gauges, Row, RowPage
 from reliabilityd.store._snapshots import SnapshotWrite
 from reliabilityd.store._store import Store
@@ -67,6 +67,7 @@ __all__ = [
     "StreamCursor",
     "SuiteState",
     "TaskHashes",
+    "TaskTrials",
     "TrialRecord",
     "Undecodable",
     "UndecodableLog",

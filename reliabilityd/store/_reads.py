@@ -14,7 +14,7 @@ from reliabilityd.stats.slices import label_keys, matches
 from reliabilityd.store import _recent
 from reliabilityd.store._base import Counters, DeadLetter, Redis, SuiteState, _pairs, _text
 from reliabilityd.store._errors import boundary
-from reliabilityd.store._recent import DEFAULT_TRIALS, TrialRecord
+from reliabilityd.store._recent import DEFAULT_TRIALS, TaskTrials, TrialRecord
 from reliabilityd.store._scripts import LOTTERY, READ, READ_WINDOWS
 from reliabilityd.store._wire import pipelined
 from reliabilityd.store.keys import Keys, Series
@@ -244,6 +244,14 @@ class Reads:
         return await _recent.read(
             self.client, self.keys, suite, task, failed=failed, limit=limit, keep=keep
         )
+
+    async def task_trials(
+        self, suite: str, tasks: Sequence[str], *, keep: int = DEFAULT_TRIALS
+    ) -> TaskTrials:
+        """The (n, c) and last ``keep`` trials of each of ``tasks`` the suite holds, in one
+        round trip whatever their number (``_recent.read_tasks``): a page's or a
+        notification's tasks together."""
+        return await _recent.read_tasks(self.client, self.keys, suite, tasks, keep=keep)
 
     async def deadletter_streams(self) -> list[str]:
         """Every dead-letter stream written: the shared one and each grant's."""

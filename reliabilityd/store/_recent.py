@@ -184,6 +184,49 @@ def _sorted(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     return [records[i] for i in order]
 
 
+class TaskTrials(msgspec.Struct, frozen=True):
+    """Some tasks of a suite, read together (``read_tasks``): the (n, c) of each the suite
+    holds, and each one's last trials, newest first (an empty list: none kept)."""
+
+    counts: dict[str, tuple[int, int]]
+    trials: dict[str, list[TrialRecord]]
+
+
+async def read_tasks(
+    client: Redis, keys: Any, suite: str, tasks: Sequence[str], *, keep: int = DEFAULT_TRIALS
+) -> TaskTrials:
+    """The counts and last ``keep`` trials of each of ``tasks`` the suite holds, in one
+    round trip (one pipeline: the tasks' counts, the trial log, their rings) whatever
+    the number of tasks. A task the suite does not hold (never counted, forgotten,
+    expired) is in neither mapping."""
+    names = list(dict.fromkeys(tasks))
+    if not names:
+        return TaskTrials({}, {})
+    pipe = client.pipeline(transaction=False)
+    pipe.hmget(keys.suite(suite, "tasks"), names)
+    pipe.lrange(keys.suite(suite, "trials"), 0, -1)
+    pipe.hmget(keys.suite(suite, "recent"), names)
+    held, entries, rings = await pipe.execute()
+    counts: dict[str, tuple[int, int]] = {}
+    for name, value in zip(names, held, strict=True):
+        if value is None:
+            continue
+        n, _, rest = _text(value).partition(":")
+        c = rest.partition(":")[0]
+        if n.isdigit() and c.isdigit():
+            counts[name] = (int(n), int(c))
+    per_task: dict[str, list[TrialRecord]] = {name: [] for name in counts}
+    for name, ring in zip(names, rings, strict=True):
+        if name in per_task and ring:
+            raws = _text(ring).split("\x1e")
+            per_task[name] = [rec for r in raws if (rec := _record(name, r)) is not None]
+    for name, raw in _unfolded(entries):
+        if name in per_task and (rec := _record(name, raw)) is not None:
+            per_task[name].append(rec)
+    # Each task's last `keep` in commit order (the folded ones, then the log's), newest first.
+    return TaskTrials(counts, {name: recs[-keep:][::-1] for name, recs in per_task.items()})
+
+
 async def read(
     client: Redis,
     keys: Any,
@@ -197,19 +240,18 @@ async def read(
     """The suite's recent trials, newest first: one task's last ``keep`` (or, with
     ``failed``, its failures among them), or without ``task`` the suite's last
     failures (``failed``) or every task's last trials, at most ``limit``."""
+    if task is not None:
+        mine = (await read_tasks(client, keys, suite, [task], keep=keep)).trials.get(task, [])
+        return [r for r in mine if not failed or r.outcome == "fail"][:limit]
     pipe = client.pipeline(transaction=False)
     pipe.lrange(keys.suite(suite, "trials"), 0, -1)
-    if task is not None:
-        pipe.hget(keys.suite(suite, "recent"), task)
-    elif failed:
+    if failed:
         pipe.lrange(keys.suite(suite, "failures"), 0, -1)
     else:
         pipe.hgetall(keys.suite(suite, "recent"))
     entries, stored = await pipe.execute()
     pairs = _unfolded(entries)
-    if task is not None:
-        pairs = [(t, r) for t, r in pairs if t == task]
-    elif failed:
+    if failed:
         pairs = [(t, r) for t, r in pairs if r[:1] == "f"]
     names = sorted({t for t, _ in pairs})
     if names:
@@ -218,10 +260,7 @@ async def read(
         pairs = [(t, r) for t, r in pairs if t in alive]
     fresh = [rec for t, r in pairs if (rec := _record(t, r)) is not None]
     older: list[TrialRecord] = []
-    if task is not None:
-        raws = _text(stored).split("\x1e") if stored else []
-        older = [rec for r in raws if (rec := _record(task, r)) is not None]
-    elif failed:
+    if failed:
         for entry in reversed(stored):  # the list is newest first
             name, sep, r = _text(entry).partition("\x1f")
             if sep and (rec := _record(name, r)) is not None:
@@ -231,10 +270,6 @@ async def read(
             for r in _text(value).split("\x1e"):
                 if (rec := _record(_text(name), r)) is not None:
                     older.append(rec)
-    if task is not None:
-        # A task's last `keep` in commit order: the folded ones, then the log's.
-        mine = (older + fresh)[-keep:][::-1]
-        return [r for r in mine if not failed or r.outcome == "fail"][:limit]
     return _sorted([*older, *fresh])[:limit]
 
 

@@ -251,7 +251,7 @@ async def test_the_suite_page_shows_the_history_the_alert_and_the_dead_letter(
             ".map((tr) => [...tr.cells].map((td) => td.innerText))"
         )
         assert [row[0] for row in moved] == TASKS[:4]
-        assert {tuple(row[1:]) for row in moved} == {("3/10", "1/10", "-20.0 pp")}
+        assert {tuple(row[1:4]) for row in moved} == {("3/10", "1/10", "-20.0 pp")}
         # The dead letter's reason, as the daemon recorded it.
         assert sc.reason in seen["text"]
         assert seen["overflow"] <= 0

@@ -9,12 +9,15 @@ from typing import Any
 
 import msgspec
 
+from reliabilityd.alerting.evaluator import Evaluator, LastFailures
+from reliabilityd.alerting.notify import LOTTERY_CASES
+from reliabilityd.alerting.outbox import Outbox
 from reliabilityd.config import (
     Config,
 )
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.histogram import Histogram
-from reliabilityd.store import Store
+from reliabilityd.store import Series, Store
 from tests.support.alerting import (
     SUITE,
     Phase,
@@ -30,7 +33,13 @@ from tests.support.alerting import (
 )
 from tests.support.alertmanager import Receiver
 from tests.support.daemon import running, store_for
-from tests.support.helpers import current_snapshot, publish, wait_until
+from tests.support.helpers import (
+    current_snapshot,
+    publish,
+    stored_snapshot,
+    stored_states,
+    wait_until,
+)
 from tests.support.servers import Mosquitto, RedisServer
 
 
@@ -300,3 +309,49 @@ async def test_a_page_links_the_last_failing_trial_of_each_lottery_case(
         assert annotation.splitlines() == [
             f"{f['task']}: {f['url']}" for f in firing["failing_trials"]
         ]
+
+
+async def test_an_evaluation_reads_a_suites_last_failures_once_for_all_its_firing_rules(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    """Two firing rules on one suite, three lottery cases each: one evaluation reads the
+    trial log once (one ``task_trials`` pipeline), counted by the real server."""
+    with Receiver() as am:
+        cfg = alert_config(redis_server, mosquitto, prefix, am)
+        second = msgspec.structs.replace(cfg.alerts[0], name="deploy-reliability-2")
+        cfg = msgspec.structs.replace(cfg, alerts=[cfg.alerts[0], second])
+        flaky = [
+            msgspec.structs.replace(e, url=f"https://logs.example/{e.trial}")
+            for e in Phase.events(range(20), flaky=True)
+        ]
+        last_failure = {e.task: e for e in flaky if e.outcome == "fail"}
+        async with running(cfg), store_for(cfg) as store:
+            await send(flaky, cfg)
+
+            async def both_firing() -> bool:
+                states = await stored_states(store, [(SUITE, r.name) for r in cfg.alerts])
+                return all(s.state == "firing" for s in states)
+
+            await wait_until(both_firing, 20)
+        async with store_for(cfg) as store:
+            snap = await stored_snapshot(store, SUITE)
+            assert snap is not None
+            assert len(snap.lottery.rows) >= LOTTERY_CASES
+            evaluator = Evaluator(cfg, store, Outbox(cfg, store, {}, "counting"))
+            await store.client.config_resetstat()
+            await evaluator.evaluate([SUITE])
+            stats = await store.client.info("commandstats")
+            # The trial log is read once for the suite (the old path: once per case per
+            # rule, six here).
+            assert stats["cmdstat_lrange"]["calls"] == 1
+            # What that read gives each rule: the last failure of each top case.
+            failures = LastFailures(store, cfg, {Series(SUITE): snap})
+            got = await failures.of(SUITE, snap)
+            cases = [c.task for c in snap.lottery.rows[:LOTTERY_CASES]]
+            assert [r.task for r in got] == cases
+            assert [(r.trial, r.url) for r in got] == [
+                (last_failure[t].trial, last_failure[t].url) for t in cases
+            ]
+            await store.client.config_resetstat()
+            assert await failures.of(SUITE, snap) == got  # a second rule: no read at all
+            assert "cmdstat_lrange" not in await store.client.info("commandstats")

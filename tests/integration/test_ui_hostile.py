@@ -22,6 +22,7 @@ import msgspec
 import pytest
 
 from reliabilityd.config import Config
+from reliabilityd.daemon.ui._trials import task_href
 from reliabilityd.rules import Rule
 from reliabilityd.stats.slices import shown, slice_id
 from reliabilityd.store import Store
@@ -185,6 +186,11 @@ def config(redis: RedisServer, broker: Mosquitto, prefix: str) -> Config:
     )
 
 
+def trace_url(run: str, i: int, j: int) -> str:
+    """A trial's link: any absolute http(s) URL, quotes and angle brackets included."""
+    return f"https://trace.example/{run}/{i}/{j}?q=\"><script>x</script>&amp;'"
+
+
 def trials(run: str, passes: int) -> list[dict[str, object]]:
     """Six trials of every task, ``passes`` of them passing, on both models."""
     return [
@@ -194,6 +200,7 @@ def trials(run: str, passes: int) -> list[dict[str, object]]:
             "trial": f"{run}-{i}-{j}",
             "outcome": "pass" if j < passes else "fail",
             "labels": {"model": MODELS[i % len(MODELS)]},
+            "url": trace_url(run, i, j),
         }
         for i, task in enumerate(TASKS)
         for j in range(6)
@@ -278,6 +285,23 @@ async def test_hostile_names_are_text_in_every_table_chart_and_title_of_every_pa
             for task in TASKS:
                 assert task in movers, movers
                 assert task in lottery, lottery
+            # Each lottery case opens to its task's view; beside it its last failing and
+            # last passing trial, each its link, opened without opener or referrer. Each
+            # task that moved links the failures since the breach (run b's, the last 3).
+            tasks = [e for e in doc.all("a", "task") if "table" in e.within]
+            assert {e.text for e in tasks} == set(TASKS)
+            assert {e.attrs["href"] for e in tasks} == {task_href(SUITE, t) for t in TASKS}
+            more = {e.attrs["href"] for e in doc.all("a", "more")}  # 5 failures, 3 shown
+            assert more == {task_href(SUITE, t) for t in TASKS}
+            anchors = doc.all("a", "trial-link")
+            assert {a.attrs["rel"] for a in anchors} == {"noopener noreferrer"}
+            hrefs = [a.attrs["href"] for a in anchors]
+            for i in range(len(TASKS)):
+                assert trace_url("b", i, 5) in hrefs  # the last failing
+                assert trace_url("b", i, 0) in hrefs  # the last passing
+                for j in (3, 4):  # moved it: failed after the breach began
+                    assert trace_url("b", i, j) in hrefs
+                assert not any(trace_url("a", i, j) in hrefs for j in range(6))
             for model in MODELS:
                 name = shown(slice_id(["model"], {"model": model}))
                 assert any(text.startswith(f"{name} ") for text in slices), slices
@@ -295,6 +319,19 @@ async def test_hostile_names_are_text_in_every_table_chart_and_title_of_every_pa
                 (banner,) = [e.text for e in doc.all("p", "banner")]
                 assert banner.startswith(f"Opened at alert {RULE}"), banner
                 assert (f"#rule-{RULE}", RULE) in doc.links()
+
+        # Each task's view: its name as text in its heading and title, its trials linked.
+        for i, task in enumerate(TASKS):
+            status, page = await fetch(base, task_href(SUITE, task))
+            assert status == 200, page
+            doc = parse(page)
+            assert [e.text for e in doc.all("h1")] == [task]
+            assert doc.title() == [f"{task} in {SUITE}: reliabilityd"]
+            rows = [r.attrs["data-trial"] for r in doc.all("tr", "trial")]
+            # Its last 10 of 12, newest first: run b's six, then run a's last four.
+            assert rows == [f"{r}-{i}-{j}" for r in "ba" for j in range(5, -1, -1)][:10]
+            hrefs = [a.attrs["href"] for a in doc.all("a", "trial-link")]
+            assert hrefs == [trace_url(r[0], i, int(r[-1])) for r in rows]
 
         # The pages that answer a problem say what was asked, as text.
         status, page = await fetch(base, "/suites/" + quote(SUITE + SCRIPT, safe=""))

@@ -3,7 +3,8 @@
 ``browser()`` starts a private chromium with its own profile directory and
 yields a ``Browser``; ``Browser.page()`` opens a tab (a flattened target
 session) with the few commands the UI tests need: navigate, evaluate,
-viewport, colour scheme, screenshot, and the requests the page sent.
+viewport, colour scheme, screenshot, following a link, and the requests the page
+sent.
 """
 
 from __future__ import annotations
@@ -109,6 +110,13 @@ class Page:
         reply = await self.send("Page.navigate", {"url": url})
         if reply.get("errorText"):
             raise CdpError(f"navigate {url}: {reply['errorText']}")
+        await asyncio.wait_for(loaded, 30)
+
+    async def follow(self, expression: str) -> None:
+        """Click the element ``expression`` evaluates to (a link) and wait for the page it
+        opens to load."""
+        loaded = self.browser.wait_event(self.session, "Page.loadEventFired")
+        await self.eval(f"({expression}).click()")
         await asyncio.wait_for(loaded, 30)
 
     async def eval(self, expression: str) -> Any:

@@ -27,7 +27,8 @@ def register(
     authority: Authority | None = None,
 ) -> None:
     """Add ``/``, ``/v1/suites`` (the index as JSON), ``/suites/<suite>`` (page or,
-    negotiated, ``json_suite``) and ``/ui/...``.
+    negotiated, ``json_suite``), ``/suites/<suite>/tasks/<task>`` (a task's recent
+    trials, page or JSON) and ``/ui/...``.
 
     ``authority`` is the daemon's (whose tokens a reload changes); by default
     one of ``config``'s tokens.
@@ -38,6 +39,7 @@ def register(
     app.router.add_get("/", routes.index)
     app.router.add_get("/v1/suites", routes.suites_json)
     app.router.add_get("/suites/{suite}", routes.suite)
+    app.router.add_get("/suites/{suite}/tasks/{task:.+}", routes.task)
     app.router.add_get("/ui/static/{name}", routes.static)
     app.router.add_get("/ui/login", routes.login_form)
     app.router.add_post("/ui/login", routes.login)

@@ -24,14 +24,17 @@ from reliabilityd.daemon.ui._pages import (
     TransitionRow,
 )
 from reliabilityd.daemon.ui._svg import Mark, Sample
+from reliabilityd.daemon.ui._trials import TaskPage, moved_failures
 from reliabilityd.rules import AlertState, Rule
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import (
     Series,
     Store,
     TaskHashes,
+    TrialRecord,
     Undecodable,
     UndecodableLog,
+    linked,
     task_counts_of,
 )
 
@@ -201,6 +204,21 @@ async def suite_page(
     )
     rejected = await store.reads.rejected_of(suite, now)
     slices = [] if slice is not None else await _slices(store, suite, readable, watched, now)
+    shown_tasks = [r.task for r in readable.lottery.rows] if readable is not None else []
+    trials, kept = await _trials_of(store, config, suite, shown_tasks + [m.task for m in movers])
+    # A task's trials since the breach are its newest after_n (n less n at the breach)
+    # when its counts are the whole suite's and grow: no window, not a slice's counts
+    # (the trials kept are the whole suite's); else their times say.
+    of_slice = next((v.watched.watch.slice for v in views if v.name == movers_rule), None)
+    exact = config.suite_settings(suite)[0] == 0 and of_slice is None
+    moved = {
+        m.task: moved_failures(
+            trials.get(m.task, []),
+            since=movers_since or 0.0,
+            after=m.after_n if exact else None,
+        )
+        for m in movers
+    }
     return SuitePage(
         suite=suite,
         slice=slice,
@@ -222,6 +240,49 @@ async def suite_page(
         now=now,
         slices=slices,
         below=_model.below_at(own, "pass^k", shown),
+        trials=trials,
+        kept=kept,
+        moved=moved,
+    )
+
+
+async def _trials_of(
+    store: Store, config: Config, suite: str, tasks: Sequence[str]
+) -> tuple[dict[str, list[TrialRecord]], int]:
+    """The last trials of ``tasks``, each with its link, in one round trip for all of
+    them (``Reads.task_trials``), and the number the suite keeps per task (0: none)."""
+    recent = config.recent(suite)
+    if recent is None or not tasks:
+        return {}, 0 if recent is None else recent.trials
+    read = await store.reads.task_trials(suite, tasks, keep=recent.trials)
+    base, template = config.links(suite)
+    return {
+        task: linked(records, suite, base=base, template=template)
+        for task, records in read.trials.items()
+    }, recent.trials
+
+
+async def task_page(
+    store: Store, config: Config, suite: str, task: str, *, now: float
+) -> TaskPage | None:
+    """One task's view: its counts and last trials, linked; None when the suite holds no
+    such task (never counted, forgotten or expired). One round trip."""
+    recent = config.recent(suite)
+    read = await store.reads.task_trials(suite, [task], keep=1 if recent is None else recent.trials)
+    if task not in read.counts:
+        return None
+    n, c = read.counts[task]
+    base, template = config.links(suite)
+    records = [] if recent is None else read.trials.get(task, [])
+    return TaskPage(
+        suite=suite,
+        task=task,
+        n=n,
+        c=c,
+        kept=0 if recent is None else recent.trials,
+        trials=linked(records, suite, base=base, template=template),
+        now=now,
+        window=config.suite_settings(suite)[0],
     )
 
 

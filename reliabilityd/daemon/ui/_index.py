@@ -14,13 +14,13 @@ import msgspec
 
 from reliabilityd.daemon.ui._pages import (
     UNDECODABLE,
-    ago,
     alert_cell,
     percent,
     suite_href,
     time_of,
 )
 from reliabilityd.daemon.ui._svg import Sample, sparkline, utc
+from reliabilityd.daemon.ui._trials import ago
 from reliabilityd.store import ROW_STATES, Row, Undecodable
 
 

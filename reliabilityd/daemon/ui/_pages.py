@@ -23,14 +23,16 @@ from urllib.parse import quote, urlencode
 import msgspec
 
 from reliabilityd.alerting.registry import Watched
+from reliabilityd.daemon.ui import _trials
 from reliabilityd.daemon.ui._model import Mover, state_name
 from reliabilityd.daemon.ui._svg import Mark, Sample, Threshold, chart, pct, sparkline, utc
+from reliabilityd.daemon.ui._trials import ago
 from reliabilityd.rules import CanaryRule, Rule
 from reliabilityd.rules.registry import describe
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.slices import shown
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import DeadLetter, Undecodable
+from reliabilityd.store import DeadLetter, TrialRecord, Undecodable
 
 EXCERPT = 160  # characters of a dead letter's payload shown
 UNDECODABLE = '<span class="undecodable">undecodable</span>'
@@ -92,6 +94,12 @@ class SuitePage(msgspec.Struct, frozen=True, kw_only=True):
     slices: list[SliceCard] = msgspec.field(default_factory=list)
     # The highest threshold a rule judges the page's pass^k at its k against.
     below: float | None = None
+    # The last trials (linked) of the tasks the page shows: lottery cases, movers.
+    trials: dict[str, list[TrialRecord]] = msgspec.field(default_factory=dict)
+    # Trials kept per task (0: the suite keeps none).
+    kept: int = 0
+    # Each task that moved: the failures among its trials since the breach began.
+    moved: dict[str, list[TrialRecord]] = msgspec.field(default_factory=dict)
 
 
 def suite_href(suite: str, **query: str) -> str:
@@ -143,21 +151,6 @@ def slice_href(suite: str, sid: str, **query: str) -> str:
 def alert_cell(alert: str | None) -> str:
     """The state that needs a person most, or that no rule watches (no badge)."""
     return '<span class="norule">no rule</span>' if alert is None else _state(alert)
-
-
-def ago(then: float | None, now: float) -> str:
-    if then is None:
-        return "never"
-    s = max(0.0, now - then)
-    if s < 120:
-        text = f"{s:.0f} s ago"
-    elif s < 7200:
-        text = f"{s / 60:.0f} min ago"
-    elif s < 172800:
-        text = f"{s / 3600:.0f} h ago"
-    else:
-        text = f"{s / 86400:.0f} days ago"
-    return f'<time datetime="{then!r}" title="{utc(then)}">{text}</time>'
 
 
 def _state(state: str) -> str:
@@ -361,23 +354,13 @@ def _movers(page: SuitePage) -> str:
     if page.movers_rule is None or page.movers_since is None:
         what = "slice" if page.slice is not None else "suite"
         return f'<p class="empty">No threshold rule has begun a breach on this {what} yet.</p>'
-    head = (
-        f"<p>Since {escape(page.movers_rule)} began breaching at {utc(page.movers_since)}: "
-        "each task's passes of its trials (c/n) before and after, and the change in its "
-        "pass rate.</p>"
-    )
-    if not page.movers:
-        return head + '<p class="empty">No task has moved since then.</p>'
-    rows = "".join(
-        f"<tr><td>{escape(m.task)}</td><td>{m.before_c}/{m.before_n}</td>"
-        f"<td>{m.after_c}/{m.after_n}</td><td>{_pp(m.change)}</td></tr>"
-        for m in page.movers
-    )
-    return (
-        head + '<div class="scroll"><table class="movers"><thead><tr><th>task</th>'
-        "<th>before</th><th>after</th><th>change</th></tr></thead><tbody>"
-        + rows
-        + "</tbody></table></div>"
+    return _trials.movers(
+        page.suite,
+        rule=page.movers_rule,
+        since=page.movers_since,
+        rows=page.movers,
+        moved=page.moved,
+        now=page.now,
     )
 
 
@@ -479,21 +462,8 @@ def suite_main(page: SuitePage) -> str:
     lottery = [] if readable is None else readable.lottery.rows
     at_k = "" if readable is None else f" at k={readable.lottery.k}"
     parts.append(f"<h2>Lottery cases{at_k}</h2>")
-    if lottery:
-        parts.append(
-            '<p class="note legend">Tasks that pass sometimes but not reliably, the widest gap '
-            "between pass@k and pass^k first. n: the trials counted for the task (its window's, "
-            "with a window); c: how many of them passed.</p>"
-            '<div class="scroll"><table class="lottery"><thead><tr>'
-            '<th>task</th><th title="trials counted">n</th><th title="trials passed">c</th>'
-            "</tr></thead><tbody>"
-            + "".join(
-                f"<tr><td>{escape(r.task)}</td><td>{r.n}</td><td>{r.c}</td></tr>" for r in lottery
-            )
-            + "</tbody></table></div>"
-        )
-    else:
-        parts.append('<p class="empty">No task passes only sometimes.</p>')
+    cases = [(r.task, r.n, r.c) for r in lottery]
+    parts.append(_trials.lottery(page.suite, cases, page.trials, page.kept, page.now))
     parts.append("<h2>Recent dead letters</h2>" + _letters(page))
     parts.append(f'<p class="note">Updated {utc(page.now)}.</p>')
     return "".join(parts)

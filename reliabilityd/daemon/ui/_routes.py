@@ -31,7 +31,7 @@ from reliabilityd.config import Config
 from reliabilityd.daemon._http_answers import RETRY_AFTER
 from reliabilityd.daemon._offload import Busy
 from reliabilityd.daemon._peers import Peers, Throttle
-from reliabilityd.daemon.ui import _data, _index, _pages
+from reliabilityd.daemon.ui import _data, _index, _pages, _trials
 from reliabilityd.daemon.ui._access import (
     AUTHORITY,
     COOKIE,
@@ -278,6 +278,47 @@ class Routes:
             return _html(_pages.layout(f"{title}: reliabilityd", main, refresh=str(refresh)))
 
         return await self._guard(request, page)
+
+    async def task(self, request: web.Request) -> web.Response:
+        """``GET /suites/<suite>/tasks/<task>``: the task's last trials with their links, a
+        page or (negotiated as the suite's page is) JSON; 404 for a suite or task Redis
+        does not hold."""
+        response = await self._task(request)
+        response.headers["Vary"] = "Accept"
+        return response
+
+    async def _task(self, request: web.Request) -> web.Response:
+        suite, task = request.match_info["suite"], request.match_info["task"]
+        html = wants_html(request.headers.get("Accept", ""))
+        if not can_read(request, suite):
+            if html:
+                return _refused(request, suite)
+            anonymous = grant_of(request).anonymous
+            what = "a valid token" if anonymous else "a token that may read the suite"
+            return web.json_response(
+                {"error": f"reading suite {suite!r} needs {what}"},
+                status=401 if anonymous else 403,
+            )
+
+        async def page() -> web.Response:
+            async with self.source.reading() as store:
+                view = await _data.task_page(
+                    store, self.source.config, suite, task, now=time.time()
+                )
+                known = view is not None or suite in await store.reads.suites()
+            if view is None:
+                what = f"task {task!r} in suite {suite!r}" if known else f"suite {suite!r}"
+                return _problem(request, 404, f"no {what} in Redis", html=html)
+            if not html:
+                return web.Response(body=_trials.task_json(view), content_type="application/json")
+            main = _trials.task_main(view)
+            if request.query.get("fragment"):
+                return _html(main)
+            refresh = request.rel_url.update_query(fragment="1")
+            title = f"{task} in {suite}: reliabilityd"
+            return _html(_pages.layout(title, main, refresh=str(refresh)))
+
+        return await self._guard(request, page, html=html)
 
     async def static(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
