@@ -1,0 +1,228 @@
+"""Per-run counts: counted once, capped to the newest runs, forgotten, reset, expired;
+read folded or not; estimated and compared as sides; against a real Redis."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from reliabilityd.client import AsyncClient
+from reliabilityd.events import TrialEvent
+from reliabilityd.stats.compare import Side, compare
+from reliabilityd.stats.estimate import estimate
+from reliabilityd.stats.histogram import Histogram
+from reliabilityd.store import Recent, RunSummary, Store, connect
+from tests.support.servers import RedisServer
+
+KEEP = Recent(trials=5, failures=4, runs=3)
+
+
+def trial(task: str, trial: str, outcome: str, run: str | None, ts: float) -> TrialEvent:
+    """An event of suite s with its own time (so its run's first and last trial are known)."""
+    return TrialEvent("s", task, trial, outcome, ts=ts, run=run)  # type: ignore[arg-type]
+
+
+async def apply(store: Store, events: list[TrialEvent], keep: Recent = KEEP, **kw: object) -> None:
+    await store.ingest.apply({"s": events}, windows={}, dedup_ttl=7200, recent={"s": keep}, **kw)  # type: ignore[arg-type]
+
+
+def expected_counts(events: list[TrialEvent], run: str) -> dict[str, tuple[int, int]]:
+    seen: set[tuple[str, str]] = set()
+    out: dict[str, tuple[int, int]] = {}
+    for e in events:
+        if e.run != run or (e.task, e.trial) in seen or e.outcome not in ("pass", "fail"):
+            continue
+        seen.add((e.task, e.trial))
+        n, c = out.get(e.task, (0, 0))
+        out[e.task] = (n + 1, c + (e.outcome == "pass"))
+    return out
+
+
+@pytest.mark.seeded
+async def test_each_run_counts_each_trial_once_folded_or_not(
+    redis_server: RedisServer, prefix: str, rng: np.random.Generator
+) -> None:
+    store = Store(connect(redis_server.url), prefix)
+    try:
+        t0 = 1_760_000_000.0
+        events = [
+            trial(
+                f"t{int(rng.integers(6))}",
+                f"x{i}",
+                str(rng.choice(["pass", "pass", "fail", "error", "skip"])),
+                ("a", "b", None)[i % 3],
+                t0 + i,
+            )
+            for i in range(300)
+        ]
+        # Calls of a few events each (a log entry per call, folded past 32 of them),
+        # and a redelivery of the first 120 among them: the duplicates add nothing.
+        for start in range(0, 300, 7):
+            await apply(store, events[start : start + 7])
+            if start == 140:
+                await apply(store, events[:120])
+        for folded in (False, True):
+            if folded:
+                assert await store.ingest.fold("s", KEEP)
+                assert await store.client.llen(store.key("s", "trials")) == 0
+            for run in ("a", "b"):
+                want = expected_counts(events, run)
+                assert await store.reads.task_counts(Side("s", run=run)) == want
+            listed = await store.reads.runs("s")
+            assert [r.run for r in listed] == ["b", "a"]  # newest last trial first
+            a = expected_counts(events, "a")
+            stamps = [e.ts or 0.0 for e in events if e.run == "a" and e.outcome in ("pass", "fail")]
+            assert listed[1] == RunSummary(
+                "a",
+                min(stamps),
+                max(stamps),
+                sum(n for n, _ in a.values()),
+                sum(c for _, c in a.values()),
+                len(a),
+            )
+        # The whole suite counted every trial, with or without a run.
+        whole = await store.reads.task_counts("s")
+        assert sum(n for n, _ in whole.values()) == sum(
+            sum(n for n, _ in expected_counts(events, r).values()) for r in ("a", "b")
+        ) + sum(1 for e in events if e.run is None and e.outcome in ("pass", "fail"))
+        assert await store.reads.task_counts(Side("s", run="nope")) == {}
+    finally:
+        await store.client.aclose()
+
+
+async def test_past_max_runs_the_oldest_run_retires_with_its_counts(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    store = Store(connect(redis_server.url), prefix)
+    try:
+        t0 = 1_760_000_000.0
+        for j, run in enumerate(["r1", "r2", "r3"]):
+            await apply(
+                store, [trial("t", f"{run}-{i}", "pass", run, t0 + 10 * j + i) for i in range(3)]
+            )
+        await store.ingest.fold("s", KEEP)
+        # r1 gets a late trial: its last trial is now the newest, so r2 is the oldest.
+        await apply(store, [trial("t", "r1-late", "fail", "r1", t0 + 100)])
+        await apply(store, [trial("u", "r4-0", "pass", "r4", t0 + 50)])
+        # Unfolded, the reader shows what the fold will keep (the newest three).
+        assert [r.run for r in await store.reads.runs("s", most=3)] == ["r1", "r4", "r3"]
+        await store.ingest.fold("s", KEEP)
+        assert [r.run for r in await store.reads.runs("s")] == ["r1", "r4", "r3"]
+        assert not await store.client.exists(store.key("s", "run:r2"))
+        assert await store.client.zcard(store.key("s", "runs")) == 3
+        assert await store.reads.task_counts(Side("s", run="r2")) == {}
+        assert await store.reads.task_counts(Side("s", run="r1")) == {"t": (4, 3)}
+        # The whole suite keeps every trial: retiring a run drops only its own counts.
+        assert (await store.reads.task_counts("s"))["t"] == (10, 9)
+    finally:
+        await store.client.aclose()
+
+
+async def test_forget_expiry_and_reset_take_the_runs_counts(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    store = Store(connect(redis_server.url), prefix)
+    try:
+        now = time.time()
+        events = [
+            trial(t, f"{t}{i}", "pass" if i else "fail", "r", now) for t in "ab" for i in range(3)
+        ]
+        events += [trial("a", "a-other", "pass", "q", now)]
+        await apply(store, events, touch={"s"})
+        # Forgotten (the log folded first): task a leaves both runs; run q had only a.
+        assert await store.admin.forget_task("s", "a", KEEP)
+        assert await store.reads.task_counts(Side("s", run="r")) == {"b": (3, 2)}
+        assert [(r.run, r.trials, r.passes, r.tasks) for r in await store.reads.runs("s")] == [
+            ("r", 3, 2, 1)
+        ]
+        assert not await store.client.exists(store.key("s", "run:q"))
+        # Idle expiry takes b, and the run with it, unfolded or not.
+        await apply(store, [trial("b", "b9", "pass", "r", now)], touch={"s"})
+        assert await store.admin.expire_idle("s", time.time() + 1, recent=KEEP) == 1
+        assert await store.reads.runs("s") == []
+        assert await store.reads.task_counts(Side("s", run="r")) == {}
+        # Reset deletes every run key.
+        await apply(store, [trial("c", "c1", "pass", "r", now)])
+        await store.ingest.fold("s", KEEP)
+        assert await store.reads.runs("s") != []
+        await store.admin.reset_suite("s")
+        for name in ("runs", "run", "run:r"):
+            assert not await store.client.exists(store.key("s", name))
+        assert await store.reads.runs("s") == []
+    finally:
+        await store.client.aclose()
+
+
+async def test_without_recent_trials_the_log_still_carries_runs(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    store = Store(connect(redis_server.url), prefix)
+    keep = Recent(trials=0, runs=5)
+    try:
+        now = time.time()
+        await apply(
+            store, [trial("t", "a", "pass", "r", now), trial("t", "b", "fail", None, now)], keep
+        )
+        # Only the trial with a run is logged; nothing goes to the recent trials.
+        assert await store.client.llen(store.key("s", "trials")) == 1
+        assert await store.ingest.fold("s", keep)
+        assert not await store.client.exists(store.key("s", "recent"))
+        assert not await store.client.exists(store.key("s", "failures"))
+        assert await store.reads.task_counts(Side("s", run="r")) == {"t": (1, 1)}
+        # Without a run in the chunk, nothing is logged.
+        await apply(store, [trial("t", "c", "pass", None, now)], keep)
+        assert await store.client.llen(store.key("s", "trials")) == 0
+    finally:
+        await store.client.aclose()
+
+
+async def test_a_runs_estimate_and_a_run_against_another_are_the_stats_code(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    store = Store(connect(redis_server.url), prefix)
+    try:
+        now = time.time()
+        base = {f"t{i}": [i % 2 == 0] * 3 for i in range(12)}
+        events = [
+            trial(task, f"a{task}{e}", "pass" if ok else "fail", "A", now)
+            for task, oks in base.items()
+            for e, ok in enumerate(oks)
+        ]
+        events += [
+            trial(task, f"b{task}{e}", "pass" if (ok or e > 0) else "fail", "B", now + 1)
+            for task, oks in base.items()
+            for e, ok in enumerate(oks)
+        ]
+        await apply(store, events)
+        async with AsyncClient(redis_server.url, prefix=prefix) as client:
+            a = await client.tasks("s")
+            assert a["t0"] == (6, 6)
+            counts_a = await store.reads.task_counts(Side("s", run="A"))
+            est = await client.estimate(Side("s", run="A"), 3, n_boot=200, seed=1)
+            assert est == estimate(
+                Histogram.from_pairs(list(counts_a.values())), 3, n_boot=200, seed=1
+            )
+            assert est.value == 0.5
+            # k past the run's three trials per task: UNKNOWN, as everywhere.
+            assert (await client.estimate(Side("s", run="A"), 4)).value is None
+            cmp = await client.compare(
+                Side("s", run="A"), Side("s", run="B"), 2, n_boot=200, seed=1
+            )
+            counts_b = await store.reads.task_counts(Side("s", run="B"))
+            assert cmp == compare(
+                counts_a, counts_b, 2, names=("s (run A)", "s (run B)"), n_boot=200, seed=1
+            )
+            assert cmp.shared == 12
+            diff = cmp.difference()
+            assert diff.value is not None
+            assert diff.value > 0
+            assert [r.run for r in await client.runs("s")] == ["B", "A"]
+    finally:
+        await store.client.aclose()
+
+
+def test_a_run_takes_no_label_filter() -> None:
+    with pytest.raises(ValueError, match="not per slice"):
+        Side("s", {"model": "x"}, run="r")
