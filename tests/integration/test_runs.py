@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import time
 
+import msgspec
 import numpy as np
 import pytest
 
 from reliabilityd.client import AsyncClient
+from reliabilityd.config import Config
 from reliabilityd.events import TrialEvent
 from reliabilityd.stats.compare import Side, compare
 from reliabilityd.stats.estimate import estimate
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.store import Recent, RunSummary, Store, connect
+from tests.support.query import apply as query_apply
+from tests.support.query import cli, config_for
 from tests.support.servers import RedisServer
 
 KEEP = Recent(trials=5, failures=4, runs=3)
@@ -226,3 +230,107 @@ async def test_a_runs_estimate_and_a_run_against_another_are_the_stats_code(
 def test_a_run_takes_no_label_filter() -> None:
     with pytest.raises(ValueError, match="not per slice"):
         Side("s", {"model": "x"}, run="r")
+
+
+# --- the command line: runs, status --run, compare --run, gate --run --------------------
+
+
+def two_runs(cfg: Config) -> None:
+    """Run "before" passes half of 12 tasks every time; run "after" two thirds of the time
+    on the failing ones; both three epochs, committed as the daemon's sources commit."""
+    events = []
+    for i in range(12):
+        for e in range(3):
+            ok = i % 2 == 0
+            events.append(
+                TrialEvent("cli", f"t{i}", f"b/{i}/{e}", "pass" if ok else "fail", run="before")
+            )
+            ok = ok or e > 0
+            events.append(
+                TrialEvent("cli", f"t{i}", f"a/{i}/{e}", "pass" if ok else "fail", run="after")
+            )
+    query_apply(cfg, events)
+
+
+def test_runs_status_compare_and_gate_take_a_run(
+    redis_server: RedisServer, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = config_for(redis_server, prefix)
+    two_runs(cfg)
+    where = ["--redis", redis_server.url, "--prefix", prefix]
+
+    code, out, _ = cli(capsys, "runs", "cli", *where)
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()]
+    assert rows[0] == ["RUN", "FIRST", "TRIAL", "LAST", "TRIAL", "TASKS", "TRIALS", "PASSES"]
+    assert {r[0]: r[3:] for r in rows[1:3]} == {
+        "before": ["12", "36", "18"],
+        "after": ["12", "36", "30"],
+    }
+    code, out, _ = cli(capsys, "runs", "cli", "--json", *where)
+    listed = msgspec.json.decode(out, type=list[RunSummary])
+    assert {(r.run, r.trials, r.passes, r.tasks) for r in listed} == {
+        ("before", 36, 18, 12),
+        ("after", 36, 30, 12),
+    }
+
+    # One run's numbers: pass^3 of "before" is 6 of 12 tasks; k = 4 is past its data.
+    code, out, _ = cli(capsys, "status", "cli", "--run", "before", "--k", "3", "--k", "4", *where)
+    assert code == 0, out
+    assert out.splitlines()[0].startswith("cli (run before): 12 tasks, 36 trials, 18 passes")
+    table = {line.split()[0]: line for line in out.splitlines()[2:4]}
+    assert "50.0%" in table["3"].split("]")[1]  # pass^3, after pass@3's interval
+    assert "UNKNOWN" in table["4"]
+    code, out, _ = cli(capsys, "status", "cli", "--run", "before", "--json", "--k", "3", *where)
+    doc = msgspec.json.decode(out)
+    assert (doc["run"], doc["trials"], doc["pass_hat_k"][0]["value"]) == ("before", 36, 0.5)
+    code, _, err = cli(capsys, "status", "cli", "--run", "nope", *where)
+    assert code == 2
+    assert "holds no run 'nope'" in err
+    assert "before" in err.split("newest first:")[1]
+
+    # One run against another: the paired comparison over their 12 shared tasks.
+    code, out, _ = cli(
+        capsys, "compare", "cli", "--run", "before", "--run", "after", "--k", "2", *where
+    )
+    assert code == 0, out
+    assert "'cli (run after)' against 'cli (run before)', k=2: 12 shared tasks" in out
+    code, out, _ = cli(
+        capsys, "compare", "cli", "--run", "before", "--run", "after", "--json", "--k", "2", *where
+    )
+    cmp = msgspec.json.decode(out)
+    assert cmp["baseline"] == "cli (run before)"
+    assert cmp["differences"]["pass^k"]["value"] > 0
+    code, _, err = cli(capsys, "compare", "cli", "--run", "before", *where)
+    assert code == 2
+    assert "--run twice" in err
+
+    # gate: one run against a threshold, and the newer run against the older.
+    code, out, _ = cli(
+        capsys,
+        "gate",
+        "cli",
+        "--run",
+        "after",
+        "--compare-run",
+        "before",
+        "--k",
+        "2",
+        "--json",
+        *where,
+    )
+    doc = msgspec.json.decode(out)
+    assert (doc["run"], doc["baseline_run"]) == ("after", "before")
+    assert code == {"pass": 0, "fail": 1, "undecided": 3}[doc["verdict"]]
+    code, out, _ = cli(
+        capsys, "gate", "cli", "--run", "before", "--at-least", "0.99", "--k", "3", *where
+    )
+    assert code == 1, out  # pass^3 of run "before" is 50%: its upper bound is below 99%
+    code, _, err = cli(capsys, "gate", "cli", "--run", "gone", "--at-least", "0.5", *where)
+    assert code == 2
+    assert "holds no run 'gone'" in err
+    code, _, err = cli(
+        capsys, "gate", "cli", "--run", "after", "--slice", "m=x", "--at-least", "0.5", *where
+    )
+    assert code == 2
+    assert "not per slice" in err
