@@ -4,6 +4,9 @@ read folded or not; estimated and compared as sides; against a real Redis."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Literal
+from urllib.parse import quote
 
 import msgspec
 import numpy as np
@@ -12,6 +15,8 @@ import pytest
 from reliabilityd.client import AsyncClient
 from reliabilityd.config import Config
 from reliabilityd.events import TrialEvent
+from reliabilityd.importers import ImportFileError, import_file
+from reliabilityd.importers.inspect_log import LINK_ENV
 from reliabilityd.stats.compare import Side, compare
 from reliabilityd.stats.estimate import estimate
 from reliabilityd.stats.histogram import Histogram
@@ -334,3 +339,55 @@ def test_runs_status_compare_and_gate_take_a_run(
     )
     assert code == 2
     assert "not per slice" in err
+
+
+# --- the Inspect importer: the eval id as run, each sample epoch's viewer link ---------
+
+
+@pytest.mark.parametrize("fmt", ["eval", "json"])
+@pytest.mark.seeded
+async def test_an_imported_inspect_log_is_a_run_linked_epoch_by_epoch(
+    *,
+    redis_server: RedisServer,
+    prefix: str,
+    tmp_path: Path,
+    rng: np.random.Generator,
+    fmt: Literal["eval", "json"],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.integration.test_importers import inspect_log
+
+    store = Store(connect(redis_server.url), prefix)
+    try:
+        name = "2026-11-30T00-00-00+00-00_gsm8k_x.log." + fmt
+        log = await inspect_log(rng, tmp_path / name, fmt, epochs=3)
+        report = await import_file(store, tmp_path / name)
+        eval_id = log.eval.eval_id
+        assert [(r.run, r.trials, r.tasks) for r in await store.reads.runs(report.suite)] == [
+            (eval_id, 36, 12)
+        ]
+        rows = await store.reads.trials(report.suite, "5")
+        assert {(r.trial, r.run, r.url) for r in rows} == {
+            (
+                f"{eval_id}/{e}",
+                eval_id,
+                f"#/logs/{quote(name, safe='/')}/samples/sample/5/{e}/",
+            )
+            for e in (1, 2, 3)
+        }
+        # A template of the user's, and none at all.
+        monkeypatch.setenv(
+            LINK_ENV, "https://logs.example/v/#/logs/{log}/samples/sample/{id}/{epoch}/"
+        )
+        again = await import_file(store, tmp_path / name, suite="templated")
+        (row, *_) = await store.reads.trials(again.suite, "5")
+        assert row.url is not None
+        assert row.url.startswith("https://logs.example/v/#/logs/")
+        monkeypatch.setenv(LINK_ENV, "none")
+        bare = await import_file(store, tmp_path / name, suite="bare")
+        assert all(r.url is None for r in await store.reads.trials(bare.suite, "5"))
+        monkeypatch.setenv(LINK_ENV, "{nope}")
+        with pytest.raises(ImportFileError, match=LINK_ENV):
+            await import_file(store, tmp_path / name, suite="refused")
+    finally:
+        await store.client.aclose()
