@@ -45,7 +45,7 @@ FOLD_AT = 32
 LOG_CAP = 256
 # Entries one fold step reads (the oldest): bounds the folding process's memory
 # (a 2,000-event chunk's entry is about 80 KB).
-FOLD_STEP = 4
+FOLD_STEP = 16
 _OUTCOMES = {"p": "pass", "f": "fail"}
 
 
@@ -130,17 +130,19 @@ async def _fold_step(client: Redis, keys: Any, suite: str, recent: Recent, count
     for task, rec in pairs:
         per_task.setdefault(task, []).append(rec)
     names = list(per_task)
+    added = _runs.deltas(entries) if recent.runs else {}
     held: list[Any] = []
     current: list[Any] = []
     ranked: list[Any] = []
+    stored: list[Any] = []
     if names:
         pipe = client.pipeline(transaction=False)
         pipe.hmget(keys.suite(suite, "tasks"), names)
         pipe.hmget(keys.suite(suite, "recent"), names)
-        if recent.runs:
-            pipe.zrange(keys.suite(suite, "runs"), 0, -1, withscores=True)
-        held, current, *more = await pipe.execute()
-        ranked = more[0] if more else []
+        pipe.zrange(keys.suite(suite, "runs"), 0, -1, withscores=True)
+        for run, delta in added.items():
+            pipe.hmget(keys.suite(suite, f"run:{run}"), list(delta.tasks))
+        held, current, ranked, *stored = await pipe.execute()
     alive = {t for t, h in zip(names, held, strict=True) if h is not None}
     fields: list[str] = []
     failures: list[str] = []
@@ -151,11 +153,7 @@ async def _fold_step(client: Redis, keys: Any, suite: str, recent: Recent, count
                 fields += (task, "\x1e".join((old + per_task[task])[-recent.trials :]))
         failures = [f"{t}\x1f{r}" for t, r in pairs if r[:1] == "f" and t in alive]
         failures = failures[-recent.failures :] if recent.failures else []
-    run_keys: list[str] = []
-    run_args: list[str | int] = [0, 0]
-    if recent.runs:
-        counted = [(t, r) for t, r in pairs if t in alive]
-        run_keys, run_args = _runs.fold_args(keys, suite, counted, recent.runs, ranked)
+    run_keys, run_args = _runs.fold_args(keys, suite, added, stored, alive, recent.runs, ranked)
     oldest, newest = entry(entries[-1])[0], entry(entries[0])[0]
     reply = await client.eval(
         FOLD,

@@ -19,13 +19,17 @@ folded or not.
 
 from __future__ import annotations
 
+import operator
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import compress, repeat
+from operator import eq
 from typing import Any, cast
 
 import msgspec
 
 from reliabilityd.store._base import Redis, _text
-from reliabilityd.store._triallog import unfolded
+from reliabilityd.store._triallog import entry
 
 # Runs a suite keeps when the config names none.
 DEFAULT_RUNS = 20
@@ -45,49 +49,79 @@ class RunSummary(msgspec.Struct, frozen=True):
 
 
 class _Delta:
-    """What a fold adds to one run."""
+    """What a fold adds to one run: its first and last trial, trials, passes, and per
+    task [n, c]."""
 
     __slots__ = ("first", "last", "passes", "tasks", "trials")
 
-    def __init__(self, ts: float) -> None:
+    def __init__(self, ts: int) -> None:
         self.first = self.last = ts
         self.trials = self.passes = 0
         self.tasks: dict[str, list[int]] = {}
 
-    def add(self, task: str, passed: bool, ts: float) -> None:
-        self.first, self.last = min(self.first, ts), max(self.last, ts)
-        self.trials += 1
-        self.passes += passed
-        nc = self.tasks.setdefault(task, [0, 0])
-        nc[0] += 1
-        nc[1] += passed
+
+_FIRST = operator.itemgetter(0)
 
 
-def _parse(rec: str) -> tuple[bool, float, str] | None:
-    """(passed, time, run) of a record (``<code><trial> \\x1f <ts> \\x1f <run> \\x1f <url>``);
-    None without a run."""
-    parts = rec.split("\x1f")
-    if len(parts) != 4 or not parts[2] or not parts[0]:
+def _columns(body: str) -> tuple[list[str], list[str], list[str], list[str]] | None:
+    """A log entry body's (tasks, codes, times, runs), one item per record: its fields
+    split in one call and sliced (six per record); None when they do not come in sixes."""
+    flat = body.replace("\x1e", "\x1f").split("\x1f") if body else []
+    if len(flat) % 6:
         return None
-    try:
-        ts = float(parts[1])
-    except ValueError:
-        return None
-    return parts[0][0] == "p", ts, parts[2]
+    return flat[1::6], list(map(_FIRST, flat[2::6])), flat[3::6], flat[4::6]
 
 
-def deltas(pairs: Iterable[tuple[str, str]]) -> dict[str, _Delta]:
-    """Each run's additions from counted (task, record) pairs."""
-    out: dict[str, _Delta] = {}
-    for task, rec in pairs:
-        got = _parse(rec)
-        if got is None:
+def deltas(entries: Iterable[bytes | str]) -> dict[str, _Delta]:
+    """Each run's additions from trial log entries: their counted records with a run.
+
+    The records are split, selected and counted in C (``str.split``, slices,
+    ``itertools.compress``, ``Counter.update`` over names): a fold reads tens of
+    thousands of them, and a loop over records in Python cost the apply a tenth of its
+    rate. An entry that names duplicates (a redelivery) is read record by record, so
+    its duplicates count nothing.
+    """
+    trials: dict[str, Counter[str]] = {}
+    passes: dict[str, Counter[str]] = {}
+    stamps: set[tuple[str, str]] = set()
+    for raw in entries:
+        text = _text(raw)
+        _, sep, rest = text.partition("\x1d")
+        dupes, sep2, body = rest.partition("\x1d")
+        if not (sep and sep2):
             continue
-        passed, ts, run = got
+        cols = None if dupes else _columns(body)
+        if cols is None:
+            pairs = entry(text)[1]
+            cols = _columns("\x1e".join(f"0\x1f{t}\x1f{r}" for t, r in pairs))
+            if cols is None:
+                continue
+        tasks, codes, times, runs = cols
+        if not runs:
+            continue
+        stamps.update(zip(runs, times, strict=True))
+        named = [runs[0]] if runs.count(runs[0]) == len(runs) else sorted(set(runs))
+        for run in named:
+            if not run:
+                continue
+            mine = tasks if len(named) == 1 else list(compress(tasks, map(eq, runs, repeat(run))))
+            theirs = codes if len(named) == 1 else list(compress(codes, map(eq, runs, repeat(run))))
+            trials.setdefault(run, Counter()).update(mine)
+            passes.setdefault(run, Counter()).update(compress(mine, map(eq, theirs, repeat("p"))))
+    out: dict[str, _Delta] = {}
+    for run, ts in stamps:
+        if run not in trials or not ts.isdigit():
+            continue
+        stamp = int(ts)
         delta = out.get(run)
         if delta is None:
-            delta = out[run] = _Delta(ts)
-        delta.add(task, passed, ts)
+            out[run] = _Delta(stamp)
+        else:
+            delta.first, delta.last = min(delta.first, stamp), max(delta.last, stamp)
+    for run, delta in out.items():
+        n, c = trials[run], passes[run]
+        delta.trials, delta.passes = n.total(), c.total()
+        delta.tasks = {task: [k, c[task]] for task, k in n.items()}
     return out
 
 
@@ -102,19 +136,43 @@ def retiring(held: Sequence[tuple[Any, float]], added: dict[str, _Delta], most: 
     return order[: len(last) - most]
 
 
-def fold_args(
-    keys: Any, suite: str, pairs: Sequence[tuple[str, str]], most: int, held: Sequence[Any]
+def fold_args(  # noqa: PLR0917 (the fold's reads, passed through)
+    keys: Any,
+    suite: str,
+    added: dict[str, _Delta],
+    stored: Sequence[Sequence[Any]],
+    alive: set[str],
+    most: int,
+    held: Sequence[Any],
 ) -> tuple[list[str], list[str | int]]:
-    """The run keys and arguments of a fold (lua/fold.lua) that adds ``pairs``' counts,
-    given the runs held (``runs``, with scores): the updated runs, then those retired."""
-    added = deltas(pairs)
-    retire = retiring(held, added, most) if added else []
-    run_keys = [keys.suite(suite, f"run:{run}") for run in [*added, *retire]]
-    args: list[str | int] = [len(added), len(retire)]
-    for delta in added.values():
-        args += (int(delta.first), int(delta.last), delta.trials, delta.passes, len(delta.tasks))
-        for task, (n, c) in delta.tasks.items():
-            args += (task, n, c)
+    """The run keys and arguments of a fold (lua/fold.lua) that adds ``added`` (``deltas``)
+    to the runs' ``stored`` counts (each run's HMGET of its delta's tasks), for the tasks
+    still ``alive``, given the runs held (``runs``, with scores): the updated runs, then
+    those retired past ``most``.
+
+    The new counts are computed here and written whole: the fold's check of the log's
+    tail makes the read and the write one step (a concurrent fold of the same entries
+    writes nothing, and a forget or an expiry folds every entry before it removes).
+    Each run's counts go as one string (``<task> \x1f <n>:<c>`` joined by ``\x1e``): one
+    argument to encode, not two a task.
+    """
+    runs: list[tuple[str, _Delta, str]] = []
+    for (run, delta), values in zip(added.items(), stored, strict=True):
+        parts = []
+        for (task, (dn, dc)), value in zip(delta.tasks.items(), values, strict=True):
+            if task not in alive:
+                delta.trials -= dn
+                delta.passes -= dc
+                continue
+            n0, _, c0 = _text(value).partition(":") if value is not None else ("0", "", "0")
+            parts.append(f"{task}\x1f{dn + int(n0)}:{dc + int(c0)}")
+        if parts:
+            runs.append((run, delta, "\x1e".join(parts)))
+    retire = retiring(held, {r: d for r, d, _ in runs}, most) if runs else []
+    run_keys = [keys.suite(suite, f"run:{run}") for run in [*(r for r, _, _ in runs), *retire]]
+    args: list[str | int] = [len(runs), len(retire)]
+    for _, delta, body in runs:
+        args += (delta.first, delta.last, delta.trials, delta.passes, body)
     return run_keys, args
 
 
@@ -127,9 +185,17 @@ async def _alive(client: Redis, keys: Any, suite: str, names: Sequence[str]) -> 
 
 async def _pending(client: Redis, keys: Any, suite: str) -> dict[str, _Delta]:
     """The runs' counts in the log's unfolded entries, of tasks the suite holds."""
-    pairs = unfolded(await client.lrange(keys.suite(suite, "trials"), 0, -1))
-    alive = await _alive(client, keys, suite, sorted({t for t, _ in pairs}))
-    return deltas((t, r) for t, r in pairs if t in alive)
+    added = deltas(await client.lrange(keys.suite(suite, "trials"), 0, -1))
+    alive = await _alive(client, keys, suite, sorted({t for d in added.values() for t in d.tasks}))
+    out = {}
+    for run, delta in added.items():
+        for task in [t for t in delta.tasks if t not in alive]:
+            n, c = delta.tasks.pop(task)
+            delta.trials -= n
+            delta.passes -= c
+        if delta.tasks:
+            out[run] = delta
+    return out
 
 
 async def runs(

@@ -5,8 +5,10 @@
 -- ARGV: entries folded (n), the version of the oldest and of the newest of
 -- them, the most failures kept, number of recent fields (P), number of
 -- failures (F), the P field/value pairs, the F failures to push (oldest
--- first), R, X, then per updated run: first, last, trials, passes, number of
--- tasks (T) and T (task, n, c) to add. A run's id is its hash's key past the
+-- first), R, X, then per updated run: first, last, trials and passes to
+-- add, and its tasks' new counts as one string ("<task>\31<n>:<c>" joined by
+-- "\30"; computed by the caller from what it read: the log's tail check
+-- makes the read and this write one step). A run's id is its hash's key past the
 -- run hash's name and a colon. Folds nothing (returns 0) unless the log's
 -- last n entries are still those: another writer folded or trimmed first.
 local n = tonumber(ARGV[1])
@@ -36,7 +38,7 @@ for j = 1, r do
   local key = KEYS[5 + j]
   local id = string.sub(key, skip)
   local first, last = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-  local trials, passes, t = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
+  local trials, passes = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
   local meta = redis.call('HGET', KEYS[5], id)
   if meta then
     local f0, l0, t0, p0 = string.match(meta, '^(%d+) (%d+) (%d+) (%d+)$')
@@ -47,30 +49,22 @@ for j = 1, r do
   end
   redis.call('HSET', KEYS[5], id, string.format('%d %d %d %d', first, last, trials, passes))
   redis.call('ZADD', KEYS[4], last, id)
-  local base = at + 5
-  for i = 1, t, 1000 do
-    local names = {}
-    for q = i, math.min(i + 999, t) do names[#names + 1] = ARGV[base + 3 * (q - 1)] end
-    local got = redis.call('HMGET', key, unpack(names))
-    local set = {}
-    for q = 1, #names do
-      local v = base + 3 * (i + q - 2)
-      local dn, dc = tonumber(ARGV[v + 1]), tonumber(ARGV[v + 2])
-      if got[q] then
-        local n0, c0 = string.match(got[q], '^(%d+):(%d+)')
-        dn, dc = dn + tonumber(n0), dc + tonumber(c0)
-      end
-      set[#set + 1] = names[q]
-      set[#set + 1] = dn .. ':' .. dc
+  local set = {}
+  for task, nc in string.gmatch(ARGV[at + 4], '([^\30\31]+)\31(%d+:%d+)') do
+    set[#set + 1] = task
+    set[#set + 1] = nc
+    if #set == 2000 then
+      redis.call('HSET', key, unpack(set))
+      set = {}
     end
-    redis.call('HSET', key, unpack(set))
   end
-  at = base + 3 * t
+  if #set > 0 then redis.call('HSET', key, unpack(set)) end
+  at = at + 5
 end
 for j = 1, x do
   local key = KEYS[5 + r + j]
   local id = string.sub(key, skip)
-  redis.call('DEL', key)
+  redis.call('UNLINK', key)
   redis.call('HDEL', KEYS[5], id)
   redis.call('ZREM', KEYS[4], id)
 end
