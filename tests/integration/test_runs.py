@@ -67,11 +67,16 @@ async def test_each_run_counts_each_trial_once_folded_or_not(
             for i in range(300)
         ]
         # Calls of a few events each (a log entry per call, folded past 32 of them),
-        # and a redelivery of the first 120 among them: the duplicates add nothing.
+        # a redelivery of the first 120 among them, and one mixed with new trials:
+        # the duplicates add nothing.
         for start in range(0, 300, 7):
             await apply(store, events[start : start + 7])
             if start == 140:
                 await apply(store, events[:120])
+                # New trials mixed with redelivered ones: a log entry naming duplicates.
+                await apply(store, events[100:160])
+                (head,) = await store.client.lrange(store.key("s", "trials"), 0, 0)
+                assert head.split(b"\x1d")[1]  # its duplicates' positions
         for folded in (False, True):
             if folded:
                 assert await store.ingest.fold("s", KEEP)
