@@ -21,6 +21,7 @@ from reliabilityd.stats.compare import Side, compare
 from reliabilityd.stats.estimate import estimate
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.store import Recent, RunSummary, Store, connect
+from reliabilityd.store._base import _text
 from tests.support.query import apply as query_apply
 from tests.support.query import cli, config_for
 from tests.support.servers import RedisServer
@@ -76,7 +77,7 @@ async def test_each_run_counts_each_trial_once_folded_or_not(
                 # New trials mixed with redelivered ones: a log entry naming duplicates.
                 await apply(store, events[100:160])
                 (head,) = await store.client.lrange(store.key("s", "trials"), 0, 0)
-                assert head.split(b"\x1d")[1]  # its duplicates' positions
+                assert _text(head).split("\x1d")[1]  # its duplicates' positions
         for folded in (False, True):
             if folded:
                 assert await store.ingest.fold("s", KEEP)
