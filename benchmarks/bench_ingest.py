@@ -447,6 +447,7 @@ async def _redis_bound(
     *,
     sliced: bool = False,
     recent: bool = False,
+    runs: bool = False,
 ) -> tuple[float, float]:
     """Store.apply alone (no MQTT, no decoding): events/s, and events per Redis CPU second.
 
@@ -455,14 +456,36 @@ async def _redis_bound(
     sliced by them, so each event counts in the whole and in its slice.
     ``recent``: each task keeps its last 10 trials and the suite its last 50
     failures (the daemon's default), written in the same call.
+    ``runs``: the same, and every event carries a run (a new one every 10,000
+    events), whose per-task counts the folds add (20 runs kept, the default).
     """
-    name = "bound-sliced" if sliced else "bound-recent" if recent else "bound"
+    name = (
+        "bound-sliced"
+        if sliced
+        else "bound-runs"
+        if runs
+        else "bound-recent"
+        if recent
+        else "bound"
+    )
     store = Store(redis_connect(redis_url), name)
-    kept = {"bench": Recent()} if recent else None
+    kept = {"bench": Recent(runs=20 if runs else 0)} if recent or runs else None
     batches = [
         {"bench": _events(events_per_call, offset=offset + i * events_per_call)}
         for i in range(chunks)
     ]
+    if runs:
+        batches = [
+            {
+                "bench": [
+                    msgspec.structs.replace(
+                        e, run=f"eval-{(offset + i * events_per_call + j) // 10_000}"
+                    )
+                    for j, e in enumerate(batch["bench"])
+                ]
+            }
+            for i, batch in enumerate(batches)
+        ]
     slicing = {"bench": Slicing(("model", "agent_version"), 50)} if sliced else None
     if sliced:
         batches = [
@@ -528,6 +551,35 @@ async def _memory(redis_url: str) -> None:
         f"(lives dedup_ttl and the rest of its bucket; {records:,} now)"
     )
     print(f"  used_memory grew {(after - before) / MEMORY_TASKS:6.1f} B/task (everything included)")
+    await _run_memory(redis_url)
+
+
+async def _run_memory(redis_url: str) -> None:
+    """Bytes per task of one run's counts: a large run (a hash table) and a small one."""
+    store = Store(redis_connect(redis_url), "memrun")
+    client = store.client
+    kept = {"big": Recent(runs=5), "small": Recent(runs=5)}
+    for suite, tasks in (("big", MEMORY_TASKS), ("small", 100)):
+        for start in range(0, tasks, 2000):
+            batch = [
+                TrialEvent(
+                    suite, f"task {i:06d}", f"r{j}", "pass" if j else "fail", run="eval-0001"
+                )
+                for i in range(start, min(tasks, start + 2000))
+                for j in range(5)
+            ]
+            await store.ingest.apply({suite: batch}, windows={}, dedup_ttl=7200, recent=kept)
+        await store.ingest.fold(suite, kept[suite])
+    big = int(await client.memory_usage(store.key("big", "run:eval-0001"), samples=0) or 0)
+    small = int(await client.memory_usage(store.key("small", "run:eval-0001"), samples=0) or 0)
+    meta = int(await client.memory_usage(store.key("small", "run"), samples=0) or 0)
+    order = int(await client.memory_usage(store.key("small", "runs"), samples=0) or 0)
+    await client.aclose()
+    print(
+        f"  one run's counts {big / MEMORY_TASKS:6.1f} B/task over {MEMORY_TASKS:,} tasks, "
+        f"{small / 100:.1f} B/task over 100 (10-character task names, n:c = 5:4); "
+        f"its entry in the run list and order {meta + order} B"
+    )
 
 
 async def _main() -> None:
@@ -579,21 +631,7 @@ async def _main() -> None:
                     one[name] = max(one[name], await _bare_rate(broker.port, name, run, singles))
                     rate = BATCH_SIZE * await _bare_rate(broker.port, name, run, batches)
                     hundred[name] = max(hundred[name], rate)
-            bounds = []
-            sliced_bounds = []
-            recent_bounds = []
-            # The plain apply and the one that keeps recent trials alternate, twice as
-            # many rounds as the others: their ratio is the figure the target is set on.
-            for r in range(2 * ROUNDS):
-                offset = 10**8 * (r + 1)
-                bounds.append(await _redis_bound(redis.url, 2000, 25, offset=offset))
-                recent_bounds.append(
-                    await _redis_bound(redis.url, 2000, 25, offset=offset, recent=True)
-                )
-                if r < ROUNDS:
-                    sliced_bounds.append(
-                        await _redis_bound(redis.url, 2000, 25, offset=offset, sliced=True)
-                    )
+            bounds, sliced_bounds, recent_bounds, runs_bounds = await _bounds(redis.url)
             p50, p99, cpu_steady = await _latency(redis.url, broker.port)
             cpu_steady_bare = await _steady_bare(broker.port)
             _report(
@@ -608,6 +646,7 @@ async def _main() -> None:
                     max(b[0] for b in recent_bounds),
                     max(b[1] for b in recent_bounds),
                 ),
+                runs_bound=(max(b[0] for b in runs_bounds), max(b[1] for b in runs_bounds)),
                 costs=costs,
                 steady=(cpu_steady, cpu_steady_bare),
                 latency=(p50, p99),
@@ -620,6 +659,60 @@ async def _main() -> None:
                 redis.stop(signal.SIGKILL)
 
 
+Bounds = list[tuple[float, float]]
+
+
+async def _bounds(redis_url: str) -> tuple[Bounds, Bounds, Bounds, Bounds]:
+    """Store.apply alone: plain, sliced, keeping recent trials, and keeping them and runs.
+
+    The plain apply and the two that log trials alternate, twice as many rounds as
+    the sliced one: their ratios are the figures the targets are set on.
+    """
+    bounds: Bounds = []
+    sliced: Bounds = []
+    recent: Bounds = []
+    runs: Bounds = []
+    for r in range(2 * ROUNDS):
+        offset = 10**8 * (r + 1)
+        bounds.append(await _redis_bound(redis_url, 2000, 25, offset=offset))
+        recent.append(await _redis_bound(redis_url, 2000, 25, offset=offset, recent=True))
+        runs.append(await _redis_bound(redis_url, 2000, 25, offset=offset, runs=True))
+        if r < ROUNDS:
+            sliced.append(await _redis_bound(redis_url, 2000, 25, offset=offset, sliced=True))
+    return bounds, sliced, recent, runs
+
+
+def _bound_line(label: str, got: tuple[float, float], bound: tuple[float, float]) -> str:
+    return (
+        f"  {label}: {got[0]:,.0f} events/s ({got[0] / bound[0]:.2f}x); "
+        f"{got[1]:,.0f} events per second of Redis CPU ({got[1] / bound[1]:.2f}x)"
+    )
+
+
+async def _bound_only() -> None:
+    """``bench_ingest bound``: only the Store.apply figures, plain beside each variant."""
+    with tempfile.TemporaryDirectory(prefix="reliabilityd-bench-") as tmp:
+        redis = RedisServer("redis", Path(tmp), free_port())
+        redis.start()
+        try:
+            bounds, sliced, recent, runs = await _bounds(redis.url)
+            best = (max(b[0] for b in bounds), max(b[1] for b in bounds))
+            print(
+                f"Store.apply of 2,000-event chunks alone, one round trip at a time: "
+                f"{best[0]:,.0f} events/s; {best[1]:,.0f} events per second of Redis CPU"
+            )
+            for label, got in (
+                ("sliced", sliced),
+                ("recent trials", recent),
+                ("recent trials and runs", runs),
+            ):
+                print(_bound_line(label, (max(b[0] for b in got), max(b[1] for b in got)), best))
+            await _memory(redis.url)
+        finally:
+            with contextlib.suppress(Exception):
+                redis.stop(signal.SIGKILL)
+
+
 def _report(
     one: dict[str, float],
     hundred: dict[str, float],
@@ -627,6 +720,7 @@ def _report(
     bound: tuple[float, float],
     sliced_bound: tuple[float, float],
     recent_bound: tuple[float, float],
+    runs_bound: tuple[float, float],
     costs: dict[str, list[float]],
     steady: tuple[float, float],
     latency: tuple[float, float],
@@ -674,6 +768,14 @@ def _report(
         f"({recent_bound[0] / bound_wall:.2f}x); {recent_bound[1]:,.0f} events per second "
         f"of Redis CPU ({recent_bound[1] / bound_cpu:.2f}x)"
     )
+    print(
+        _bound_line(
+            "the same, keeping recent trials and every event's run (a new run every 10,000 "
+            "events, 20 runs kept, counted by the folds)",
+            runs_bound,
+            bound,
+        )
+    )
     print("CPU ms per 1,000 events while reliabilityd drains (best round):")
     print(f"  {'shape':<20} {'daemon':>7} {'Redis':>7} {'broker':>7} {'sum':>7}  two cores allow")
     for shape, label in (("one", "1 event/message"), ("hundred", f"{BATCH_SIZE} events/message")):
@@ -708,5 +810,7 @@ def main() -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["publish-steady"]:
         asyncio.run(_publish_steady(int(sys.argv[2]), int(sys.argv[3])))
+    elif sys.argv[1:2] == ["bound"]:
+        asyncio.run(_bound_only())
     else:
         main()

@@ -10,9 +10,12 @@ interval's lower bound is at least X, 1 when its upper bound is below X, 3
 when the data cannot decide yet (or UNKNOWN); ``gate CANDIDATE --compare
 BASELINE --margin M`` does the same for "candidate - baseline >= -M", and
 ``gate SUITE --slice F --compare-slice G`` for two filters of one suite;
-``--slice`` filters the suite judged. A suite that does not exist, or a
+``--slice`` filters the suite judged. ``--run`` names one run of a suite
+(an eval or experiment id: ``reliabilityd runs``): ``compare SUITE --run A
+--run B`` is run B against run A, ``gate SUITE --run B --compare-run A``
+judges it, ``gate SUITE --run B --at-least X`` judges one run. A suite that does not exist, or a
 filter on a label the suite is not sliced by, is a usage error (2): a typo
-must not read as "not decided yet".
+must not read as "not decided yet"; so is a run the suite does not hold.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from reliabilityd.cli._common import (
     run_on_redis,
     say,
 )
+from reliabilityd.cli._runs import find_run
 from reliabilityd.config import Config
 from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, Comparison, Side
 from reliabilityd.stats.estimators import METRICS
@@ -76,6 +80,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     cmp.add_argument(
         "--candidate", metavar="KEY=VALUE[,...]", help="the candidate's slices: a label filter"
     )
+    cmp.add_argument(
+        "--run",
+        action="append",
+        default=[],
+        metavar="RUN",
+        help="twice: the baseline's run, then the candidate's (of one SUITE, or of each of two)",
+    )
     _stats_options(cmp)
     cmp.add_argument("--min-shared", type=positive, default=DEFAULT_MIN_SHARED)
     cmp.add_argument("--top", type=positive, default=5, help="tasks that moved most to list")
@@ -93,9 +104,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="KEY=VALUE[,...]",
         help="judge SUITE (or its --slice) against these slices of SUITE",
     )
+    what.add_argument(
+        "--compare-run", metavar="RUN", help="judge SUITE's --run against SUITE's run RUN"
+    )
     gate.add_argument(
         "--slice", metavar="KEY=VALUE[,...]", help="judge only the slices of SUITE that match"
     )
+    gate.add_argument("--run", metavar="RUN", help="judge only SUITE's run RUN")
     gate.add_argument(
         "--margin",
         type=_fraction,
@@ -162,15 +177,32 @@ def sides(args: argparse.Namespace) -> tuple[Side | None, Side]:
     if args.command == "compare":
         if len(args.suites) > 2:
             raise ValueError("compare takes one suite (with --baseline and --candidate) or two")
-        if len(args.suites) == 1 and not (args.baseline and args.candidate):
-            raise ValueError("one suite needs --baseline and --candidate label filters")
         first, second = args.suites[0], args.suites[-1]
+        if args.run:
+            if len(args.run) != 2:
+                raise ValueError(
+                    "compare takes --run twice: the baseline's run, then the candidate's"
+                )
+            if args.baseline or args.candidate:
+                raise ValueError(
+                    "a run is counted for the whole suite, not per slice: --run takes no "
+                    "--baseline or --candidate label filter"
+                )
+            return Side(first, run=args.run[0]), Side(second, run=args.run[1])
+        if len(args.suites) == 1 and not (args.baseline and args.candidate):
+            raise ValueError(
+                "one suite needs --baseline and --candidate label filters, or --run twice"
+            )
         return Side.parse(first, args.baseline), Side.parse(second, args.candidate)
-    candidate = Side.parse(args.suite, args.slice)
+    if args.compare_run is not None and args.run is None:
+        raise ValueError("--compare-run judges SUITE's --run against another run: give --run")
+    candidate = Side.parse(args.suite, args.slice, args.run)
     if args.compare is not None:
         return Side(args.compare), candidate
     if args.compare_slice is not None:
         return Side.parse(args.suite, args.compare_slice), candidate
+    if args.compare_run is not None:
+        return Side(args.suite, run=args.compare_run), candidate
     return None, candidate
 
 
@@ -189,6 +221,11 @@ async def _decide(args: argparse.Namespace, target: RedisTarget) -> int:
             if side is not None and side.suite not in known:
                 say(f"no suite named {side.suite!r} in {target.describe()}")
                 return EXIT_USAGE
+            if side is not None and side.run is not None:
+                found = await find_run(client, side.suite, side.run)
+                if isinstance(found, str):  # a typo must not read as "not decided yet"
+                    say(found)
+                    return EXIT_USAGE
         try:
             return await _judge(args, cfg, client, baseline, candidate)
         except ValueError as exc:  # a filter on a label the suite is not sliced by
@@ -226,6 +263,7 @@ async def _judge(
             "verdict": verdict,
             "suite": candidate.suite,
             "labels": candidate.labels,
+            "run": candidate.run,
             "metric": args.metric,
             "at_least": args.at_least,
             "looks": looks,
@@ -264,8 +302,10 @@ async def _judge(
             "verdict": verdict,
             "suite": candidate.suite,
             "labels": candidate.labels,
+            "run": candidate.run,
             "baseline": baseline.suite,
             "baseline_labels": baseline.labels,
+            "baseline_run": baseline.run,
             "metric": args.metric,
             "margin": args.margin,
             "looks": looks,

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from reliabilityd.cli import _daemon, _gate, _history, _ingest, _query, _rejected, _ui
+from reliabilityd.cli import _daemon, _gate, _history, _ingest, _query, _rejected, _runs, _ui
 from reliabilityd.cli._common import EXIT_PIPE, Exit
 
 __all__ = ["build_parser", "main"]
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _daemon.add_parsers(sub)
     _query.add_parsers(sub)
+    _runs.add_parsers(sub)
     _ingest.add_parsers(sub)
     _gate.add_parsers(sub)
     _rejected.add_parsers(sub)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from reliabilityd.cli import _runs
 from reliabilityd.cli import forecast as forecast_verb
 from reliabilityd.cli._common import (
     EXIT_USAGE,
@@ -28,6 +29,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         action="append",
         default=[],
         help="compute this k now from the stored histogram (repeatable)",
+    )
+    st.add_argument(
+        "--run", metavar="RUN", help="one run's numbers (SUITE's run RUN: `reliabilityd runs`)"
     )
     cs = add_redis_options(sub.add_parser("cases", help="a suite's lottery cases"))
     cs.add_argument("suite")
@@ -84,6 +88,17 @@ def _query(args: argparse.Namespace) -> int:
             ):
                 status.missing(named, target.describe())
                 return EXIT_USAGE
+            if args.command == "status" and args.run is not None:
+                if args.suite is None or args.suite not in await client.suites():
+                    say(
+                        "status --run needs the suite that holds the run"
+                        if args.suite is None
+                        else f"no suite named {args.suite!r} in {target.describe()}"
+                    )
+                    return EXIT_USAGE
+                return await _runs.run_status(
+                    client, cfg, args.suite, args.run, ks=args.k, as_json=args.json
+                )
             if args.command == "status":
                 return await status.status(
                     client,
@@ -119,7 +134,7 @@ def _query(args: argparse.Namespace) -> int:
                 deleted = await client.reset(args.suite)
                 print(f"reset {args.suite!r}: {deleted} keys deleted")
                 return 0
-            if await client.forget(args.suite, args.task):
+            if await client.forget(args.suite, args.task, recent=cfg.recent(args.suite)):
                 print(f"forgot task {args.task!r} of {args.suite!r}")
                 return 0
             say(f"suite {args.suite!r} has no task {args.task!r} in {target.describe()}")

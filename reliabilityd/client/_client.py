@@ -27,6 +27,8 @@ in its message; every Redis failure is a ``StoreError`` (``reliabilityd.store``)
         rel.alerts(config.alerts, "deploy-bot")   # every rule watching it, with its state
         rel.trials("deploy-bot", "deploy service 0")  # its last trials, newest first, linked
         rel.trials("deploy-bot", failed=True)         # the suite's last failures
+        rel.runs("gsm8k@openai_gpt-4o")               # its runs, newest first
+        rel.compare(Side(s, run="a1"), Side(s, run="b2"), 5)  # one run against another
 """
 
 from __future__ import annotations
@@ -52,8 +54,11 @@ from reliabilityd.stats.history import History
 from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import (
+    DEFAULT_RUNS,
     Counters,
+    Recent,
     RowPage,
+    RunSummary,
     Series,
     Store,
     StoreUnavailable,
@@ -221,10 +226,11 @@ class AsyncClient:
         """pass@k or pass^k of the suite at any k, with its CI, from the stored histogram.
 
         A ``Side`` with labels estimates the sum of the slices it selects
-        (from their per-task counts). ``options`` are ``estimate()``'s:
-        confidence, n_boot, seed, min_coverage, interval.
+        (from their per-task counts), with a ``run`` that run's counts.
+        ``options`` are ``estimate()``'s: confidence, n_boot, seed,
+        min_coverage, interval.
         """
-        if isinstance(suite, Side) and suite.labels:
+        if isinstance(suite, Side) and (suite.labels or suite.run is not None):
             counts = await self.store.reads.task_counts(suite)
             hist = Histogram.from_pairs([nc for nc in counts.values() if nc[0] > 0])
             return estimate(hist, k, metric, **options)
@@ -322,14 +328,21 @@ class AsyncClient:
         return linked(rows, suite, base=url_base, template=url_template)
 
     @_naming_redis
+    async def runs(self, suite: str, *, most: int = DEFAULT_RUNS) -> list[RunSummary]:
+        """The runs the suite holds, newest first: first and last trial, trials, passes,
+        tasks (docs/drill-down.md#runs). ``Side(suite, run=...)`` reads one of them."""
+        return await self.store.reads.runs(suite, most=most)
+
+    @_naming_redis
     async def reset(self, suite: str) -> int:
         """Delete everything stored for the suite (counts, dedup records, snapshot, alerts)."""
         return await self.store.admin.reset_suite(suite)
 
     @_naming_redis
-    async def forget(self, suite: str, task: str) -> bool:
-        """Take one task out of the suite's counts; False when the suite has no such task."""
-        return await self.store.admin.forget_task(suite, task)
+    async def forget(self, suite: str, task: str, *, recent: Recent | None = None) -> bool:
+        """Take one task out of the suite's counts; False when the suite has no such task.
+        ``recent``: what the suite keeps (``Config.recent``), for the fold before."""
+        return await self.store.admin.forget_task(suite, task, recent)
 
 
 class Client:
@@ -458,11 +471,14 @@ class Client:
             )
         )
 
+    def runs(self, suite: str, *, most: int = DEFAULT_RUNS) -> list[RunSummary]:
+        return self._bridge.call(self._async.runs(suite, most=most))
+
     def reset(self, suite: str) -> int:
         return self._bridge.call(self._async.reset(suite))
 
-    def forget(self, suite: str, task: str) -> bool:
-        return self._bridge.call(self._async.forget(suite, task))
+    def forget(self, suite: str, task: str, *, recent: Recent | None = None) -> bool:
+        return self._bridge.call(self._async.forget(suite, task, recent=recent))
 
 
 async def _make_async(

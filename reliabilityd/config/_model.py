@@ -112,6 +112,8 @@ MaxSlices = Annotated[int, msgspec.Meta(ge=1, le=1000)]
 # Records kept per task (0 = none) and failures per suite (docs/drill-down.md).
 RecentTrials = Annotated[int, msgspec.Meta(ge=0, le=100)]
 RecentFailures = Annotated[int, msgspec.Meta(ge=1, le=1000)]
+# Runs whose per-task counts a suite keeps (0 = none; docs/drill-down.md#runs).
+MaxRuns = Annotated[int, msgspec.Meta(ge=0, le=1000)]
 
 
 def _link_checks(base: str, template: str) -> None:
@@ -129,6 +131,8 @@ class SuiteOverride(Base):
     match: Annotated[str, msgspec.Meta(min_length=1)]
     # Recent trials kept per task; None = stats.recent_trials.
     recent_trials: RecentTrials | None = None
+    # Runs whose per-task counts this suite keeps; None = stats.max_runs.
+    max_runs: MaxRuns | None = None
     # Trial links: see StatsConfig; None = the stats table's.
     url_base: str | None = None
     url_template: str | None = None
@@ -175,6 +179,9 @@ class StatsConfig(Base):
     # and each suite's last failures (docs/drill-down.md).
     recent_trials: RecentTrials = 10
     recent_failures: RecentFailures = 50
+    # The runs (an event's `run`) whose per-task counts each suite keeps: the
+    # newest by last trial; past it the oldest run retires with its counts; 0 = none.
+    max_runs: MaxRuns = 20
     # What a relative trial url is resolved against (an absolute http(s) URL,
     # e.g. an Inspect log viewer's), and a template that builds every trial's
     # link from {suite}, {task}, {trial} and {run}, so events carry none.
@@ -348,15 +355,22 @@ class Config(Base):
         return tuple(slice_by), most
 
     def recent(self, suite: str) -> Recent | None:
-        """What the suite keeps of its last trials; None when it keeps none."""
+        """What the suite keeps of its last trials and runs; None when it keeps neither."""
         o = self._override(suite)
         trials = (
             self.stats.recent_trials if o is None or o.recent_trials is None else o.recent_trials
         )
-        if trials == 0:
+        runs = self.max_runs(suite)
+        if trials == 0 and runs == 0:
             return None
         template = self.links(suite)[1]
-        return Recent(trials, self.stats.recent_failures, keep_url=not template)
+        return Recent(trials, self.stats.recent_failures, keep_url=not template, runs=runs)
+
+    def max_runs(self, suite: str) -> int:
+        """The runs whose per-task counts the suite keeps: the first matching [[suites]]
+        entry's, or stats'."""
+        o = self._override(suite)
+        return self.stats.max_runs if o is None or o.max_runs is None else o.max_runs
 
     def links(self, suite: str) -> tuple[str, str]:
         """(url_base, url_template) of a suite: the first matching [[suites]] entry, or stats."""

@@ -107,8 +107,8 @@ async def import_file(
     name = suite_name(suite if suite is not None else parsed.name or path.stem)
     run_id = check_run(run if run is not None else parsed.run)
     events = [
-        TrialEvent(s, task, trial, outcome, run=run_id)
-        for s, task, trial, outcome in trial_events(parsed, name, run_id)
+        TrialEvent(s, task, trial, outcome, run=run_id, url=url)
+        for s, task, trial, outcome, url in trial_events(parsed, name, run_id)
     ]
     if not events:
         raise ImportFileError(f"{path}: no trials in this {parsed.format} file")

@@ -4,6 +4,9 @@
   per sample and epoch, correct when the score's value converts (Inspect's
   default ``value_to_float``) to at least 1.0, as its ``pass_at`` / ``pass_k``
   reducers count; errored samples are ``error``, unscored (NaN) ones ``skip``.
+  Each trial's run is the eval's id, and its url the path Inspect's log
+  viewer opens at that sample's epoch (``inspect_link``), relative to the
+  viewer's address: a suite's ``url_base`` resolves it.
 """
 
 from __future__ import annotations
@@ -11,24 +14,73 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import zipfile
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from reliabilityd.events import Outcome
 from reliabilityd.importers._detect import ImportFileError
 from reliabilityd.importers.trials import Parsed, Trial, content_run
+from reliabilityd.names import url_problem
 
 __all__ = [
+    "DEFAULT_LINK",
+    "LINK_ENV",
+    "inspect_link",
     "inspect_log",
     "inspect_outcome",
     "inspect_run",
     "inspect_suite",
     "inspect_value",
     "inspect_zip",
+    "link_template",
 ]
+
+
+# The route of Inspect's log viewer (`inspect view`, a hash router) to one sample's
+# epoch: `#/logs/<log path under the viewer's log dir>/samples/sample/<id>/<epoch>/`.
+DEFAULT_LINK = "#/logs/{log}/samples/sample/{id}/{epoch}/"
+# A template of the user's instead ({log}, {id}, {epoch}, {eval_id}), or "none".
+LINK_ENV = "RELIABILITYD_INSPECT_LINK"
+
+
+def link_template() -> str:
+    """The link template of the environment (``LINK_ENV``), else ``DEFAULT_LINK``; ""
+    for none. ValueError naming the variable when it is not one."""
+    template = os.environ.get(LINK_ENV, "").strip() or DEFAULT_LINK
+    if template == "none":
+        return ""
+    try:
+        sample = template.format(log="a.eval", id="1", epoch="1", eval_id="e")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ValueError(
+            f"{LINK_ENV}={template!r}: a template over {{log}}, {{id}}, {{epoch}} and "
+            f"{{eval_id}} ({type(exc).__name__}: {exc})"
+        ) from None
+    problem = url_problem(sample)
+    if problem:
+        raise ValueError(f"{LINK_ENV}={template!r} makes no link: {problem}")
+    return template
+
+
+def inspect_link(
+    template: str, *, log: str, sample_id: Any, epoch: Any, eval_id: str = ""
+) -> str | None:
+    """A sample epoch's link: ``template`` filled in, each value percent-encoded (``log``
+    keeps its slashes); None without a template or when the link is too long."""
+    if not template:
+        return None
+    url = template.format(
+        log=quote(log, safe="/"),
+        id=quote(str(sample_id), safe=""),
+        epoch=quote(str(epoch), safe=""),
+        eval_id=quote(eval_id, safe=""),
+    )
+    return None if url_problem(url) else url
 
 
 def inspect_value(value: Any) -> float:
@@ -129,11 +181,20 @@ def inspect_log(
         scorer = next(iter(scored))
         if len(scored) > 1:
             notes.append(f"{len(scored)} scorers in the log; importing {scorer!r} (see --scorer)")
+    try:
+        template = link_template()
+    except ValueError as exc:
+        raise ImportFileError(str(exc)) from None
+    eval_id = str(spec.get("eval_id") or "")
     trials = []
     for sample in ordered:
         score = (sample.get("scores") or {}).get(scorer)
         outcome = inspect_outcome(bool(sample.get("error")), score, scorer)
-        trials.append(Trial(str(sample["id"]), str(int(sample.get("epoch", 1))), outcome))
+        epoch = int(sample.get("epoch", 1))
+        url = inspect_link(
+            template, log=path.name, sample_id=sample["id"], epoch=epoch, eval_id=eval_id
+        )
+        trials.append(Trial(str(sample["id"]), str(epoch), outcome, url))
     if status not in (None, "success"):
         notes.append(f"the log's status is {status!r}: importing the samples it holds")
     note = _short_note(trials)

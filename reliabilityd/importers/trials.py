@@ -32,6 +32,8 @@ class Trial(msgspec.Struct, frozen=True):
     task: str
     trial: str
     outcome: Outcome
+    # Where to read the trial (an absolute URL, or relative to the suite's url_base).
+    url: str | None = None
 
 
 class Parsed(msgspec.Struct):
@@ -89,7 +91,9 @@ def check_run(run: str) -> str:
     return run
 
 
-def trial_events(parsed: Parsed, suite: str, run: str) -> Iterator[tuple[str, str, str, Outcome]]:
-    """(suite, task, trial id, outcome) for every trial, trial ids carrying the run id."""
+def trial_events(
+    parsed: Parsed, suite: str, run: str
+) -> Iterator[tuple[str, str, str, Outcome, str | None]]:
+    """(suite, task, trial id, outcome, url) for every trial, trial ids carrying the run id."""
     for t in parsed.trials:
-        yield suite, task_name(t.task), f"{run}/{t.trial}", t.outcome
+        yield suite, task_name(t.task), f"{run}/{t.trial}", t.outcome, t.url

@@ -11,6 +11,11 @@ Each ``on_sample_end`` becomes one trial event through the ``Emitter``:
   mapped by ``task_name``, trial ``<eval_id>/<epoch>`` and the outcome as
   ``reliabilityd import`` reads the finished log (``inspect_outcome``): the
   same names and ids, so importing that log later counts nothing twice;
+* ``run`` the eval's id, so each eval is a run of the suite (``reliabilityd
+  runs``), and ``url`` the path Inspect's log viewer opens at the sample's
+  epoch in the log being written (``inspect_link``; relative: the suite's
+  ``url_base``, the viewer's address, resolves it), or the link
+  ``RELIABILITYD_INSPECT_LINK`` makes (``none``: no link);
 * ``ledger`` set: the daemon records each trial in the suite's import ledger
   as it counts it, which outlives the dedup records, so the import counts
   nothing twice however long after;
@@ -44,7 +49,13 @@ from inspect_ai.hooks import Hooks, RunEnd, SampleEnd, TaskStart, hooks
 from reliabilityd.client._errors import EmitterError
 from reliabilityd.client.emitter import DEFAULT_TOPIC, Emitter
 from reliabilityd.importers import ImportFileError
-from reliabilityd.importers.inspect_log import inspect_outcome, inspect_run, inspect_suite
+from reliabilityd.importers.inspect_log import (
+    inspect_link,
+    inspect_outcome,
+    inspect_run,
+    inspect_suite,
+    link_template,
+)
 from reliabilityd.importers.trials import suite_name, task_name
 from reliabilityd.logs import redact
 
@@ -63,12 +74,31 @@ def names(spec: Any) -> tuple[str, str]:
     return suite_name(inspect_suite(fields) or "imported"), run or spec.eval_id
 
 
+def log_name(spec: Any) -> str | None:
+    """The file name Inspect gives the eval's log (``<created>_<task>_<id>.eval``, or
+    ``.json`` with ``INSPECT_LOG_FORMAT=json``); None for an Inspect that cannot say."""
+    try:
+        from inspect_ai._util.log_layout import eval_log_name
+    except ImportError:
+        return None
+    try:
+        name = eval_log_name(
+            task=spec.task, task_id=spec.task_id, created=spec.created, model=spec.model
+        )
+    except (AttributeError, TypeError):
+        return None
+    fmt = os.environ.get("INSPECT_LOG_FORMAT", "").strip() or "eval"
+    return f"{name}.{fmt}"
+
+
 class ReliabilitydHooks(Hooks):
     """Emits each sample epoch's outcome as a trial; one Emitter per ``eval()`` run."""
 
     def __init__(self) -> None:
         self._emitter: Emitter | None = None
         self._tasks: dict[str, tuple[str, str]] = {}  # eval_id -> (suite, run)
+        self._logs: dict[str, str | None] = {}  # eval_id -> its log's file name
+        self._link = ""  # the link template (inspect_log.link_template)
         self._refused: set[str] = set()  # scorers whose values are not one per sample
 
     def enabled(self) -> bool:
@@ -76,8 +106,14 @@ class ReliabilitydHooks(Hooks):
 
     async def on_task_start(self, data: TaskStart) -> None:
         self._tasks[data.eval_id] = names(data.spec)
+        self._logs[data.eval_id] = log_name(data.spec)
         if self._emitter is not None:
             return
+        try:
+            self._link = link_template()
+        except ValueError as exc:
+            self._link = ""
+            log.warning("reliabilityd: trials sent without links: %s", exc)
         url = os.environ[URL_ENV].strip()
         topic = os.environ.get(TOPIC_ENV, "").strip() or DEFAULT_TOPIC
         try:
@@ -113,6 +149,12 @@ class ReliabilitydHooks(Hooks):
                 self._refused.add(scorer)
                 log.warning("reliabilityd: not emitted: %s", exc)
             return
+        name = self._logs.get(data.eval_id)
+        url = None
+        if name is not None:
+            url = inspect_link(
+                self._link, log=name, sample_id=sample.id, epoch=sample.epoch, eval_id=run
+            )
         try:
             await self._emitter.aemit(
                 suite,
@@ -120,6 +162,8 @@ class ReliabilitydHooks(Hooks):
                 outcome,
                 trial=f"{run}/{sample.epoch}",
                 ledger=True,
+                run=run,
+                url=url,
             )
         except EmitterError as exc:
             log.warning("reliabilityd: trial not accepted: %s", exc)
@@ -127,6 +171,7 @@ class ReliabilitydHooks(Hooks):
     async def on_run_end(self, data: RunEnd) -> None:
         emitter, self._emitter = self._emitter, None
         self._tasks.clear()
+        self._logs.clear()
         if emitter is None:
             return
         timeout = float(os.environ.get(FLUSH_ENV, "") or 60.0)

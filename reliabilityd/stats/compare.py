@@ -87,24 +87,37 @@ class Side(msgspec.Struct, frozen=True, omit_defaults=True):
     With ``labels`` (``{"agent_version": "1.5"}``), the side is the sum, task
     by task, of the counts of every slice of the suite whose label values
     include all of those (``stats.slices.matches``); an empty value selects
-    the events without the label. Without, it is the suite as a whole.
+    the events without the label. Without, it is the suite as a whole. With
+    ``run`` (an event's ``run``: an eval or experiment id), the side is that
+    run's own per-task counts (docs/drill-down.md#runs); a run is counted for
+    the whole suite, so it takes no ``labels``.
     """
 
     suite: str
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    run: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.run is not None and self.labels:
+            raise ValueError(
+                "a run is counted for the whole suite, not per slice: "
+                "give a run or a label filter, not both"
+            )
 
     @property
     def label(self) -> str:
-        """``suite`` or ``suite[agent_version=1.5]``."""
+        """``suite``, ``suite[agent_version=1.5]`` or ``suite (run <run>)``."""
+        if self.run is not None:
+            return f"{self.suite} (run {self.run})"
         if not self.labels:
             return self.suite
         pairs = ",".join(f"{k}={v if v else '(none)'}" for k, v in sorted(self.labels.items()))
         return f"{self.suite}[{pairs}]"
 
     @classmethod
-    def parse(cls, suite: str, labels: str | None = None) -> Side:
-        """A side from a suite and a filter text ``key=value[,key=value]`` (or None)."""
-        return cls(suite, parse_filter(labels) if labels else {})
+    def parse(cls, suite: str, labels: str | None = None, run: str | None = None) -> Side:
+        """A side from a suite, a filter text ``key=value[,key=value]`` (or None), a run."""
+        return cls(suite, parse_filter(labels) if labels else {}, run)
 
 
 class Difference(msgspec.Struct, frozen=True, omit_defaults=True):

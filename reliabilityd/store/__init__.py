@@ -38,12 +38,14 @@ from reliabilityd.store._ingest import Slicing
 from reliabilityd.store._reads import TaskHashes, task_counts_of
 from reliabilityd.store._recent import Recent, TaskTrials, TrialRecord, link, linked
 from reliabilityd.store._rows import Gauges, Row, RowPage
+from reliabilityd.store._runs import DEFAULT_RUNS, RunSummary
 from reliabilityd.store._snapshots import SnapshotWrite
 from reliabilityd.store._store import Store
 from reliabilityd.store.keys import ROW_STATES, Series
 
 __all__ = [
     "DEFAULT_CONNECTIONS",
+    "DEFAULT_RUNS",
     "ROW_STATES",
     "Applied",
     "Baseline",
@@ -55,6 +57,7 @@ __all__ = [
     "Redis",
     "Row",
     "RowPage",
+    "RunSummary",
     "Series",
     "Slicing",
     "SnapshotWrite",

@@ -16,8 +16,8 @@ from reliabilityd.store._rows import Rows
 from reliabilityd.store._scripts import EXPIRE_IDLE, FORGET, RELEASE
 from reliabilityd.store.keys import Keys, Series, glob_escape
 
-# KEYS of FORGET and EXPIRE_IDLE, in order.
-_FORGET_KEYS = ("meta", "tasks", "hist", "lottery", "touched", "recent", "failures")
+# KEYS of FORGET and EXPIRE_IDLE, in order (then each run's count hash).
+_FORGET_KEYS = ("meta", "tasks", "hist", "lottery", "touched", "recent", "failures", "runs", "run")
 
 
 @boundary
@@ -61,21 +61,22 @@ class Admin:
         await self.client.set(self.keys.probe(instance), "1", px=5000)
 
     async def forget_task(self, suite: str, task: str, recent: Recent | None = None) -> bool:
-        """Remove one task from the suite's counts, histogram, lottery index and recent
-        trials, atomically.
+        """Remove one task from the suite's counts, histogram, lottery index, recent
+        trials and per-run counts, atomically.
 
         Then from each slice of the suite that has it (one call per slice).
         The suite's trial log is folded first (with ``recent``, the suite's
         settings), so none of the task's trials is left to be folded back.
         """
         await _recent.fold(self.client, self.keys, suite, recent or Recent())
-        keys = [self.keys.suite(suite, name) for name in _FORGET_KEYS]
+        keys = await self._forget_keys(suite)
         if not int(await self.client.eval(FORGET, len(keys), *keys, task)):
             return False
         marks = [suite]
         for raw in await self.client.hkeys(self.keys.slices(suite)):
             series = Series(suite, _text(raw))
-            keys = [self.keys.series(series, name) for name in _FORGET_KEYS]
+            keys = [self.keys.series(series, name) for name in _FORGET_KEYS[:-2]]
+            keys += [self.keys.series(series, "runs"), self.keys.series(series, "run")]
             if int(await self.client.eval(FORGET, len(keys), *keys, task)):
                 marks.append(series.member)
         await self.client.sadd(self.keys.changed, *marks)  # the CI loop recomputes them
@@ -90,11 +91,17 @@ class Admin:
         task's recent trials leave with it (the trial log folded first).
         """
         await _recent.fold(self.client, self.keys, suite, recent or Recent())
-        keys = [self.keys.suite(suite, name) for name in _FORGET_KEYS]
+        keys = await self._forget_keys(suite)
         gone = int(await self.client.eval(EXPIRE_IDLE, len(keys), *keys, repr(before), limit))
         if gone:
             await self.client.sadd(self.keys.changed, suite)  # the CI loop recomputes it
         return gone
+
+    async def _forget_keys(self, suite: str) -> list[str]:
+        """FORGET's KEYS for the suite: ``_FORGET_KEYS``, then each of its runs' counts."""
+        keys = [self.keys.suite(suite, name) for name in _FORGET_KEYS]
+        runs: list[Any] = await self.client.zrange(self.keys.suite(suite, "runs"), 0, -1)
+        return keys + [self.keys.suite(suite, f"run:{_text(r)}") for r in runs]
 
     async def reset_suite(self, suite: str, batch: int = 1000) -> int:
         """Delete every key of the suite, its summary rows, and drop it from the suite list;
@@ -106,7 +113,7 @@ class Admin:
         """
         core = [
             self.keys.suite(suite, name)
-            for name in ("meta", "tasks", "hist", "lottery", "snapshot")
+            for name in ("meta", "tasks", "hist", "lottery", "snapshot", "runs", "run")
         ]
         slice_ids = [_text(s) for s in await self.client.hkeys(self.keys.slices(suite))]
         deleted = int(await self.client.delete(*core))

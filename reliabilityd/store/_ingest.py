@@ -218,7 +218,9 @@ class Ingest:
         args: list[str | int | bytes] = [window, stamp, len(p.buckets), p.write - p.first + 1]
         records = ""
         if recent is not None:
-            links, outcome = recent.keep_url, _OUTCOME_CODE
+            # A suite that keeps no recent trials logs only its trials with a run (for
+            # the per-run counts), and no url.
+            links, outcome = recent.keep_url and recent.trials > 0, _OUTCOME_CODE
             records = _recent.chunk_records(
                 (
                     (
@@ -232,6 +234,7 @@ class Ingest:
                     for e in chunk
                 ),
                 str(int(float(stamp))),
+                runs_only=recent.trials == 0,
             )
         args += (p.life, len(positions), most, len(seen), int(recent is not None))
         args += (_recent.LOG_CAP, records, *positions, *seen)

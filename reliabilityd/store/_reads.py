@@ -11,10 +11,11 @@ from reliabilityd.stats.compare import Side
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.lottery import LotteryCase
 from reliabilityd.stats.slices import label_keys, matches
-from reliabilityd.store import _recent
+from reliabilityd.store import _recent, _runs
 from reliabilityd.store._base import Counters, DeadLetter, Redis, SuiteState, _pairs, _text
 from reliabilityd.store._errors import boundary
 from reliabilityd.store._recent import DEFAULT_TRIALS, TaskTrials, TrialRecord
+from reliabilityd.store._runs import DEFAULT_RUNS, RunSummary
 from reliabilityd.store._scripts import LOTTERY, READ, READ_WINDOWS
 from reliabilityd.store._wire import pipelined
 from reliabilityd.store.keys import Keys, Series
@@ -145,6 +146,8 @@ class Reads:
         after that commit.
         """
         side = side if isinstance(side, Side) else Side(side)
+        if side.run is not None:
+            return [await _runs.run_hash(self.client, self.keys, side.suite, side.run)]
         if not side.labels:
             return [await self._task_hash(Series(side.suite))]
         ids = await self.slices(side.suite)
@@ -252,6 +255,10 @@ class Reads:
         round trip whatever their number (``_recent.read_tasks``): a page's or a
         notification's tasks together."""
         return await _recent.read_tasks(self.client, self.keys, suite, tasks, keep=keep)
+
+    async def runs(self, suite: str, *, most: int = DEFAULT_RUNS) -> list[RunSummary]:
+        """The suite's runs, newest (by last trial) first, at most ``most`` (``_runs``)."""
+        return await _runs.runs(self.client, self.keys, suite, most=most)
 
     async def deadletter_streams(self) -> list[str]:
         """Every dead-letter stream written: the shared one and each grant's."""

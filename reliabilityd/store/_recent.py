@@ -31,8 +31,10 @@ from urllib.parse import quote, urljoin
 
 import msgspec
 
+from reliabilityd.store import _runs
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._scripts import FOLD
+from reliabilityd.store._triallog import entry, unfolded
 
 # Records per task when the config names none, and failures per suite.
 DEFAULT_TRIALS = 10
@@ -43,7 +45,7 @@ FOLD_AT = 32
 LOG_CAP = 256
 # Entries one fold step reads (the oldest): bounds the folding process's memory
 # (a 2,000-event chunk's entry is about 80 KB).
-FOLD_STEP = 4
+FOLD_STEP = 16
 _OUTCOMES = {"p": "pass", "f": "fail"}
 
 
@@ -54,6 +56,8 @@ class Recent(msgspec.Struct, frozen=True):
     failures: int = DEFAULT_FAILURES
     # False when the suite's url_template builds every link: the url costs no memory.
     keep_url: bool = True
+    # Runs whose per-task counts the suite keeps (store/_runs.py), 0 = none.
+    runs: int = _runs.DEFAULT_RUNS
 
 
 class TrialRecord(msgspec.Struct, frozen=True):
@@ -68,16 +72,21 @@ class TrialRecord(msgspec.Struct, frozen=True):
 
 
 def chunk_records(
-    events: Iterable[tuple[str, str, str, str | None, str | None, str | None]], now: str
+    events: Iterable[tuple[str, str, str, str | None, str | None, str | None]],
+    now: str,
+    *,
+    runs_only: bool = False,
 ) -> str:
     """One chunk's records: (task, code, trial, ts or None, run, url) per event, in order.
 
     Errors and skips get none (they are not trials); their positions are skipped.
+    ``runs_only`` (a suite that keeps no recent trials, only per-run counts):
+    a trial without a run gets none either.
     """
     return "\x1e".join(
         f"{i}\x1f{task}\x1f{code}{trial}\x1f{ts or now}\x1f{run or ''}\x1f{url or ''}"
         for i, (task, code, trial, ts, run, url) in enumerate(events, 1)
-        if code in {"p", "f"}
+        if code in {"p", "f"} and (run or not runs_only)
     )
 
 
@@ -93,30 +102,6 @@ def _record(task: str, raw: str) -> TrialRecord | None:
     return TrialRecord(
         task, head[1:], _OUTCOMES.get(head[0], head[0]), stamp, run or None, url or None
     )
-
-
-def _entry(raw: bytes | str) -> tuple[int, list[tuple[str, str]]]:
-    """A log entry's version and its counted (task, record) pairs, in chunk order."""
-    try:
-        version, dupes, body = _text(raw).split("\x1d", 2)
-        skip = {int(x) for x in dupes.split(",") if x}
-        number = int(version)
-    except ValueError:
-        return 0, []
-    out: list[tuple[str, str]] = []
-    for piece in body.split("\x1e") if body else ():
-        fields = piece.split("\x1f", 2)
-        if len(fields) == 3 and fields[0].isdigit() and int(fields[0]) not in skip:
-            out.append((fields[1], fields[2]))
-    return number, out
-
-
-def _unfolded(entries: Sequence[bytes | str]) -> list[tuple[str, str]]:
-    """The log's counted (task, record) pairs, oldest first (the log is newest first)."""
-    out: list[tuple[str, str]] = []
-    for raw in reversed(entries):
-        out.extend(_entry(raw)[1])
-    return out
 
 
 async def fold(client: Redis, keys: Any, suite: str, recent: Recent, *, down_to: int = 0) -> bool:
@@ -140,40 +125,54 @@ async def _fold_step(client: Redis, keys: Any, suite: str, recent: Recent, count
     entries = await client.lrange(log, -count, -1)
     if not entries:
         return True
-    pairs = _unfolded(entries)
+    pairs = unfolded(entries)
     per_task: dict[str, list[str]] = {}
     for task, rec in pairs:
         per_task.setdefault(task, []).append(rec)
     names = list(per_task)
+    added = _runs.deltas(entries) if recent.runs else {}
     held: list[Any] = []
     current: list[Any] = []
+    ranked: list[Any] = []
+    stored: list[Any] = []
     if names:
         pipe = client.pipeline(transaction=False)
         pipe.hmget(keys.suite(suite, "tasks"), names)
         pipe.hmget(keys.suite(suite, "recent"), names)
-        held, current = await pipe.execute()
+        pipe.zrange(keys.suite(suite, "runs"), 0, -1, withscores=True)
+        for run, delta in added.items():
+            pipe.hmget(keys.suite(suite, f"run:{run}"), list(delta.tasks))
+        held, current, ranked, *stored = await pipe.execute()
     alive = {t for t, h in zip(names, held, strict=True) if h is not None}
     fields: list[str] = []
-    for task, cur in zip(names, current, strict=True):
-        if task in alive:
-            old = _text(cur).split("\x1e") if cur else []
-            fields += (task, "\x1e".join((old + per_task[task])[-recent.trials :]))
-    failures = [f"{t}\x1f{r}" for t, r in pairs if r[:1] == "f" and t in alive]
-    failures = failures[-recent.failures :] if recent.failures else []
-    oldest, newest = _entry(entries[-1])[0], _entry(entries[0])[0]
+    failures: list[str] = []
+    if recent.trials:
+        for task, cur in zip(names, current, strict=True):
+            if task in alive:
+                old = _text(cur).split("\x1e") if cur else []
+                fields += (task, "\x1e".join((old + per_task[task])[-recent.trials :]))
+        failures = [f"{t}\x1f{r}" for t, r in pairs if r[:1] == "f" and t in alive]
+        failures = failures[-recent.failures :] if recent.failures else []
+    run_keys, run_args = _runs.fold_args(keys, suite, added, stored, alive, recent.runs, ranked)
+    oldest, newest = entry(entries[-1])[0], entry(entries[0])[0]
     reply = await client.eval(
         FOLD,
-        3,
+        5 + len(run_keys),
         log,
         keys.suite(suite, "recent"),
         keys.suite(suite, "failures"),
+        keys.suite(suite, "runs"),
+        keys.suite(suite, "run"),
+        *run_keys,
         len(entries),
         oldest,
         newest,
         max(1, recent.failures),
         len(fields) // 2,
+        len(failures),
         *fields,
         *failures,
+        *run_args,
     )
     return bool(int(reply))
 
@@ -220,7 +219,7 @@ async def read_tasks(
         if name in per_task and ring:
             raws = _text(ring).split("\x1e")
             per_task[name] = [rec for r in raws if (rec := _record(name, r)) is not None]
-    for name, raw in _unfolded(entries):
+    for name, raw in unfolded(entries):
         if name in per_task and (rec := _record(name, raw)) is not None:
             per_task[name].append(rec)
     # Each task's last `keep` in commit order (the folded ones, then the log's), newest first.
@@ -250,7 +249,7 @@ async def read(
     else:
         pipe.hgetall(keys.suite(suite, "recent"))
     entries, stored = await pipe.execute()
-    pairs = _unfolded(entries)
+    pairs = unfolded(entries)
     if failed:
         pairs = [(t, r) for t, r in pairs if r[:1] == "f"]
     names = sorted({t for t, _ in pairs})
@@ -261,8 +260,8 @@ async def read(
     fresh = [rec for t, r in pairs if (rec := _record(t, r)) is not None]
     older: list[TrialRecord] = []
     if failed:
-        for entry in reversed(stored):  # the list is newest first
-            name, sep, r = _text(entry).partition("\x1f")
+        for kept in reversed(stored):  # the list is newest first
+            name, sep, r = _text(kept).partition("\x1f")
             if sep and (rec := _record(name, r)) is not None:
                 older.append(rec)
     else:

@@ -9,6 +9,9 @@ Every key of a suite lives under the Redis Cluster hash tag ``{<suite>}``::
     <p>:{<suite>}:trials      list  the trial log: one entry of records per apply chunk
     <p>:{<suite>}:recent      hash  task -> its last trials' records (store/_recent.py)
     <p>:{<suite>}:failures    list  "<task>\x1f<record>", the suite's last failures
+    <p>:{<suite>}:runs        zset  run -> unix seconds of its last trial (store/_runs.py)
+    <p>:{<suite>}:run         hash  run -> "<first> <last> <trials> <passes>"
+    <p>:{<suite>}:run:<run>   hash  task -> "n:c", that run's own counts
     <p>:{<suite>}:dedup:<w>:<b>  set with TTL: digests of the (task, trial)s applied in
                               bucket b of the clock (b = floor(unix seconds / width w))
     <p>:{<suite>}:snapshot    hash  flat numbers for redis-cli, plus `json`

@@ -307,7 +307,9 @@ def test_a_suite_template_keeps_no_url_in_memory() -> None:
     cfg = msgspec.structs.replace(cfg, stats=stats, suites=[over])
     assert cfg.recent("a") == Recent(keep_url=False)
     assert cfg.recent("raw-1") == Recent(keep_url=True)
-    off = msgspec.structs.replace(cfg, stats=StatsConfig(recent_trials=0))
+    runs_only = msgspec.structs.replace(cfg, stats=StatsConfig(recent_trials=0))
+    assert runs_only.recent("a") == Recent(trials=0, runs=20)
+    off = msgspec.structs.replace(cfg, stats=StatsConfig(recent_trials=0, max_runs=0))
     assert off.recent("a") is None
 
 

@@ -275,3 +275,43 @@ def test_a_suite_is_counted_against_the_first_grant_that_owns_it(tmp_path: Path)
     assert cfg.grant_name("team-b-1") == "wide"
     assert cfg.pool_of("other") == ("", 3)
     assert cfg.grant_name("other") is None
+
+
+def test_max_runs_is_per_suite_and_bounded(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "[stats]\nmax_runs = 5\nrecent_trials = 0\n"
+        "[[suites]]\nmatch = '*@*'\nmax_runs = 50\n"
+        "[[suites]]\nmatch = 'none-*'\nmax_runs = 0\n",
+    )
+    cfg = load(path, environ={})
+    assert (cfg.max_runs("gsm8k@gpt"), cfg.max_runs("other"), cfg.max_runs("none-x")) == (50, 5, 0)
+    recent = cfg.recent("gsm8k@gpt")
+    assert recent is not None
+    assert (recent.trials, recent.runs) == (0, 50)
+    assert cfg.recent("none-x") is None  # neither recent trials nor runs: nothing logged
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("[stats]\nmax_runs = 1001\n", "$.stats.max_runs"),
+        ("[stats]\nmax_runs = -1\n", "$.stats.max_runs"),
+        ("[stats]\nmax_runs = 'many'\n", "$.stats.max_runs"),
+        ("[[suites]]\nmatch = 'x'\nmax_runs = 2000\n", "$.suites[0].max_runs"),
+    ],
+)
+def test_a_bad_max_runs_exits_2_naming_file_and_field(
+    tmp_path: Path, text: str, field: str
+) -> None:
+    path = write(tmp_path, text)
+    proc = subprocess.run(
+        [sys.executable, "-m", "reliabilityd", "run", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert str(path) in proc.stderr
+    assert field in proc.stderr

@@ -2,12 +2,37 @@
 -- dedup records stay (they are keyed by digest, and expire by themselves): an
 -- old trial of the task re-sent later is still a duplicate, a new one starts
 -- the task afresh. Its recent trials go too (KEYS[6], the recent hash, and
--- its entries of KEYS[7], the failures list, by drop_failures once per call).
+-- its entries of KEYS[7], the failures list, by drop_failures once per call),
+-- and its counts in every run (KEYS[8], the runs zset, KEYS[9], the run hash,
+-- then each run's count hash): a run left without trials leaves.
 local forgotten = {}
+local skip = #KEYS[9] + 2
+local function forget_runs(task)
+  for i = 10, #KEYS do
+    local got = redis.call('HGET', KEYS[i], task)
+    if got then
+      redis.call('HDEL', KEYS[i], task)
+      local id = string.sub(KEYS[i], skip)
+      local sn, sc = string.match(got, '^(%d+):(%d+)')
+      local meta = redis.call('HGET', KEYS[9], id)
+      local f0, l0, t0, p0 = string.match(meta or '', '^(%d+) (%d+) (%d+) (%d+)$')
+      local trials = f0 and tonumber(t0) - tonumber(sn) or 0
+      if trials <= 0 or redis.call('EXISTS', KEYS[i]) == 0 then
+        redis.call('DEL', KEYS[i])
+        redis.call('HDEL', KEYS[9], id)
+        redis.call('ZREM', KEYS[8], id)
+      else
+        local passes = tonumber(p0) - tonumber(sc)
+        redis.call('HSET', KEYS[9], id, string.format('%s %s %d %d', f0, l0, trials, passes))
+      end
+    end
+  end
+end
 local function forget(task)
   local cur = redis.call('HGET', KEYS[2], task)
   redis.call('ZREM', KEYS[5], task)
   redis.call('HDEL', KEYS[6], task)
+  forget_runs(task)
   forgotten[task] = true
   if not cur then return 0 end
   local sn, sc = string.match(cur, '^(%d+):(%d+)')
