@@ -223,7 +223,10 @@ async def read_tasks(
         if name in per_task and (rec := _record(name, raw)) is not None:
             per_task[name].append(rec)
     # Each task's last `keep` in commit order (the folded ones, then the log's), newest first.
-    return TaskTrials(counts, {name: recs[-keep:][::-1] for name, recs in per_task.items()})
+    # keep = 0 (a suite keeping runs but no trials): the log holds records for the runs only.
+    return TaskTrials(
+        counts, {name: recs[-keep:][::-1] if keep > 0 else [] for name, recs in per_task.items()}
+    )
 
 
 async def read(
@@ -239,6 +242,8 @@ async def read(
     """The suite's recent trials, newest first: one task's last ``keep`` (or, with
     ``failed``, its failures among them), or without ``task`` the suite's last
     failures (``failed``) or every task's last trials, at most ``limit``."""
+    if keep <= 0:
+        return []  # the suite keeps no trials (its log, if any, is for its runs)
     if task is not None:
         mine = (await read_tasks(client, keys, suite, [task], keep=keep)).trials.get(task, [])
         return [r for r in mine if not failed or r.outcome == "fail"][:limit]
