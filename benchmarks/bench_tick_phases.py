@@ -76,7 +76,7 @@ async def run(workdir: Path, suites: int) -> None:
         timed_async(store.snapshots, "claim_changed", "claims")
         timed_async(store.snapshots, "release_claims", "claims")
         timed(snapshot, "full_estimates_many", "math (full_estimates_many)")
-        timed(_recompute, "ranked_cell_groups", "lottery ranking (exact gaps)")
+        timed(_recompute, "ranked_cell_groups_many", "lottery ranking (exact gaps)")
         timed(snapshot, "build", "snapshot build and JSON")
         timed(snapshot, "redis_fields", "snapshot build and JSON")
         cpu, wall = time.process_time(), time.perf_counter()
