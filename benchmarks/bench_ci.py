@@ -44,12 +44,13 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from benchmarks import _freshness
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.daemon._recompute import RECONCILE_EVERY
 from reliabilityd.daemon._rows import row_of
 from reliabilityd.daemon.metrics import Metrics
-from reliabilityd.embedded.processes import RedisServer, free_port
+from reliabilityd.embedded.processes import Mosquitto, RedisServer, free_port
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.store import Series, SnapshotWrite, Store, connect
@@ -226,7 +227,22 @@ async def metrics_figures(store: Store, series: int) -> None:
     )
 
 
+PARTS = ("phases", "math", "drain", "fresh", "metrics")
+
+
 async def run(workdir: Path, args: argparse.Namespace) -> None:
+    parts = set(args.parts.split(","))
+    unknown = parts - set(PARTS)
+    if unknown:
+        raise SystemExit(
+            f"--parts: unknown {', '.join(sorted(unknown))}; one of {', '.join(PARTS)}"
+        )
+    if "phases" in parts:
+        # bench_tick_phases takes its suites and daemon from this module.
+        from benchmarks import bench_tick_phases as tick_phases
+
+        print("CPU per changed series by phase (bench_tick_phases, one batch at a time):")
+        await tick_phases.run(workdir / "phases", args.phase_suites)
     server = RedisServer("redis", workdir / "redis", free_port())
     server.workdir.mkdir(parents=True)
     server.start()
@@ -242,21 +258,6 @@ async def run(workdir: Path, args: argparse.Namespace) -> None:
         started = time.process_time()
         snapshot.full_estimates_many([(h, settings) for h in hists])
         batched = time.process_time() - started
-
-        client = connect(server.url)
-        store = Store(client, PREFIX)
-        await seed(store, hists, 1)
-        one = Daemon(config(server.url), store)
-        profile = cProfile.Profile() if args.profile else None
-        wall, cpu = time.perf_counter(), time.process_time()
-        if profile is not None:
-            profile.enable()
-        wrote: dict[Series, snapshot.Snapshot] = {}
-        did = await drain(one, wrote)
-        if profile is not None:
-            profile.disable()
-        took, took_cpu = time.perf_counter() - wall, time.process_time() - cpu
-        assert did == args.suites, did
         print(
             f"{args.suites:,} changed series x {args.tasks:,} live-like tasks ({cells} (n, c)"
             f" cells each), both metrics at k = {', '.join(map(str, KS))}, gaffke, B = 2000:"
@@ -270,29 +271,94 @@ async def run(workdir: Path, args: argparse.Namespace) -> None:
             " ms a series"
             f"   ({batched:5.2f} s for all, {alone * args.suites / batched:.1f}x faster)"
         )
-        print(
-            f"  one daemon, claim to snapshot written {took:6.2f} s wall, {took_cpu:5.2f} s CPU"
-            f"   {took / batched:4.2f}x the batched math, {took / CI_INTERVAL:.0%} of a"
-            f" {CI_INTERVAL:.0f} s ci_interval"
-        )
-        await evaluator_figures(one, wrote)
-        await seed(store, hists, 2)
-        results = replicas(server.url, 2)
-        shares = " + ".join(str(r[2]) for r in results)
-        walls = ", ".join(f"{r[0]:.2f} s ({r[1]:.2f} s CPU)" for r in results)
-        print(
-            f"  two replicas (two processes)           {walls}; shares {shares}"
-            f" = {sum(r[2] for r in results)} suites, each {max(r[0] for r in results) / took:.0%}"
-            " of the one daemon's time at most"
-        )
-        if profile is not None:
-            text = io.StringIO()
-            pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(15)
-            print(text.getvalue())
-        await metrics_figures(store, args.metrics_series)
+        client = connect(server.url)
+        store = Store(client, PREFIX)
+        if "drain" in parts or "metrics" in parts:
+            await seed(store, hists, 1)
+            one = Daemon(config(server.url), store)
+            wrote: dict[Series, snapshot.Snapshot] = {}
+            took, took_cpu = await timed_drain(one, wrote, args)
+            if "drain" in parts:
+                print(
+                    f"  one daemon, claim to snapshot written {took:6.2f} s wall, {took_cpu:5.2f} s"
+                    f" CPU ({took_cpu / args.suites * 1e3:.2f} ms a series,"
+                    f" {took_cpu / args.suites / alone:.2f}x the per-series math)"
+                    f"   {took / CI_INTERVAL:.0%} of a {CI_INTERVAL:.0f} s ci_interval"
+                )
+                await evaluator_figures(one, wrote)
+                await seed(store, hists, 2)
+                results = replicas(server.url, 2)
+                shares = " + ".join(str(r[2]) for r in results)
+                walls = ", ".join(f"{r[0]:.2f} s ({r[1]:.2f} s CPU)" for r in results)
+                print(
+                    f"  two replicas (two processes)           {walls}; shares {shares}"
+                    f" = {sum(r[2] for r in results)} suites,"
+                    f" each {max(r[0] for r in results) / took:.0%}"
+                    " of the one daemon's time at most"
+                )
+        if "fresh" in parts:
+            await fresh_figures(workdir, server.url, args, alone)
+        if "metrics" in parts:
+            await metrics_figures(store, args.metrics_series)
         await client.aclose()
     finally:
         server.stop()
+
+
+async def timed_drain(
+    one: Daemon, wrote: dict[Series, snapshot.Snapshot], args: argparse.Namespace
+) -> tuple[float, float]:
+    """The one daemon's drain of every mark: (wall, CPU) seconds, profiled with --profile."""
+    profile = cProfile.Profile() if args.profile else None
+    wall, cpu = time.perf_counter(), time.process_time()
+    if profile is not None:
+        profile.enable()
+    did = await drain(one, wrote)
+    if profile is not None:
+        profile.disable()
+    took, took_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    assert did == args.suites, did
+    if profile is not None:
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(15)
+        print(text.getvalue())
+    return took, took_cpu
+
+
+async def fresh_figures(workdir: Path, url: str, args: argparse.Namespace, alone: float) -> None:
+    """A running daemon's freshness with its ingest, one process and two replicas."""
+    sizes = [int(x) for x in args.fresh.split(",")]
+    counts = [int(x) for x in args.replicas.split(",")]
+    broker = Mosquitto("mosquitto", workdir / "mosquitto", free_port())
+    broker.workdir.mkdir(parents=True)
+    broker.start()
+    client = connect(url)
+    store = Store(client, "fresh")
+    try:
+        await _freshness.seed_tasks(store, np.random.default_rng(7), max(sizes), args.tasks)
+        print(
+            f"a running daemon (every loop; MQTT ingest of one trial per changed series each"
+            f" {CI_INTERVAL:.0f} s, spread over it, {args.rounds} intervals; {args.tasks} tasks"
+            " a series): freshness from the trial's commit to its snapshot's write"
+        )
+        offset = 0
+        for size in sizes:
+            for count in counts:
+                offset += 1
+                got = await _freshness.measure(
+                    url=url,
+                    broker=broker.port,
+                    prefix="fresh",
+                    suites=size,
+                    replicas=count,
+                    rounds=args.rounds,
+                    interval=CI_INTERVAL,
+                    offset=offset,
+                )
+                print(_freshness.report(got, args.rounds, CI_INTERVAL, alone * 1e3), flush=True)
+    finally:
+        await client.aclose()
+        broker.stop()
 
 
 def main() -> None:
@@ -301,6 +367,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--baseline", type=int, default=500, help="series on the per-series path")
     parser.add_argument("--metrics-series", type=int, default=10_000)
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"which figures, of {', '.join(PARTS)}"
+    )
+    parser.add_argument("--phase-suites", type=int, default=1000)
+    parser.add_argument("--fresh", default="1000,5000", help="changed series per freshness run")
+    parser.add_argument("--replicas", default="1,2", help="daemon processes per freshness run")
+    parser.add_argument("--rounds", type=int, default=3, help="ci_intervals of ingest per run")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reliabilityd-bench-ci-") as tmp:
