@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import cProfile
+import io
 import multiprocessing
+import pstats
 import statistics
 import time
 from collections import defaultdict
@@ -120,6 +123,7 @@ def replica(
     go: Event,
     done: Event,
     out: Any,
+    profile: bool = False,
 ) -> None:
     """One daemon in its own process, run whole; hands back its commits, its won snapshot
     writes and its CPU seconds between ``go`` and the parent's stop."""
@@ -140,7 +144,7 @@ def replica(
                 )
             return won
 
-        daemon.store.snapshots.write_snapshots = write_snapshots  # type: ignore[method-assign]
+        daemon.store.snapshots.write_snapshots = write_snapshots  # type: ignore[method-assign,assignment]
         ticks: list[tuple[float, float]] = []
         tick = daemon.recompute.ci_tick
 
@@ -159,10 +163,18 @@ def replica(
         ready.put(index)
         await asyncio.to_thread(go.wait)
         recorder.on = True
+        profiler = cProfile.Profile() if profile else None
+        if profiler is not None:
+            profiler.enable()
         cpu = time.process_time()
         # The parent says when every change is in a snapshot.
         await asyncio.to_thread(done.wait)
         cpu = time.process_time() - cpu
+        if profiler is not None:
+            profiler.disable()
+            text = io.StringIO()
+            pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
+            print(text.getvalue(), flush=True)
         stop.set()
         await task
         await daemon.store.client.aclose()
@@ -266,6 +278,7 @@ async def measure(
     rounds: int,
     interval: float,
     offset: int,
+    profile: bool = False,
 ) -> Freshness:
     """One figure: ``replicas`` daemon processes, ``suites`` changed every interval."""
     ctx = multiprocessing.get_context("spawn")
@@ -284,6 +297,7 @@ async def measure(
                 "go": go,
                 "done": done,
                 "out": out,
+                "profile": profile,
             },
         )
         for i in range(replicas)

@@ -354,6 +354,7 @@ async def fresh_figures(workdir: Path, url: str, args: argparse.Namespace, alone
                     rounds=args.rounds,
                     interval=CI_INTERVAL,
                     offset=offset,
+                    profile=args.profile,
                 )
                 print(_freshness.report(got, args.rounds, CI_INTERVAL, alone * 1e3), flush=True)
     finally:
