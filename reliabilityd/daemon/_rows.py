@@ -154,7 +154,9 @@ class RowWriter:
         samples = dict(
             zip(
                 [s for s, _ in wanted],
-                await self.store.history.pass_hat_many(wanted, since=now - DAY, until=now),
+                await self.store.history.pass_hat_many(
+                    wanted, since=now - DAY, until=now, span=DAY / TREND_POINTS
+                ),
                 strict=True,
             )
         )

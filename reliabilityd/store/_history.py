@@ -97,9 +97,11 @@ class Histories:
         *,
         since: float | None = None,
         until: float | None = None,
+        span: float | None = None,
     ) -> list[list[tuple[float, float | None, float | None, float | None]]]:
-        """Each (series, k)'s pass^k samples (``history.pass_hat_samples``) in one round
-        trip: one history string a series, no transitions, no other k."""
+        """Each (series, k)'s pass^k samples (``history.pass_hat_samples``, the last of
+        each ``span`` with one) in one round trip: one history string a series, no
+        transitions, no other k."""
         if not series:
             return []
         pipe = self.client.pipeline(transaction=False)
@@ -111,7 +113,9 @@ class Histories:
             if raw is None or not history.readable(bytes(raw)):
                 out.append([])
             else:
-                out.append(history.pass_hat_samples(bytes(raw), k, since=since, until=until))
+                out.append(
+                    history.pass_hat_samples(bytes(raw), k, since=since, until=until, span=span)
+                )
         return out
 
     async def transitions_many(

@@ -243,3 +243,10 @@ def test_the_rows_pass_hat_samples_are_merges_pass_hat_values(
     merged = history.merge({5: raw}, since=start, until=float(now))
     want = [(p.t, *p.values[key]) for p in merged]
     assert history.pass_hat_samples(raw, 5, since=start, until=float(now)) == want
+    # The last of each span, as the rows' trend keeps them.
+    if start is not None:
+        last: dict[int, tuple[float, float | None, float | None, float | None]] = {}
+        for sample in want:
+            last[int((sample[0] - start) // 3600)] = sample
+        spans = history.pass_hat_samples(raw, 5, since=start, until=float(now), span=3600.0)
+        assert spans == [last[b] for b in sorted(last)]
