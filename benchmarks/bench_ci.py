@@ -1,30 +1,33 @@
-"""Benchmark: the CI tick over 5,000 changed series, beside the math alone; /metrics at 10,000.
+"""Benchmark: the CI tick by phase, 5,000 changed series drained, a running daemon's freshness.
 
-A private redis-server (the ``deploy/`` settings: every write waits for its
-fsync) holds 5,000 suites of 200 live-like tasks each (n uniform in [5, 100]
-per task, so a series has about 190 (n, c) cells), every one marked changed.
-The figures, all from the same run:
+Everything in one run (``--parts`` picks some: phases, math, drain, fresh, metrics):
 
-* the math alone: every series' estimates (both metrics at k = 1 and 5,
-  ``gaffke``, B = 2000) by the per-series path (``snapshot.full_estimates``,
-  on the first ``--baseline`` series) and by the batched pass
-  (``snapshot.full_estimates_many``, on all of them), CPU seconds of this
-  process;
-* one daemon's CI ticks claiming, reading, recomputing and writing every
-  snapshot, wall time until no mark is left, beside one 5 s ``ci_interval``;
-* the evaluator's read of the snapshots those ticks wrote: each document
-  read back and decoded, beside the ticks' records handed over (only each
-  series' version and ``updated_at`` read);
-* two replicas, each in its own process, draining the same marks side by
-  side: each one's wall time and share (the shares add up to every suite
-  exactly once);
-* ``/metrics`` with 10,000 suites: the view read and the text formatted
-  cold, again with nothing new (the cached bytes), and after half the
-  suites got a new snapshot.
+* phases: ``bench_tick_phases`` at ``--phase-suites`` (1,000): the CPU of each
+  phase of the daemon's whole tick per changed series;
+* math: every series' estimates (both metrics at k = 1 and 5, ``gaffke``,
+  B = 2000) by the per-series path (``snapshot.full_estimates``, on the first
+  ``--baseline`` series) and by the batched pass (``full_estimates_many``);
+  the per-series figure is every other figure's baseline;
+* drain: a private redis-server (the ``deploy/`` settings: every write waits
+  for its fsync) holds 5,000 suites of 200 live-like tasks each (n uniform
+  in [5, 100] per task, about 190 (n, c) cells), every one marked changed;
+  one daemon's CI ticks drain them (wall and CPU), the evaluator reads back
+  what they wrote, and two replicas in two processes drain them again (each
+  one's share: they add up to every suite exactly once);
+* fresh: a running daemon (``_freshness``: every loop, MQTT ingest of one
+  trial per changed series each ``ci_interval``) at ``--fresh`` changed
+  series (1,000 and 5,000), one process and two replicas (``--replicas``):
+  freshness from commit to snapshot write, median / p99 / max, the share
+  fresh within one tick, and the daemon CPU per change;
+* metrics: ``/metrics`` with 10,000 suites: the view read and the text
+  formatted cold, again with nothing new (the cached bytes), and after half
+  the suites got a new snapshot.
 
-The histograms are written directly (what the events would leave behind,
-without the lottery index), so the figures measure the CI path, not ingest.
-``--profile`` prints the one-daemon drain's top cProfile entries.
+The drain's histograms are written directly (what the events would leave
+behind, without the lottery index), so that figure measures the CI path,
+not ingest; the freshness runs seed each task's hash too, so the trials
+they publish move cells as live ones do. ``--profile`` prints the
+one-daemon drain's top cProfile entries, and each freshness daemon's.
 """
 
 from __future__ import annotations
