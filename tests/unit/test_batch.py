@@ -133,3 +133,17 @@ def test_batched_atoms_are_each_jobs_own(cells: list[list[tuple[int, int]]]) -> 
         want_values, want_counts = atoms(values, count)
         assert uniq[begin : begin + atoms_in].tolist() == want_values.tolist()
         assert merged[begin : begin + atoms_in].tolist() == want_counts.tolist()
+
+
+def test_live_point_estimates_of_many_series_are_each_ones_own() -> None:
+    """The live loop's round computes every due suite's point estimates in one pass."""
+    rng = np.random.default_rng(13)
+    hists = [live_like(rng, size, top) for size in (0, 3, 200, 50) for top in (6, 100)]
+    kinds = [
+        snapshot.StatsSettings(ks=(1, 5)),
+        snapshot.StatsSettings(ks=(3,), min_coverage=0.5),
+    ]
+    series = [(h, kinds[i % 2]) for i, h in enumerate(hists)]
+    assert snapshot.point_estimates_many(series) == [
+        snapshot.point_estimates(h, s) for h, s in series
+    ]
