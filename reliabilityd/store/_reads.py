@@ -26,6 +26,7 @@ TASK_SCAN = 2000
 TaskHashes = list[dict[bytes | str, bytes | str]]
 # Width of n and c in the lottery index's members (`nnnnnnnnnn:cccccccccc:task`).
 CELL_PAD = 10
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 def _histogram(packed: bytes | str) -> Histogram:
@@ -36,9 +37,10 @@ def _histogram(packed: bytes | str) -> Histogram:
     fraction of the reply parser building an object for each of them.
     """
     raw = packed if isinstance(packed, bytes) else str(packed).encode()
-    nc = np.array(raw.replace(b":", b" ").split(), dtype=np.int64)
-    if nc.size % 3:
-        raise ValueError(f"a histogram reply of {nc.size} numbers is not (n, c, count) triples")
+    # numpy's text parser: a token that is not an integer raises; one past int64 saturates.
+    nc = np.fromstring(raw.replace(b":", b" "), dtype=np.int64, sep=" ")
+    if nc.size != 3 * raw.count(b":") or (nc.size and int(nc.max()) == _INT64_MAX):
+        raise ValueError(f"a histogram reply is not (n:c, count) pairs: {raw[:80]!r}")
     return Histogram(nc[0::3], nc[1::3], nc[2::3])
 
 
