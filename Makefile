@@ -80,10 +80,12 @@ bench-stats: $(STAMP)
 study-coverage: $(STAMP)
 	$(PY) -m studies.coverage --out coverage.jsonl
 
-## 5,000 changed series recomputed by one daemon and by two replicas, beside the math alone;
-## /metrics with 10,000 suites.
+## The tick's CPU by phase; 5,000 changed series recomputed by one daemon and by two replicas,
+## beside the math alone; a running daemon's freshness with its ingest at 1,000 and 5,000
+## changed series, one process and two replicas; /metrics with 10,000 suites (about 5 min).
+## BENCH_CI_ARGS passes options, e.g. BENCH_CI_ARGS="--parts phases,fresh --fresh 5000".
 bench-ci: $(STAMP) servers
-	$(PY) -m benchmarks.bench_ci
+	$(PY) -m benchmarks.bench_ci $(BENCH_CI_ARGS)
 
 ## The snapshot write with its history point, beside the same write without it.
 bench-history: $(STAMP) servers

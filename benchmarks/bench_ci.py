@@ -1,32 +1,35 @@
-"""Benchmark: the CI tick over 5,000 changed series, beside the math alone; /metrics at 10,000.
+"""Benchmark: the CI tick by phase, 5,000 changed series drained, a running daemon's freshness.
 
-A private redis-server (the ``deploy/`` settings: every write waits for its
-fsync) holds 5,000 suites of 200 live-like tasks each (n uniform in [5, 100]
-per task, so a series has about 190 (n, c) cells), every one marked changed.
-The figures, all from the same run:
+Everything in one run (``--parts`` picks some: phases, math, drain, fresh, metrics):
 
-* the math alone: every series' estimates (both metrics at k = 1 and 5,
-  ``gaffke``, B = 2000) by the per-series path (``snapshot.full_estimates``,
-  on the first ``--baseline`` series) and by the batched pass
-  (``snapshot.full_estimates_many``, on all of them), CPU seconds of this
-  process;
-* one daemon's CI ticks claiming, reading, recomputing and writing every
-  snapshot, wall time until no mark is left, beside one 5 s ``ci_interval``;
-* the evaluator's read of the snapshots those ticks wrote: each document
-  read back and decoded, beside the ticks' records handed over (only each
-  series' version and ``updated_at`` read);
-* two replicas, each in its own process, draining the same marks side by
-  side: each one's wall time and share (the shares add up to every suite
-  exactly once);
-* ``/metrics`` with 10,000 suites: the view read and the text formatted
-  cold (the process's first scrape), again with nothing new, and after half
-  the suites got a new snapshot; each beside the read and text before the
-  column-at-a-time text (``benchmarks._line_text``: a row decoded at a time,
-  a line written at a time, each series' lines kept by ``updated_at``).
+* phases: ``bench_tick_phases`` at ``--phase-suites`` (1,000): the CPU of each
+  phase of the daemon's whole tick per changed series;
+* math: every series' estimates (both metrics at k = 1 and 5, ``gaffke``,
+  B = 2000) by the per-series path (``snapshot.full_estimates``, on the first
+  ``--baseline`` series) and by the batched pass (``full_estimates_many``);
+  the per-series figure is every other figure's baseline;
+* drain: a private redis-server (the ``deploy/`` settings: every write waits
+  for its fsync) holds 5,000 suites of 200 live-like tasks each (n uniform
+  in [5, 100] per task, about 190 (n, c) cells), every one marked changed;
+  one daemon's CI ticks drain them (wall and CPU), the evaluator reads back
+  what they wrote, and two replicas in two processes drain them again (each
+  one's share: they add up to every suite exactly once);
+* fresh: a running daemon (``_freshness``: every loop, MQTT ingest of one
+  trial per changed series each ``ci_interval``) at ``--fresh`` changed
+  series (1,000 and 5,000), one process and two replicas (``--replicas``):
+  freshness from commit to snapshot write, median / p99 / max, the share
+  fresh within one tick, and the daemon CPU per change;
+* metrics: ``/metrics`` with 10,000 suites: the view read and the text
+  formatted cold (the process's first scrape), again with nothing new, and
+  after half the suites got a new snapshot; each beside the read and text
+  before the column-at-a-time text (``benchmarks._line_text``: a row decoded
+  at a time, a line written at a time).
 
-The histograms are written directly (what the events would leave behind,
-without the lottery index), so the figures measure the CI path, not ingest.
-``--profile`` prints the one-daemon drain's top cProfile entries.
+The drain's histograms are written directly (what the events would leave
+behind, without the lottery index), so that figure measures the CI path,
+not ingest; the freshness runs seed each task's hash too, so the trials
+they publish move cells as live ones do. ``--profile`` prints the
+one-daemon drain's top cProfile entries, and each freshness daemon's.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from benchmarks import _freshness
 from benchmarks._line_text import LineText
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
@@ -54,7 +58,7 @@ from reliabilityd.daemon._metrics_text import SuiteView
 from reliabilityd.daemon._recompute import RECONCILE_EVERY
 from reliabilityd.daemon._rows import row_of
 from reliabilityd.daemon.metrics import Metrics
-from reliabilityd.embedded.processes import RedisServer, free_port
+from reliabilityd.embedded.processes import Mosquitto, RedisServer, free_port
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.store import Row, Series, SnapshotWrite, Store, connect
@@ -252,7 +256,22 @@ async def metrics_figures(store: Store, series: int) -> None:
     print(line(f"{series // 2:,} new snapshots:", (half_read, half_render), old_half))
 
 
+PARTS = ("phases", "math", "drain", "fresh", "metrics")
+
+
 async def run(workdir: Path, args: argparse.Namespace) -> None:
+    parts = set(args.parts.split(","))
+    unknown = parts - set(PARTS)
+    if unknown:
+        raise SystemExit(
+            f"--parts: unknown {', '.join(sorted(unknown))}; one of {', '.join(PARTS)}"
+        )
+    if "phases" in parts:
+        # bench_tick_phases takes its suites and daemon from this module.
+        from benchmarks import bench_tick_phases as tick_phases
+
+        print("CPU per changed series by phase (bench_tick_phases, one batch at a time):")
+        await tick_phases.run(workdir / "phases", args.phase_suites)
     server = RedisServer("redis", workdir / "redis", free_port())
     server.workdir.mkdir(parents=True)
     server.start()
@@ -268,21 +287,6 @@ async def run(workdir: Path, args: argparse.Namespace) -> None:
         started = time.process_time()
         snapshot.full_estimates_many([(h, settings) for h in hists])
         batched = time.process_time() - started
-
-        client = connect(server.url)
-        store = Store(client, PREFIX)
-        await seed(store, hists, 1)
-        one = Daemon(config(server.url), store)
-        profile = cProfile.Profile() if args.profile else None
-        wall, cpu = time.perf_counter(), time.process_time()
-        if profile is not None:
-            profile.enable()
-        wrote: dict[Series, snapshot.Snapshot] = {}
-        did = await drain(one, wrote)
-        if profile is not None:
-            profile.disable()
-        took, took_cpu = time.perf_counter() - wall, time.process_time() - cpu
-        assert did == args.suites, did
         print(
             f"{args.suites:,} changed series x {args.tasks:,} live-like tasks ({cells} (n, c)"
             f" cells each), both metrics at k = {', '.join(map(str, KS))}, gaffke, B = 2000:"
@@ -296,29 +300,95 @@ async def run(workdir: Path, args: argparse.Namespace) -> None:
             " ms a series"
             f"   ({batched:5.2f} s for all, {alone * args.suites / batched:.1f}x faster)"
         )
-        print(
-            f"  one daemon, claim to snapshot written {took:6.2f} s wall, {took_cpu:5.2f} s CPU"
-            f"   {took / batched:4.2f}x the batched math, {took / CI_INTERVAL:.0%} of a"
-            f" {CI_INTERVAL:.0f} s ci_interval"
-        )
-        await evaluator_figures(one, wrote)
-        await seed(store, hists, 2)
-        results = replicas(server.url, 2)
-        shares = " + ".join(str(r[2]) for r in results)
-        walls = ", ".join(f"{r[0]:.2f} s ({r[1]:.2f} s CPU)" for r in results)
-        print(
-            f"  two replicas (two processes)           {walls}; shares {shares}"
-            f" = {sum(r[2] for r in results)} suites, each {max(r[0] for r in results) / took:.0%}"
-            " of the one daemon's time at most"
-        )
-        if profile is not None:
-            text = io.StringIO()
-            pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(15)
-            print(text.getvalue())
-        await metrics_figures(store, args.metrics_series)
+        client = connect(server.url)
+        store = Store(client, PREFIX)
+        if "drain" in parts or "metrics" in parts:
+            await seed(store, hists, 1)
+            one = Daemon(config(server.url), store)
+            wrote: dict[Series, snapshot.Snapshot] = {}
+            took, took_cpu = await timed_drain(one, wrote, args)
+            if "drain" in parts:
+                print(
+                    f"  one daemon, claim to snapshot written {took:6.2f} s wall, {took_cpu:5.2f} s"
+                    f" CPU ({took_cpu / args.suites * 1e3:.2f} ms a series,"
+                    f" {took_cpu / args.suites / alone:.2f}x the per-series math)"
+                    f"   {took / CI_INTERVAL:.0%} of a {CI_INTERVAL:.0f} s ci_interval"
+                )
+                await evaluator_figures(one, wrote)
+                await seed(store, hists, 2)
+                results = replicas(server.url, 2)
+                shares = " + ".join(str(r[2]) for r in results)
+                walls = ", ".join(f"{r[0]:.2f} s ({r[1]:.2f} s CPU)" for r in results)
+                print(
+                    f"  two replicas (two processes)           {walls}; shares {shares}"
+                    f" = {sum(r[2] for r in results)} suites,"
+                    f" each {max(r[0] for r in results) / took:.0%}"
+                    " of the one daemon's time at most"
+                )
+        if "fresh" in parts:
+            await fresh_figures(workdir, server.url, args, alone)
+        if "metrics" in parts:
+            await metrics_figures(store, args.metrics_series)
         await client.aclose()
     finally:
         server.stop()
+
+
+async def timed_drain(
+    one: Daemon, wrote: dict[Series, snapshot.Snapshot], args: argparse.Namespace
+) -> tuple[float, float]:
+    """The one daemon's drain of every mark: (wall, CPU) seconds, profiled with --profile."""
+    profile = cProfile.Profile() if args.profile else None
+    wall, cpu = time.perf_counter(), time.process_time()
+    if profile is not None:
+        profile.enable()
+    did = await drain(one, wrote)
+    if profile is not None:
+        profile.disable()
+    took, took_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    assert did == args.suites, did
+    if profile is not None:
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(15)
+        print(text.getvalue())
+    return took, took_cpu
+
+
+async def fresh_figures(workdir: Path, url: str, args: argparse.Namespace, alone: float) -> None:
+    """A running daemon's freshness with its ingest, one process and two replicas."""
+    sizes = [int(x) for x in args.fresh.split(",")]
+    counts = [int(x) for x in args.replicas.split(",")]
+    broker = Mosquitto("mosquitto", workdir / "mosquitto", free_port())
+    broker.workdir.mkdir(parents=True)
+    broker.start()
+    client = connect(url)
+    store = Store(client, "fresh")
+    try:
+        await _freshness.seed_tasks(store, np.random.default_rng(7), max(sizes), args.tasks)
+        print(
+            f"a running daemon (every loop; MQTT ingest of one trial per changed series each"
+            f" {CI_INTERVAL:.0f} s, spread over it, {args.rounds} intervals; {args.tasks} tasks"
+            " a series): freshness from the trial's commit to its snapshot's write"
+        )
+        offset = 0
+        for size in sizes:
+            for count in counts:
+                offset += 1
+                got = await _freshness.measure(
+                    url=url,
+                    broker=broker.port,
+                    prefix="fresh",
+                    suites=size,
+                    replicas=count,
+                    rounds=args.rounds,
+                    interval=CI_INTERVAL,
+                    offset=offset,
+                    profile=args.profile,
+                )
+                print(_freshness.report(got, args.rounds, CI_INTERVAL, alone * 1e3), flush=True)
+    finally:
+        await client.aclose()
+        broker.stop()
 
 
 def main() -> None:
@@ -327,6 +397,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--baseline", type=int, default=500, help="series on the per-series path")
     parser.add_argument("--metrics-series", type=int, default=10_000)
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"which figures, of {', '.join(PARTS)}"
+    )
+    parser.add_argument("--phase-suites", type=int, default=1000)
+    parser.add_argument("--fresh", default="1000,5000", help="changed series per freshness run")
+    parser.add_argument("--replicas", default="1,2", help="daemon processes per freshness run")
+    parser.add_argument("--rounds", type=int, default=3, help="ci_intervals of ingest per run")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reliabilityd-bench-ci-") as tmp:

@@ -1,10 +1,13 @@
 """Where a CI tick's CPU goes: seconds of CPU per phase, per series.
 
-The same seeded suites as ``bench_ci`` (200 live-like tasks each, both
-metrics at k = 1 and 5, ``gaffke``, B = 2000) drained by one daemon whose
-batches run one at a time, so the phases never overlap and each phase's
-process CPU time (``time.process_time``, worker threads included) is its
-own. The start-up reconcile runs before the clock starts.
+The same seeded suites as ``bench_ci`` (200 live-like tasks each with n
+uniform in [5, 100], both metrics at k = 1 and 5, the default interval
+``gaffke`` with B = 2000) drained by one daemon whose batches run one at a
+time, so the phases never overlap and each phase's process CPU time
+(``time.process_time``, worker threads included) is its own. Each tick is
+the daemon's whole tick: the snapshots, then the evaluator's verdicts and
+the summary rows of every suite. The start-up reconcile runs before the
+clock starts.
 
     .venv/bin/python -m benchmarks.bench_tick_phases --suites 1000
 """
@@ -22,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.bench_ci import PREFIX, config, drain, live_like, seed
+from benchmarks.bench_ci import PREFIX, config, live_like, seed
 from reliabilityd.daemon import _recompute
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.embedded.processes import RedisServer, free_port
@@ -58,6 +61,18 @@ def timed(owner: Any, name: str, label: str) -> None:
     setattr(owner, name, wrapper)
 
 
+async def whole_ticks(daemon: Daemon) -> None:
+    """The daemon's ticks (``Recompute._tick`` without its idle sweep) until no mark is left."""
+    recompute = daemon.recompute
+    while True:
+        tick = await recompute.ci_tick()
+        suites = await daemon.store.reads.suites()
+        await recompute.evaluator.evaluate(suites, tick.snapshots)
+        await recompute.rows.write(recompute.config, suites, tick.snapshots)
+        if not tick.marks and not await daemon.store.snapshots.changed():
+            return
+
+
 async def run(workdir: Path, suites: int) -> None:
     server = RedisServer("redis", workdir / "redis", free_port())
     server.workdir.mkdir(parents=True)
@@ -76,11 +91,13 @@ async def run(workdir: Path, suites: int) -> None:
         timed_async(store.snapshots, "claim_changed", "claims")
         timed_async(store.snapshots, "release_claims", "claims")
         timed(snapshot, "full_estimates_many", "math (full_estimates_many)")
-        timed(_recompute, "ranked_cell_groups", "lottery ranking (exact gaps)")
+        timed(_recompute, "ranked_cell_groups_many", "lottery ranking (exact gaps)")
         timed(snapshot, "build", "snapshot build and JSON")
         timed(snapshot, "redis_fields", "snapshot build and JSON")
+        timed_async(daemon.evaluator, "evaluate", "evaluator (every rule, every suite)")
+        timed_async(daemon.recompute.rows, "write", "summary rows (with the trend)")
         cpu, wall = time.process_time(), time.perf_counter()
-        await drain(daemon)
+        await whole_ticks(daemon)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         print(
             f"{suites:,} series: {cpu:.2f} s CPU ({cpu / suites * 1e3:.2f} ms a series),"

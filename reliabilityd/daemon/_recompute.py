@@ -50,7 +50,7 @@ from reliabilityd.rules import Rule, views
 from reliabilityd.stats import history, snapshot
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.histogram import Histogram
-from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups
+from reliabilityd.stats.lottery import LotteryCase, ranked_cell_groups, ranked_cell_groups_many
 from reliabilityd.store import (
     Series,
     SnapshotWrite,
@@ -243,10 +243,19 @@ class Recompute:
                 log.exception("%s", kv("snapshot_failed", suite=one.label))
                 return None
 
+        def ranked_all() -> list[list[list[tuple[int, int]]] | None]:
+            try:
+                return list(
+                    ranked_cell_groups_many(
+                        [state.hist.at_least(lottery_k) for state in states], lottery_k, limit
+                    )
+                )
+            except Exception:
+                # One series' bad data must not cost the others theirs: each alone.
+                return [ranked(one, state) for one, state in zip(series, states, strict=True)]
+
         # Exact rationals for the ties: CPU, so off the event loop with the math.
-        ranking = await asyncio.to_thread(
-            lambda: [ranked(one, state) for one, state in zip(series, states, strict=True)]
-        )
+        ranking = await asyncio.to_thread(ranked_all)
         for i, order in enumerate(ranking):
             if order is None and estimates[i] is not None:
                 estimates[i] = None

@@ -48,26 +48,33 @@ def _trend(history: History, k: int | None, now: float) -> list[Point]:
         return []
     key = _model.series_key("pass^k", k)
     samples = _model.samples(((p.t, p.values) for p in history.points), key)
+    return trend_of([(s.t, s.value, s.lo, s.hi) for s in samples], now)
+
+
+def trend_of(samples: Sequence[Point], now: float) -> list[Point]:
+    """The last of each of ``TREND_POINTS`` spans of the last day, of samples in time order."""
     step = DAY / TREND_POINTS
     kept: dict[int, Point] = {}
     for s in samples:
-        if s.t >= now - DAY:
-            kept[int((s.t - (now - DAY)) // step)] = (s.t, s.value, s.lo, s.hi)
+        if s[0] >= now - DAY:
+            kept[int((s[0] - (now - DAY)) // step)] = s
     return [kept[i] for i in sorted(kept)]
 
 
-def row_of(snap: Snapshot, watched: Sequence[Watched], history: History | None, now: float) -> Row:
-    """A series' row from its snapshot, the rules that read it and its history."""
-    own = [
-        w.watch.rule
-        for w in watched
-        if isinstance(w.watch.rule, Rule)
-        and w.watch.suite == snap.suite
-        and w.watch.slice == snap.slice
-    ]
+def row_of(
+    snap: Snapshot,
+    watched: Sequence[Watched],
+    history: History | None,
+    now: float,
+    trend: list[Point] | None = None,
+) -> Row:
+    """A series' row from its snapshot, the rules that read it and its history (or the
+    ``trend`` already taken from it: ``trend_of``)."""
+    own = _own(snap, watched)
     k = _model.headline_k(snap, own)
     est = None if k is None else snap.get("pass^k", k)
-    trend = [] if history is None else _trend(history, k, now)
+    if trend is None:
+        trend = [] if history is None else _trend(history, k, now)
     return Row(
         suite=snap.suite,
         slice=snap.slice,
@@ -88,6 +95,17 @@ def row_of(snap: Snapshot, watched: Sequence[Watched], history: History | None, 
         slice_overflow=snap.slice_overflow,
         trials=snap.trials,
     )
+
+
+def _own(snap: Snapshot, watched: Sequence[Watched]) -> list[Rule]:
+    """The rules of ``watched`` on the snapshot's own series."""
+    return [
+        w.watch.rule
+        for w in watched
+        if isinstance(w.watch.rule, Rule)
+        and w.watch.suite == snap.suite
+        and w.watch.slice == snap.slice
+    ]
 
 
 def _rules(watched: Sequence[Watched]) -> list[tuple[str, str, str]]:
@@ -146,10 +164,24 @@ class RowWriter:
             every = await registry.with_settled(self.store, watches, settled)
         by_series = _by_series(every)
         written = list(snapshots)
-        histories = await self.store.history.read_many(written, since=now - DAY, until=now)
+        # Each row's trend from its headline k's history string alone: one GET a series.
+        heads = {
+            s: _model.headline_k(snapshots[s], _own(snapshots[s], by_series.get(s, [])))
+            for s in written
+        }
+        wanted = [(s, k) for s, k in heads.items() if k is not None]
+        samples = dict(
+            zip(
+                [s for s, _ in wanted],
+                await self.store.history.pass_hat_many(
+                    wanted, since=now - DAY, until=now, span=DAY / TREND_POINTS
+                ),
+                strict=True,
+            )
+        )
         rows = [
-            row_of(snapshots[s], by_series.get(s, []), h, now)
-            for s, h in zip(written, histories, strict=True)
+            row_of(snapshots[s], by_series.get(s, []), None, now, trend_of(samples.get(s, []), now))
+            for s in written
         ]
         # Rows whose rules' states moved since they were written: the same row, its rules new.
         moved = [

@@ -273,7 +273,8 @@ def estimate_many(
             interval,
             confidence=confidence,
             n_boot=n_boot,
-            rngs=[np.random.default_rng(seed) for _ in jobs],
+            # A generator only for the jobs that draw (most take the saddlepoint).
+            rngs=lambda: np.random.default_rng(seed),
         )
     for p in pending:
         value = p.value

@@ -268,6 +268,54 @@ def decode_points(raw: bytes, k: int) -> list[list[Point]]:
     return out
 
 
+def pass_hat_samples(
+    raw: bytes,
+    k: int,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    span: float | None = None,
+) -> list[tuple[float, float | None, float | None, float | None]]:
+    """(t, pass^k, low, high) of one k's history string with ``since <= t <= until``, in
+    time order: the pass^k values ``merge({k: raw})`` gives, without building its points.
+    With ``span`` (and ``since``), only the last of each span of that length counted from
+    ``since``.
+
+    The summary rows' trend after every tick reads this (one string a series,
+    decoded by numpy), not the whole history. Raises ValueError when ``raw`` is
+    not a history string of this layout.
+    """
+    tiers = _tiers_of(raw)
+    newest = max((int(r["t"].max()) for r in tiers if len(r)), default=0)
+    if newest == 0:
+        return []
+    reach = [(newest // tier.resolution - tier.capacity + 1) * tier.resolution for tier in TIERS]
+    times: list[npt.NDArray[np.int64]] = []
+    codes: list[npt.NDArray[np.uint16]] = []
+    for index, records in enumerate(tiers):
+        t = records["t"].astype(np.int64)
+        keep = (t > 0) & (t >= reach[index])
+        if index > 0:
+            keep &= t < min(reach[:index])
+        if since is not None:
+            keep &= t >= since
+        if until is not None:
+            keep &= t <= until
+        times.append(t[keep])
+        codes.append(records["v"][keep][:, 3:6])
+    t_all = np.concatenate(times)
+    order = np.argsort(t_all, kind="stable")
+    t_all, c_all = t_all[order], np.concatenate(codes)[order]
+    if span is not None and since is not None and t_all.size:
+        # Floor division as Python takes it (the rows bucket their trend the same way).
+        bucket = (t_all - since) // span
+        last = np.ones(t_all.size, dtype=bool)
+        last[:-1] = bucket[1:] != bucket[:-1]
+        t_all, c_all = t_all[last], c_all[last]
+    rows = _triples(c_all)
+    return [(float(t), row[0], row[1], row[2]) for t, row in zip(t_all.tolist(), rows, strict=True)]
+
+
 def merge(
     raws: Mapping[int, bytes],
     *,

@@ -44,7 +44,7 @@ Methods:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Literal, NamedTuple, TypeAlias
 
@@ -53,7 +53,10 @@ import numpy.typing as npt
 
 from reliabilityd.stats.bootstrap import wilson_interval
 from reliabilityd.stats.exact import beta_quantiles, binomial_upper_tail
-from reliabilityd.stats.saddlepoint import bootstrap_mean_quantiles, dirichlet_mean_quantiles
+from reliabilityd.stats.saddlepoint import (
+    bootstrap_mean_quantiles,
+    ragged_dirichlet_mean_quantiles,
+)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -181,16 +184,6 @@ def drawn_bounds(lows: FloatArray, highs: FloatArray, tail: float) -> tuple[floa
     return lo, hi
 
 
-class _GaffkeRows(NamedTuple):
-    """A gaffke interval's two saddlepoint quantiles, waiting to be solved in a batch."""
-
-    low_values: FloatArray
-    high_values: FloatArray
-    alpha: FloatArray
-    lo_q: float
-    hi_q: float
-
-
 class _TwoAtoms(NamedTuple):
     """A gaffke interval whose bounds are Beta quantiles, waiting to be solved in a batch.
 
@@ -242,29 +235,115 @@ def exact_gaffke(
     return interval
 
 
-def _gaffke_plan(
-    values: FloatArray,
-    count: IntArray,
+def _batch_atoms(
+    jobs: Sequence[tuple[FloatArray, IntArray]],
+) -> tuple[FloatArray, IntArray, IntArray, IntArray]:
+    """``atoms`` of every job at once: (distinct values, tasks at each) end to end, job by
+    job, with each job's first atom and its number of atoms.
+
+    One sort of every job's cells by (job, value): the same atoms, in the same
+    order, as ``atoms`` gives each job alone.
+    """
+    sizes = np.array([len(v) for v, _ in jobs], dtype=np.int64)
+    values = np.concatenate([v for v, _ in jobs]).astype(np.float64)
+    counts = np.concatenate([c for _, c in jobs]).astype(np.int64)
+    starts = np.zeros(sizes.size, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    # One row a job, padded past its cells with +inf (after every value), each row sorted:
+    # many small sorts, which are far quicker than one sort of every cell.
+    cols = np.arange(int(sizes.max()))[None, :]
+    held = cols < sizes[:, None]
+    at = starts[:, None] + np.where(held, cols, 0)
+    table = np.where(held, values[at], np.inf)
+    order = np.argsort(table, axis=1)
+    table = np.take_along_axis(table, order, axis=1)
+    weight = np.take_along_axis(np.where(held, counts[at], 0), order, axis=1)
+    new = np.ones(table.shape, dtype=bool)
+    new[:, 1:] = table[:, 1:] != table[:, :-1]
+    new &= held
+    flat = table.reshape(-1)
+    begins = np.flatnonzero(new.reshape(-1))
+    per_job = new.sum(axis=1)
+    first = np.zeros(sizes.size, dtype=np.int64)
+    np.cumsum(per_job[:-1], out=first[1:])
+    # Padding sorts after every cell and weighs 0: each atom's sum ends at the next atom.
+    return flat[begins], np.add.reduceat(weight.reshape(-1), begins), first, per_job
+
+
+def _gaffke_rows(
+    uniq: FloatArray, merged: IntArray, first: IntArray, size: IntArray, level: float
+) -> tuple[FloatArray, FloatArray, IntArray, IntArray, FloatArray]:
+    """The saddlepoint rows of the jobs whose atoms begin at ``first`` (``size`` of them):
+    two a job, its atoms with the pseudo-task at 0 (the lower bound, at ``level``) and at
+    1 (the upper bound, at ``1 - level``), weight 1, end to end."""
+    src = np.repeat(first, 2)
+    atoms_in = np.repeat(size, 2)
+    extra = np.tile([0.0, 1.0], first.size)
+    lengths = atoms_in + 1
+    starts = np.zeros(lengths.size, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    row = np.repeat(np.arange(lengths.size), lengths)
+    offset = np.arange(int(lengths.sum())) - starts[row]
+    pseudo = offset == atoms_in[row]
+    at = src[row] + np.minimum(offset, atoms_in[row] - 1)
+    values = np.where(pseudo, extra[row], uniq[at])
+    alpha = np.where(pseudo, 1.0, merged[at].astype(np.float64))
+    probs = np.tile([level, 1.0 - level], first.size)
+    return values, alpha, starts, lengths, probs
+
+
+def _gaffke_drawn(
+    uniq: FloatArray, merged: IntArray, n_boot: int, tail: float, rng: np.random.Generator
+) -> Interval:
+    """gaffke's bounds from B Dirichlet draws over the atoms and the pseudo-task."""
+    alpha = np.append(merged.astype(np.float64), 1.0)
+    g = rng.standard_gamma(alpha, size=(n_boot, alpha.size))
+    w = g / g.sum(axis=1, keepdims=True)
+    lo, hi = drawn_bounds(w @ np.append(uniq, 0.0), w @ np.append(uniq, 1.0), tail)
+    return Interval(max(0.0, lo), min(1.0, hi), "exact-draw")
+
+
+def _gaffke_batch(
+    jobs: Sequence[tuple[FloatArray, IntArray]],
     confidence: float,
     n_boot: int,
-    rng: np.random.Generator,
-) -> Interval | _GaffkeRows | _TwoAtoms:
-    """The drawn interval, or what the batch solves: Beta quantiles or saddlepoint rows."""
-    uniq, merged = atoms(values, count)
+    rng_of: Callable[[int], np.random.Generator],
+) -> list[Interval]:
+    """gaffke's interval of every job: the Beta quantiles of every two-atom job in one
+    vectorised inversion, the saddlepoint rows of every large one in one pass, the draws
+    job by job."""
+    out: list[Interval | None] = [None] * len(jobs)
+    if not jobs:
+        return []
+    if any(len(v) == 0 for v, _ in jobs):
+        raise ValueError("every job needs at least one cell")
+    uniq, merged, first, per_job = _batch_atoms(jobs)
     lo_q = _tails(confidence)[0]
-    exact = _two_atoms(uniq, merged, lo_q)
-    if exact is not None:
-        return exact
-    alpha = np.append(merged.astype(np.float64), 1.0)
-    low_values = np.append(uniq, 0.0)
-    high_values = np.append(uniq, 1.0)
-    if exact_draw_is_small(n_boot, alpha.size) and draw_rank(n_boot, lo_q) > 0:
-        g = rng.standard_gamma(alpha, size=(n_boot, alpha.size))
-        w = g / g.sum(axis=1, keepdims=True)
-        lo, hi = drawn_bounds(w @ low_values, w @ high_values, lo_q)
-        return Interval(max(0.0, lo), min(1.0, hi), "exact-draw")
-    level = saddlepoint_level(n_boot, lo_q)
-    return _GaffkeRows(low_values, high_values, alpha, level, 1.0 - level)
+    drawn = draw_rank(n_boot, lo_q) > 0
+    exact: list[tuple[int, _TwoAtoms]] = []
+    saddle: list[int] = []
+    for i, (begin, size) in enumerate(zip(first.tolist(), per_job.tolist(), strict=True)):
+        if size <= 2:
+            two = _two_atoms(uniq[begin : begin + size], merged[begin : begin + size], lo_q)
+            if two is not None:
+                exact.append((i, two))
+                continue
+        if drawn and exact_draw_is_small(n_boot, size + 1):
+            end = begin + size
+            out[i] = _gaffke_drawn(uniq[begin:end], merged[begin:end], n_boot, lo_q, rng_of(i))
+        else:
+            saddle.append(i)
+    for (i, _), solved in zip(exact, _solve_two_atoms([p for _, p in exact]), strict=True):
+        out[i] = solved
+    if saddle:
+        chosen = np.array(saddle, dtype=np.int64)
+        level = saddlepoint_level(n_boot, lo_q)
+        q = ragged_dirichlet_mean_quantiles(
+            *_gaffke_rows(uniq, merged, first[chosen], per_job[chosen], level)
+        ).tolist()
+        for j, i in enumerate(saddle):
+            out[i] = Interval(max(0.0, q[2 * j]), min(1.0, q[2 * j + 1]), "saddlepoint")
+    return [x for x in out if x is not None]
 
 
 def gaffke(
@@ -305,44 +384,36 @@ def intervals(
     *,
     confidence: float,
     n_boot: int,
-    rngs: Sequence[np.random.Generator],
+    rngs: Sequence[np.random.Generator] | Callable[[], np.random.Generator],
 ) -> list[Interval]:
     """The named interval of each (per-task values, count) job, ``rngs[i]`` drawing for job i.
 
-    ``gaffke``'s Beta quantiles (``exact``) of every job are solved in one
-    vectorised pass (``stats.exact``), and its saddlepoint quantiles in
-    another (``dirichlet_mean_quantiles``), each bit-identical to the job
-    computed alone; draws and ``percentile`` are computed job by job.
+    ``rngs`` may instead make a generator: each job that draws then calls it
+    once (``lambda: np.random.default_rng(seed)``, so a job's draw depends on
+    no other job and the many jobs that draw nothing cost no generator).
+    ``gaffke``'s atoms of every job come from one sort, its Beta quantiles
+    (``exact``) from one vectorised pass (``stats.exact``), and its
+    saddlepoint quantiles from another (``ragged_dirichlet_mean_quantiles``),
+    each bit-identical to the job computed alone; draws and ``percentile``
+    are computed job by job.
     """
     check_interval(name)
+    rng_of: Callable[[int], np.random.Generator]
+    if callable(rngs):
+        make = rngs
+        rng_of = lambda _: make()  # noqa: E731
+    else:
+        given = list(rngs)
+        if len(given) != len(jobs):
+            raise ValueError(f"{len(jobs)} jobs but {len(given)} generators")
+        rng_of = given.__getitem__
+
     if name == "percentile":
         return [
-            percentile(values, count, confidence, n_boot, rng)
-            for (values, count), rng in zip(jobs, rngs, strict=True)
+            percentile(values, count, confidence, n_boot, rng_of(i))
+            for i, (values, count) in enumerate(jobs)
         ]
-    planned = [
-        _gaffke_plan(values, count, confidence, n_boot, rng)
-        for (values, count), rng in zip(jobs, rngs, strict=True)
-    ]
-    rows = [p for p in planned if isinstance(p, _GaffkeRows)]
-    quantiles = iter(
-        dirichlet_mean_quantiles(
-            [v for p in rows for v in (p.low_values, p.high_values)],
-            [p.alpha for p in rows for _ in range(2)],
-            [q for p in rows for q in (p.lo_q, p.hi_q)],
-        ).tolist()
-    )
-    exact = iter(_solve_two_atoms([p for p in planned if isinstance(p, _TwoAtoms)]))
-    out: list[Interval] = []
-    for p in planned:
-        if isinstance(p, Interval):
-            out.append(p)
-        elif isinstance(p, _TwoAtoms):
-            out.append(next(exact))
-        else:
-            lo, hi = next(quantiles), next(quantiles)
-            out.append(Interval(max(0.0, lo), min(1.0, hi), "saddlepoint"))
-    return out
+    return _gaffke_batch(jobs, confidence, n_boot, rng_of)
 
 
 def interval(

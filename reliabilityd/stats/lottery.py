@@ -11,15 +11,19 @@ the daemon uses that to keep lottery ranking off the O(tasks) path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from itertools import groupby
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from reliabilityd.stats.estimators import lottery_gap, pass_at_k_cells, pass_hat_k_cells
 from reliabilityd.stats.histogram import Histogram
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 
 class LotteryCase(msgspec.Struct, frozen=True):
@@ -82,36 +86,96 @@ def ranked_cell_groups(
     two or more cells whose float gaps are within ``FLOAT_SLACK`` of one
     another is ordered by exact rationals, so only the near ties up to
     ``limit`` cost any rational arithmetic (a live suite has hundreds of
-    cells, and few of them tie).
+    cells, and few of them tie). The one tie that needs no rationals is a
+    cell and its mirror, (n, c) and (n, n - c): their gaps are equal.
     """
+    return ranked_cell_groups_many([hist], k, limit)[0]
+
+
+def ranked_cell_groups_many(
+    hists: Sequence[Histogram], k: int, limit: int | None = None
+) -> list[list[list[tuple[int, int]]]]:
+    """``ranked_cell_groups`` of many histograms: every float gap in one vectorised call."""
     _check_k(k)
-    if k == 1:
-        return []  # pass@1 = pass^1 for every task: no gap anywhere
+    if k == 1 or not hists:
+        return [[] for _ in hists]  # pass@1 = pass^1 for every task: no gap anywhere
+    n_all = np.concatenate([h.n for h in hists])
+    c_all = np.concatenate([h.c for h in hists])
+    w_all = np.concatenate([h.count for h in hists])
     # is_candidate over every cell at once; for k >= 2 each such cell's gap is
     # positive (some k-subset of its trials holds a pass and a failure)
-    keep = (hist.n >= k) & (hist.c > 0) & (hist.c < hist.n)
-    ns, cs, counts = hist.n[keep], hist.c[keep], hist.count[keep]
+    keep = (n_all >= k) & (c_all > 0) & (c_all < n_all)
+    owner = np.repeat(np.arange(len(hists)), [h.n.size for h in hists])[keep]
+    n_all, c_all, w_all = n_all[keep], c_all[keep], w_all[keep]
+    approx_all = pass_at_k_cells(n_all, c_all, k) - pass_hat_k_cells(n_all, c_all, k)
+    ends = np.searchsorted(owner, np.arange(len(hists) + 1))
+    out: list[list[list[tuple[int, int]]]] = []
+    for i in range(len(hists)):
+        begin, end = int(ends[i]), int(ends[i + 1])
+        out.append(
+            _ranked(
+                n_all[begin:end],
+                c_all[begin:end],
+                w_all[begin:end],
+                approx_all[begin:end],
+                k=k,
+                limit=limit,
+            )
+        )
+    return out
+
+
+def _ranked(
+    ns: IntArray,
+    cs: IntArray,
+    counts: IntArray,
+    approx: FloatArray,
+    *,
+    k: int,
+    limit: int | None,
+) -> list[list[tuple[int, int]]]:
+    """One histogram's groups from its candidate cells and their float gaps."""
     if ns.size == 0:
         return []
-    approx = pass_at_k_cells(ns, cs, k) - pass_hat_k_cells(ns, cs, k)
     order = np.argsort(-approx, kind="stable")
+    gaps = approx[order]
+    # Run starts: where the float gap falls by more than FLOAT_SLACK from the cell before.
+    breaks = np.ones(gaps.size, dtype=bool)
+    breaks[1:] = gaps[:-1] - gaps[1:] > FLOAT_SLACK
+    starts = np.flatnonzero(breaks)
+    run_ends = np.append(starts[1:], order.size)
+    if limit is not None:
+        # The runs that hold the first `limit` tasks: up to the first whose end covers it.
+        through = np.cumsum(counts[order])[run_ends - 1]
+        runs = int(np.searchsorted(through, limit)) + 1
+        starts, run_ends = starts[:runs], run_ends[:runs]
+    cells = order[: int(run_ends[-1])]
+    n_list, c_list, w_list = ns[cells].tolist(), cs[cells].tolist(), counts[cells].tolist()
     groups: list[list[tuple[int, int]]] = []
     covered = 0
-    start = 0
-    while start < len(order) and (limit is None or covered < limit):
-        end = start + 1
-        while end < len(order) and approx[order[end - 1]] - approx[order[end]] <= FLOAT_SLACK:
-            end += 1
+    for start, end in zip(starts.tolist(), run_ends.tolist(), strict=True):
+        if limit is not None and covered >= limit:
+            break
         if end == start + 1:  # a cell alone in its run: its float gap orders it
-            i = order[start]
-            groups.append([(int(ns[i]), int(cs[i]))])
-            covered += int(counts[i])
-            start = end
+            groups.append([(n_list[start], c_list[start])])
+            covered += w_list[start]
             continue
-        run = []
-        for i in order[start:end]:
-            n, c, count = int(ns[i]), int(cs[i]), int(counts[i])
-            gap = lottery_gap(n, c, k)
+        if (
+            end == start + 2
+            and n_list[start] == n_list[start + 1]
+            and c_list[start] + c_list[start + 1] == n_list[start]
+        ):
+            # A cell and its mirror: one gap, one group, by c.
+            a, b = sorted((c_list[start], c_list[start + 1]))
+            groups.append([(n_list[start], a), (n_list[start], b)])
+            covered += w_list[start] + w_list[start + 1]
+            continue
+        run: list[tuple[Fraction | int, int, int, int]] = []
+        for j in range(start, end):
+            n, c, count = n_list[j], c_list[j], w_list[j]
+            # Fewer than k passes and fewer than k failures: no k-subset is all
+            # one or the other, so the gap is exactly 1 (and so is its float).
+            gap = 1 if c < k and n - c < k else lottery_gap(n, c, k)
             if gap > 0:
                 run.append((-gap, -n, c, count))
         run.sort()
@@ -121,5 +185,4 @@ def ranked_cell_groups(
             group = list(rows)
             groups.append([(-neg_n, c) for _, neg_n, c, _ in group])
             covered += sum(count for *_, count in group)
-        start = end
     return groups

@@ -37,6 +37,13 @@ _NEWTON = 60
 _W_SMALL = 1e-4
 # Damped Newton takes the full step once the Newton decrement is under this.
 _FULL_STEP = 0.25
+# A full Newton step with a decrement under this is the last: self-concordance
+# leaves the decrement after it below its square (1e-14 in the local norm).
+_LAST_STEP = 1e-7
+# An outer Newton step on x of under this many of the row's sds is taken as the
+# answer without another evaluation: the next one would move x by about its
+# square (1e-12 sd), well under what the 1e-10 tolerance on the tail allows.
+_SETTLED_SD = 1e-6
 
 
 def _lugannani_rice(w: float, u: float) -> float:
@@ -180,7 +187,9 @@ def _gamma_sum_tails(
         decrement = sl * np.abs(g) / np.sqrt(h)
         step = -g / h
         t_new = tl + np.where(decrement < _FULL_STEP, step, step / (1.0 + decrement))
-        done = np.abs(t_new - tl) <= 1e-12 * np.maximum(1.0, np.abs(tl))
+        done = (decrement < _LAST_STEP) | (
+            np.abs(t_new - tl) <= 1e-12 * np.maximum(1.0, np.abs(tl))
+        )
         t[live] = t_new
         if done.all():
             break
@@ -215,33 +224,53 @@ def dirichlet_mean_quantiles(
     whichever rows share its batch (``dirichlet_mean_quantile`` is a batch of
     one).
     """
-    rows = len(values)
+    if not values:
+        return np.empty(0)
+    sizes = np.array([len(v) for v in values], dtype=np.int64)
+    starts = np.zeros(sizes.size, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    return ragged_dirichlet_mean_quantiles(
+        np.concatenate(values).astype(np.float64),
+        np.concatenate(alpha).astype(np.float64),
+        starts,
+        sizes,
+        np.asarray(probs, dtype=np.float64),
+    )
+
+
+def ragged_dirichlet_mean_quantiles(
+    values: FloatArray,
+    alpha: FloatArray,
+    starts: npt.NDArray[np.int64],
+    sizes: npt.NDArray[np.int64],
+    probs: FloatArray,
+) -> FloatArray:
+    """``dirichlet_mean_quantiles`` of rows stored end to end: row i is
+    ``values[starts[i] : starts[i] + sizes[i]]`` with its ``alpha`` (every size at least 1).
+
+    The same floats as the rows given one by one; the batch is gathered into
+    its padded matrix in a few array operations, with no loop over rows.
+    """
+    rows = starts.size
     out = np.empty(rows)
     if rows == 0:
         return out
-    sizes = np.array([len(v) for v in values])
     # Rows of similar length together, so little of each batch is padding.
     order = np.argsort(sizes, kind="stable")
     for begin in range(0, rows, _BATCH_ROWS):
         chosen = order[begin : begin + _BATCH_ROWS]
-        out[chosen] = _solve_rows(
-            [values[i] for i in chosen],
-            [alpha[i] for i in chosen],
-            np.array([probs[i] for i in chosen], dtype=np.float64),
-        )
+        size = sizes[chosen]
+        cols = np.arange(_width(int(size.max())))[None, :]
+        held = cols < size[:, None]
+        # Padding repeats the row's first value with weight 0: no minimum,
+        # maximum or sum changes.
+        at = starts[chosen][:, None] + np.where(held, cols, 0)
+        out[chosen] = _solve_rows(values[at], np.where(held, alpha[at], 0.0), probs[chosen])
     return out
 
 
-def _solve_rows(values: list[FloatArray], alpha: list[FloatArray], prob: FloatArray) -> FloatArray:
-    width = _width(max(len(v) for v in values))
-    v = np.empty((len(values), width))
-    a = np.zeros((len(values), width))
-    for i, (vi, ai) in enumerate(zip(values, alpha, strict=True)):
-        v[i, : len(vi)] = vi
-        # Padding repeats the row's first value with weight 0: no minimum,
-        # maximum or sum changes.
-        v[i, len(vi) :] = vi[0]
-        a[i, : len(ai)] = ai
+def _solve_rows(v: FloatArray, a: FloatArray, prob: FloatArray) -> FloatArray:
+    """Each padded row's quantile (``ragged_dirichlet_mean_quantiles``)."""
     vmin, vmax = v.min(axis=1), v.max(axis=1)
     x = vmin.copy()
     total = _row_sums(a)
@@ -266,9 +295,9 @@ def _solve_rows(values: list[FloatArray], alpha: list[FloatArray], prob: FloatAr
         np.maximum(guess[live], (vmin + 1e-3 * spread)[live]),
         (vmax - 1e-3 * spread)[live],
     )
-    t = np.zeros(len(values))
+    t = np.zeros(v.shape[0])
     # The unfinished rows' working copies, compacted as rows finish.
-    vl, al, pl, lol, hil = v[live], a[live], prob[live], lo[live], hi[live]
+    vl, al, pl, lol, hil, sdl = v[live], a[live], prob[live], lo[live], hi[live], sd[live]
     xl, tl = x[live], t[live]
     for _ in range(_BISECT):
         if live.size == 0:
@@ -283,13 +312,16 @@ def _solve_rows(values: list[FloatArray], alpha: list[FloatArray], prob: FloatAr
         inside = (lol < step) & (step < hil)
         x_new = np.where(inside, step, 0.5 * (lol + hil))
         still = np.abs(x_new - xl) < 1e-14 * np.maximum(1.0, np.abs(xl))
-        finished = settled | still
-        xl = np.where(finished, xl, x_new)
+        last = inside & (np.abs(x_new - xl) < _SETTLED_SD * sdl)
+        finished = settled | still | last
+        xl = np.where(settled | still, xl, x_new)
         x[live] = xl
         if finished.any():
             keep = ~finished
             live = live[keep]
-            vl, al, pl, lol, hil, xl, tl = (arr[keep] for arr in (vl, al, pl, lol, hil, xl, tl))
+            vl, al, pl, lol, hil, sdl, xl, tl = (
+                arr[keep] for arr in (vl, al, pl, lol, hil, sdl, xl, tl)
+            )
     clamped: FloatArray = np.minimum(np.maximum(x, vmin), vmax)
     return clamped
 

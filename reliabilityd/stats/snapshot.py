@@ -173,6 +173,26 @@ def point_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
     return out
 
 
+def point_estimates_many(
+    series: Sequence[tuple[Histogram, StatsSettings]],
+) -> list[list[Estimate]]:
+    """``point_estimates`` of many series, those with equal ks and min_coverage in one pass.
+
+    Each series' estimates are exactly ``point_estimates(hist, settings)``.
+    """
+    out: list[list[Estimate]] = [[] for _ in series]
+    groups: dict[tuple[tuple[int, ...], float], list[int]] = {}
+    for i, (_, settings) in enumerate(series):
+        groups.setdefault((settings.ks, settings.min_coverage), []).append(i)
+    for (ks, min_coverage), members in groups.items():
+        rows = estimate_many(
+            [series[i][0] for i in members], ks, min_coverage=min_coverage, with_ci=False
+        )
+        for i, row in zip(members, rows, strict=True):
+            out[i] = row
+    return out
+
+
 def full_estimates(hist: Histogram, settings: StatsSettings) -> list[Estimate]:
     """Every metric at every k with its CI (``settings.interval``)."""
     return estimate_many([hist], settings.ks, **settings.options())[0]

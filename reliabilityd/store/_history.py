@@ -91,6 +91,33 @@ class Histories:
             )
         return out
 
+    async def pass_hat_many(
+        self,
+        series: Sequence[tuple[Series, int]],
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        span: float | None = None,
+    ) -> list[list[tuple[float, float | None, float | None, float | None]]]:
+        """Each (series, k)'s pass^k samples (``history.pass_hat_samples``, the last of
+        each ``span`` with one) in one round trip: one history string a series, no
+        transitions, no other k."""
+        if not series:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for one, k in series:
+            pipe.get(self.keys.history(self.keys.snapshot(one.suite, one.slice), k))
+        out: list[list[tuple[float, float | None, float | None, float | None]]] = []
+        for (_, k), raw in zip(series, await pipe.execute(), strict=True):
+            # None: expired, nothing in reach; another header: another layout.
+            if raw is None or not history.readable(bytes(raw)):
+                out.append([])
+            else:
+                out.append(
+                    history.pass_hat_samples(bytes(raw), k, since=since, until=until, span=span)
+                )
+        return out
+
     async def transitions_many(
         self,
         series: Sequence[Series],

@@ -17,6 +17,7 @@ from reliabilityd import Histogram, estimate
 from reliabilityd.stats import snapshot
 from reliabilityd.stats.estimate import estimate_many
 from reliabilityd.stats.estimators import METRICS, pass_at_k_cells, pass_hat_k_cells
+from reliabilityd.stats.intervals import _batch_atoms, atoms
 from reliabilityd.stats.saddlepoint import dirichlet_mean_quantile, dirichlet_mean_quantiles
 
 
@@ -111,3 +112,38 @@ def test_dirichlet_quantile_rows_are_the_rows_solved_alone() -> None:
         dirichlet_mean_quantile(v, a, p) for v, a, p in zip(values, alpha, probs, strict=True)
     ]
     assert all(0.0 <= q <= 1.0 for q in together)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    cells=st.lists(
+        st.lists(st.tuples(st.integers(0, 6), st.integers(1, 5)), min_size=1, max_size=40),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_batched_atoms_are_each_jobs_own(cells: list[list[tuple[int, int]]]) -> None:
+    """The tick's one sort of every job's cells gives each job the atoms it has alone."""
+    jobs = [
+        (np.array([v / 6 for v, _ in job]), np.array([w for _, w in job], dtype=np.int64))
+        for job in cells
+    ]
+    uniq, merged, first, size = _batch_atoms(jobs)
+    for (values, count), begin, atoms_in in zip(jobs, first, size, strict=True):
+        want_values, want_counts = atoms(values, count)
+        assert uniq[begin : begin + atoms_in].tolist() == want_values.tolist()
+        assert merged[begin : begin + atoms_in].tolist() == want_counts.tolist()
+
+
+def test_live_point_estimates_of_many_series_are_each_ones_own() -> None:
+    """The live loop's round computes every due suite's point estimates in one pass."""
+    rng = np.random.default_rng(13)
+    hists = [live_like(rng, size, top) for size in (0, 3, 200, 50) for top in (6, 100)]
+    kinds = [
+        snapshot.StatsSettings(ks=(1, 5)),
+        snapshot.StatsSettings(ks=(3,), min_coverage=0.5),
+    ]
+    series = [(h, kinds[i % 2]) for i, h in enumerate(hists)]
+    assert snapshot.point_estimates_many(series) == [
+        snapshot.point_estimates(h, s) for h, s in series
+    ]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from reliabilityd import Histogram
+from reliabilityd.store._reads import _histogram
 
 
 def test_canonical_form_merges_and_sorts() -> None:
@@ -61,3 +62,16 @@ def test_from_pairs_with_lifetime_counters() -> None:
     pairs = [(50_000, 49_000), (3, 1), (50_000, 49_000), (70_000, 0)]
     h = Histogram.from_pairs(pairs)
     assert h.cells() == [(3, 1, 1), (50_000, 49_000, 2), (70_000, 0, 1)]
+
+
+def test_the_read_scripts_histogram_string_parses_or_is_refused() -> None:
+    """The read script's `n:c count ...` string: cells back in canonical order, and a
+    reply that is not such pairs (another writer's garbage) a ValueError, never a guess."""
+    assert list(_histogram(b"7:1 4 5:3 2").cells()) == [(5, 3, 2), (7, 1, 4)]
+    assert list(_histogram("5:3 2").cells()) == [(5, 3, 2)]
+    assert list(_histogram(b"").cells()) == []
+    for bad in (b"5:3 x", b"5:3", b"5:3 2 7", b"5:3 99999999999999999999", b"5:3:1 2"):
+        with pytest.raises(ValueError, match=r"histogram reply|read to its end"):
+            _histogram(bad)
+    with pytest.raises(ValueError, match=r"0 <= c <= n"):
+        _histogram(b"5:9 1")

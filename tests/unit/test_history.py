@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 import struct
 
 import pytest
@@ -209,3 +210,43 @@ def test_only_a_change_of_state_is_a_transition() -> None:
     assert _transition(rule, AlertState(), firing, 1.0) == Transition(
         t=1.0, rule="r", state="firing", severity="ticket", reason="below"
     )
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    since=st.one_of(st.none(), st.integers(0, 8 * 86_400)),
+    unknown=st.booleans(),
+)
+def test_the_rows_pass_hat_samples_are_merges_pass_hat_values(
+    seed: int, since: int | None, unknown: bool
+) -> None:
+    """The summary rows read one k's string through pass_hat_samples: the same (t, value,
+    low, high) as the pass^k values of merge over that string."""
+    rng = random.Random(seed)
+    now = 1_764_460_800 + rng.randrange(3600)
+    writes = sorted({float(now - rng.randrange(9 * 86_400)) for _ in range(400)} | {float(now)})
+    key = label("pass^k", 5)
+
+    def triple() -> history.Estimate3:
+        if unknown and rng.random() < 0.2:
+            return (None, None, None)
+        lo = rng.random() * 0.5
+        return (lo + 0.2, lo, lo + 0.4)
+
+    values = {t: {key: triple(), label("pass@k", 5): triple()} for t in writes}
+    tiers = [
+        [Point(t, values[t], index) for t in _kept(writes, tier)]
+        for index, tier in enumerate(TIERS)
+    ]
+    raw = _slots(tiers, 5)
+    start = None if since is None else float(now - since)
+    merged = history.merge({5: raw}, since=start, until=float(now))
+    want = [(p.t, *p.values[key]) for p in merged]
+    assert history.pass_hat_samples(raw, 5, since=start, until=float(now)) == want
+    # The last of each span, as the rows' trend keeps them.
+    if start is not None:
+        last: dict[int, tuple[float, float | None, float | None, float | None]] = {}
+        for sample in want:
+            last[int((sample[0] - start) // 3600)] = sample
+        spans = history.pass_hat_samples(raw, 5, since=start, until=float(now), span=3600.0)
+        assert spans == [last[b] for b in sorted(last)]

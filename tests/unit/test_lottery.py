@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from reliabilityd import Histogram, LotteryCase, lottery_cases
 from reliabilityd.stats.estimators import lottery_gap
-from reliabilityd.stats.lottery import ranked_cell_groups
+from reliabilityd.stats.lottery import ranked_cell_groups, ranked_cell_groups_many
 
 SEED_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
 
@@ -105,3 +105,25 @@ def test_limited_groups_hold_the_first_limit_tasks(
     # Without its last group it would not be enough: nothing extra is read.
     if some:
         assert held - sum(counts[cell] for cell in some[-1]) < limit
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(st.integers(1, 9), st.integers(10, 120)).flatmap(
+                lambda n: st.tuples(st.just(n), st.integers(0, n))
+            ),
+            max_size=30,
+        ),
+        max_size=6,
+    ),
+    st.integers(1, 6),
+    st.one_of(st.none(), st.integers(0, 12)),
+)
+def test_many_histograms_rank_as_each_alone(
+    suites: list[list[tuple[int, int]]], k: int, limit: int | None
+) -> None:
+    """The tick ranks a batch of series at once: each one's groups are its own."""
+    hists = [Histogram.from_pairs(pairs) if pairs else Histogram([], [], []) for pairs in suites]
+    together = ranked_cell_groups_many([h.at_least(k) for h in hists], k, limit)
+    assert together == [ranked_cell_groups(h.at_least(k), k, limit) for h in hists]
