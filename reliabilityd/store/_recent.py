@@ -45,7 +45,7 @@ FOLD_AT = 32
 LOG_CAP = 256
 # Entries one fold step reads (the oldest): bounds the folding process's memory
 # (a 2,000-event chunk's entry is about 80 KB).
-FOLD_STEP = 16
+FOLD_STEP = 4
 _OUTCOMES = {"p": "pass", "f": "fail"}
 
 
