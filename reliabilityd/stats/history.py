@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, TypeAlias
 
 import msgspec
@@ -294,13 +294,7 @@ def pass_hat_samples(
     codes: list[npt.NDArray[np.uint16]] = []
     for index, records in enumerate(tiers):
         t = records["t"].astype(np.int64)
-        keep = (t > 0) & (t >= reach[index])
-        if index > 0:
-            keep &= t < min(reach[:index])
-        if since is not None:
-            keep &= t >= since
-        if until is not None:
-            keep &= t <= until
+        keep = _kept(t, index, reach, since, until)
         times.append(t[keep])
         codes.append(records["v"][keep][:, 3:6])
     t_all = np.concatenate(times)
@@ -314,6 +308,26 @@ def pass_hat_samples(
         t_all, c_all = t_all[last], c_all[last]
     rows = _triples(c_all)
     return [(float(t), row[0], row[1], row[2]) for t, row in zip(t_all.tolist(), rows, strict=True)]
+
+
+def _kept(
+    t: npt.NDArray[np.int64],
+    index: int,
+    reach: Sequence[int],
+    since: float | None,
+    until: float | None,
+) -> npt.NDArray[np.bool_]:
+    """Which of tier ``index``'s records count: written, within the tier's reach, before
+    every finer tier's reach (so no time appears twice), and within [since, until]."""
+    keep = (t > 0) & (t >= reach[index])
+    if index > 0:
+        keep &= t < min(reach[:index])
+    if since is not None:
+        keep &= t >= since
+    if until is not None:
+        keep &= t <= until
+    out: npt.NDArray[np.bool_] = keep
+    return out
 
 
 def merge(
@@ -342,14 +356,7 @@ def merge(
     for k, tiers in decoded.items():
         for index, records in enumerate(tiers):
             t = records["t"].astype(np.int64)
-            keep = (t > 0) & (t >= reach[index])
-            if index > 0:
-                keep &= t < min(reach[:index])
-            if since is not None:
-                keep &= t >= since
-            if until is not None:
-                keep &= t <= until
-            kept = records[keep]
+            kept = records[_kept(t, index, reach, since, until)]
             for when, row, low in zip(
                 kept["t"].tolist(), _triples(kept["v"]), _triples(kept["m"]), strict=True
             ):
