@@ -36,17 +36,16 @@ import msgspec
 
 from reliabilityd.alerting import registry
 from reliabilityd.alerting.evaluator import Evaluator
-from reliabilityd.alerting.notify import parse_time
 from reliabilityd.alerting.publisher import Publisher
 from reliabilityd.alerting.watchdog import describe
 from reliabilityd.config import Config
-from reliabilityd.daemon import _series_settings
+from reliabilityd.daemon import _build, _series_settings
 from reliabilityd.daemon._canary import Canaries
 from reliabilityd.daemon._live import LiveValues
 from reliabilityd.daemon._rows import RowWriter
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.logs import RateLimited, emit, kv, log
-from reliabilityd.rules import Rule, views
+from reliabilityd.rules import Rule
 from reliabilityd.stats import history, snapshot
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.histogram import Histogram
@@ -356,46 +355,17 @@ class Recompute:
         ``slices``: how many slices a suite as a whole has (0 for a slice).
         """
         try:
-            c = state.counters
-            suite_pace = views.pace(
-                c.trials,
-                state.hist.tasks,
-                now,
-                None
-                if previous is None
-                else (previous.trials, parse_time(previous.updated_at) or now, previous.pace),
-            )
-            rule_views = (
-                await asyncio.to_thread(
-                    views.rule_views,
-                    rules,
-                    state.hist,
-                    state.windows,
-                    window=settings.window,
-                    settings=settings,
-                )
-                if rules
-                else []
-            )
-            return snapshot.build(
-                suite=series.suite,
-                hist=state.hist,
-                trials=c.trials,
-                errors=c.errors,
-                skips=c.skips,
-                duplicates=c.duplicates,
-                version=c.version,
+            return await _build.snapshot_of(
+                series,
+                state=state,
                 settings=settings,
+                rules=rules,
+                previous=previous,
                 estimates=estimates,
-                lottery_k=max(self.config.stats.k),
-                lottery_rows=rows,
+                rows=rows,
                 now=now,
-                last_trial_at=c.last_trial_at,
-                pace=suite_pace,
-                rules=rule_views,
-                slice=series.slice,
-                slice_overflow=c.slice_overflow,
                 slices=slices,
+                lottery_k=max(self.config.stats.k),
             )
         except Exception:
             log.exception("%s", kv("snapshot_failed", suite=series.label))
