@@ -133,6 +133,12 @@ class Bodies:
                 raise BodyRefused(408, f"body not sent within {seconds} s") from None
             except (ConnectionError, asyncio.IncompleteReadError):
                 raise BodyRefused(408, "the connection closed before the body was in") from None
+            except RuntimeError:
+                # aiohttp's StreamReader says "Connection closed." this way when the
+                # connection is gone before a read starts waiting.
+                if request.protocol is not None and request.protocol.transport is not None:
+                    raise
+                raise BodyRefused(408, "the connection closed before the body was in") from None
             except HttpProcessingError as exc:  # a broken chunked encoding or compression
                 raise BodyRefused(400, f"malformed body: {exc.message[:200]}") from None
             self.read_done(held)

@@ -2,8 +2,9 @@
 
 ``connection_limit`` keeps ``http.max_connections`` under the process's file
 limit; ``Runner`` serves the app with handlers that close slow clients, cap
-open connections (the oldest unfinished request, else the oldest idle
-connection, makes room), cap the unfinished requests of one client address
+open connections (``_Server.room_from`` picks the one that makes room, never a
+producer's kept-alive connection that keeps sending requests whole), cap the
+unfinished requests of one client address
 (``http.max_pending_per_address``) and log a malformed request as one
 rate-limited line that never echoes what was sent.
 
@@ -54,8 +55,10 @@ MIN_CONNECTIONS = 8
 BACKLOG = 64
 ACCEPT_PIPELINE = 3
 # Seconds after which an unfinished request counts as slow: only slow ones are
-# closed for the per-address cap and the body budget. A burst of producers
-# connecting at once is not slow; a client still sending after a second is.
+# closed for the per-address cap and the body budget, and past the connection
+# cap a request that has not moved on for this long makes room first. A burst
+# of producers connecting at once is not slow; a client still sending after a
+# second is.
 SLOW_AFTER = 1.0
 
 
@@ -116,22 +119,24 @@ class _Handler(RequestHandler):
     """aiohttp's connection handler with the limits of ``HttpConfig``.
 
     A connection that has not completed a request within ``read_timeout``
-    (a slowloris, say) is closed. Past ``max_connections`` the unfinished
-    request that moved on least recently (``_Server``) is closed to make
-    room, else the oldest idle connection, so a flood of idle or slow
-    sockets cannot keep ``/healthz`` or a producer out; when every connection is busy with a
-    delivered request the new one is answered 503 and closed. Past
+    (a slowloris, say) is closed. Past ``max_connections`` one connection
+    is closed to make room (``_Server.room_from``), so a flood of idle or
+    slow sockets cannot keep ``/healthz`` or a producer out; when every
+    connection is busy with a delivered request the new one is answered 503
+    and closed. Past
     ``max_pending_per_address`` unfinished requests from one address, its
     oldest slow one is closed. A malformed request is
     logged as one rate-limited line with secrets masked, never a traceback,
     and answered without echoing what was sent (it may hold a bearer token).
     """
 
-    __slots__ = ("_deadline", "_limits", "_peer", "_served", "_stage")
+    __slots__ = ("_deadline", "_limits", "_moved", "_peer", "_proven", "_served", "_stage")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._stage: Stage | None = None
+        self._moved = 0.0  # when its unfinished request last reached a new stage
+        self._proven = False  # it has delivered a request whole
         self._peer = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -144,18 +149,7 @@ class _Handler(RequestHandler):
         server = self._manager
         assert isinstance(server, _Server)
         if len(server.connections) > limits.max_connections:
-            victim = server.room_from(self) or next(
-                (
-                    c
-                    for c in server.connections
-                    if c is not self
-                    and isinstance(c, _Handler)
-                    and c._current_request is None
-                    and c.transport is not None
-                    and not c.transport.is_closing()
-                ),
-                None,
-            )
+            victim = server.room_from(self, self._loop.time())
             if victim is not None and victim.transport is not None:
                 victim.close_slow("max_connections")
             else:
@@ -185,8 +179,8 @@ class _Handler(RequestHandler):
             return
         if self._request_count > count:
             self._manager.unfinished(self, "ready")  # its headers are in: served next
-        elif self._stage == "fresh":
-            self._manager.unfinished(self, "head")
+        elif self._stage == "fresh" or (self._stage is None and self._current_request is None):
+            self._manager.unfinished(self, "head")  # a first or a next request begins
 
     def reading(self) -> None:
         """A body starts to be read: the request is unfinished until ``delivered``."""
@@ -195,6 +189,7 @@ class _Handler(RequestHandler):
 
     def delivered(self) -> None:
         """The whole request is in: it no longer counts as unfinished."""
+        self._proven = True
         if isinstance(self._manager, _Server):
             self._manager.finished(self)
 
@@ -282,12 +277,14 @@ class _Server(web.Server):
         """``conn``'s request is unfinished and has reached ``stage`` (from now, or still)."""
         if conn._stage == stage:
             return
+        now = self._loop.time()
         if conn._stage is None:
-            self._by_address.setdefault(conn._peer, {})[conn] = self._loop.time()
+            self._by_address.setdefault(conn._peer, {})[conn] = now
         else:
             del self._unfinished[conn]
         self._unfinished[conn] = None
         conn._stage = stage
+        conn._moved = now
 
     def finished(self, conn: _Handler) -> None:
         """``conn``'s request is in whole, or the connection is gone."""
@@ -301,12 +298,40 @@ class _Server(web.Server):
             if not mine:
                 del self._by_address[conn._peer]
 
-    def room_from(self, besides: _Handler) -> _Handler | None:
-        """The unfinished request stuck longest, to close for a new connection, if any."""
-        for conn in self._unfinished:
-            if conn is not besides and conn.transport is not None:
+    def room_from(self, besides: _Handler, now: float) -> _Handler | None:
+        """The connection to close for ``besides``, a new one past the cap, if any.
+
+        In order: the unfinished request that has not moved on for
+        ``SLOW_AFTER`` or longer (the one stuck longest); else a newcomer, a
+        connection that has not yet delivered a request whole (the one that
+        moved on least recently); else the oldest idle connection. A
+        connection that has delivered a request and is sending its next one,
+        moving on within the second, is never closed for room: under a flood
+        of sockets a producer that is in stays in, and the sockets crowd out
+        each other.
+        """
+        newcomer: _Handler | None = None
+        for conn in self._unfinished:  # least recently moved on first
+            if conn is besides or conn.transport is None:
+                continue
+            if now - conn._moved >= SLOW_AFTER:
                 return conn
-        return None
+            if not conn._proven:
+                newcomer = conn
+                break
+        if newcomer is not None:
+            return newcomer
+        idle = (
+            c
+            for c in self.connections
+            if c is not besides
+            and isinstance(c, _Handler)
+            and c._current_request is None
+            and c._stage is None
+            and c.transport is not None
+            and not c.transport.is_closing()
+        )
+        return next(idle, None)
 
     def cap_address(self, peer: str, most: int, now: float) -> None:
         """Close the slow unfinished requests of ``peer`` past ``most``, oldest first.

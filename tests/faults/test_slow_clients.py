@@ -4,11 +4,15 @@
 headers of a `POST /v1/trials` with a 1,000-byte body, 2 bytes of it, then a
 byte every half second; each one the daemon closes or answers comes back at
 once. Meanwhile a producer posts batches of trials over one keep-alive
-connection: every answer must be 200 and Redis must count exactly what it
-sent, with and without a token configured (with one, the slow clients send it
-too). A request takes an inflight place only once its body is in, and an
-address holds at most ``http.max_pending_per_address`` unfinished requests
-older than a second, so the slow clients crowd out only each other.
+connection, with and without a token configured (with one, the slow clients
+send it too). Its first request is a newcomer among a thousand and, like
+theirs, may be closed to make room: it resends the batch, as an HTTP
+producer does. Once it has been answered, its connection is never closed to
+make room: every later batch is answered 200 at its first try, and Redis
+counts exactly what it sent. A request takes an inflight place only once its
+body is in, and an address holds at most ``http.max_pending_per_address``
+unfinished requests older than a second, so the slow clients crowd out only
+each other.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from tests.support.servers import RedisServer, free_port
 SLOW = 1000  # slow clients at once
 DURATION = 12.0  # seconds the producer posts: past the 10 s read timeout of the first wave
 RENEWALS = 200_000  # connections the slow clients may open in all (a bound, never reached)
-RETRIES = 2  # resends of a batch whose connection was closed under it
+RETRIES = 6  # resends of a batch whose connection was closed under it, backing off
 BODY = 1000
 TOKEN = "slow-token"
 
@@ -100,11 +104,12 @@ async def test_1000_slow_bodies_leave_a_producer_200s_and_an_exact_count(
 
     statuses: dict[str, int] = {}
     resent: dict[str, int] = {}
+    resent_once_in = 0  # resends after the producer's first 200
     sent: set[str] = set()
     slowest = 0.0
 
     async def producer() -> None:
-        nonlocal slowest
+        nonlocal slowest, resent_once_in
         headers = {"Content-Type": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -123,9 +128,9 @@ async def test_1000_slow_bodies_leave_a_producer_200s_and_an_exact_count(
                 )
                 began = time.monotonic()
                 # As an HTTP producer does: a batch whose connection was closed under it
-                # (a kept-alive one the daemon closed to make room) is sent again, the
-                # same trial ids, which the daemon counts once.
-                for _attempt in range(RETRIES + 1):
+                # is sent again after a pause, the same trial ids, which the daemon
+                # counts once.
+                for attempt in range(RETRIES + 1):
                     try:
                         async with http.post(
                             f"http://127.0.0.1:{port}/v1/trials", data=body, headers=headers
@@ -137,6 +142,8 @@ async def test_1000_slow_bodies_leave_a_producer_200s_and_an_exact_count(
                     if key == "200" or key[0].isdigit():
                         break
                     resent[key] = resent.get(key, 0) + 1
+                    resent_once_in += bool(statuses.get("200"))
+                    await asyncio.sleep(0.05 * 2**attempt)
                 slowest = max(slowest, time.monotonic() - began)
                 statuses[key] = statuses.get(key, 0) + 1
                 if key == "200":
@@ -175,16 +182,19 @@ async def test_1000_slow_bodies_leave_a_producer_200s_and_an_exact_count(
         stop.set()
         daemon.kill()
     print(
-        f"producer: {statuses} (resent after {resent}), slowest answer {slowest:.2f} s, "
+        f"producer: {statuses} (resent after {resent}, {resent_once_in} of them once in), "
+        f"slowest answer {slowest:.2f} s, "
         f"{len(sent)} trials sent, "
         f"{counted} counted; slow clients: {opened} connections, {ended} ended by the daemon "
         f"or the test, at most {peak_live} open at once, {held_at_start} open when the "
         "producer started"
     )
     assert alive, daemon.output()[-3000:]
+    assert "Traceback" not in daemon.output(), daemon.output()[-3000:]
     assert set(statuses) == {"200"}, statuses
+    assert resent_once_in == 0, resent
     # Slowed by the churn both processes share two cores with, never stopped.
-    assert statuses["200"] >= 10, statuses
+    assert statuses["200"] >= 5, statuses
     assert counted == len(sent)
     # The slow clients were there all along: many held open, renewing to the end.
     assert held_at_start >= 64, held_at_start

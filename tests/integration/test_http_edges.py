@@ -97,6 +97,47 @@ async def test_past_max_connections_the_oldest_idle_one_makes_room(
             writer.close()
 
 
+async def test_past_max_connections_a_newcomer_makes_room_before_a_kept_alive_producer(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    cfg = _with_http(http_config(redis_server, prefix), max_connections=4, read_timeout=20.0)
+    async with serving(cfg):
+        port = cfg.http.port
+        health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+
+        async def served(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+            writer.write(health)
+            await writer.drain()
+            async with asyncio.timeout(5):
+                line = await reader.readline()
+                while (await reader.readline()).strip():
+                    pass  # the headers; /healthz answers a short body
+                await reader.read(64)
+            return line.startswith(b"HTTP/1.1 200")
+
+        # A producer's kept-alive connection, served once, is sending its next body: of
+        # the unfinished requests, its one moved on least recently.
+        producer = await asyncio.open_connection("127.0.0.1", port)
+        assert await served(*producer)
+        body = msgspec.json.encode([event("t", "kept-alive")])
+        producer[1].write(_whole_post(body)[:-3])
+        await producer[1].drain()
+        await asyncio.sleep(0.1)
+        silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        # Past the cap, well within a second: a newcomer makes room, the producer stays.
+        answer = await _exchange(
+            port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        async with asyncio.timeout(5):
+            assert await silent[0][0].read() == b""
+        producer[1].write(_whole_post(body)[-3:])
+        async with asyncio.timeout(5):
+            assert (await producer[0].readline()).startswith(b"HTTP/1.1 200")
+        for _, writer in [producer, *silent]:
+            writer.close()
+
+
 def _whole_post(body: bytes) -> bytes:
     return (
         b"POST /v1/trials HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
