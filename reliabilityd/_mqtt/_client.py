@@ -398,9 +398,12 @@ class Connection(asyncio.Protocol):
             # The broker closes its side once it has read the DISCONNECT, so
             # everything before it (the last PUBACKs) has been read too;
             # closing first could reset the socket with those still unread.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._lost.wait(), 2.0)
-            self._transport.close()
+            # Cancelled while it waits, the socket is closed all the same.
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._lost.wait(), 2.0)
+            finally:
+                self._transport.close()
         else:
             self._transport.abort()
         if self._pinger is not None:

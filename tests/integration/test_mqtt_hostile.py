@@ -24,6 +24,7 @@ from reliabilityd.sources import Acknowledge, Batch, Committed
 from reliabilityd.sources.mqtt import BACKOFF_MAX, BACKOFF_START, STABLE, Watch, consume
 from reliabilityd.store import StreamCursor
 from tests.support.hostile import (
+    DISCONNECT,
     Freezer,
     HostileBroker,
     Peer,
@@ -223,6 +224,28 @@ async def test_connect_sends_a_maximum_packet_size_well_above_max_payload() -> N
         sent = broker.peers[0].connect
         assert sent is not None
         assert sent.properties[0x27] == guard_size(1 << 20) >= 16 << 20
+
+
+async def test_a_close_cancelled_while_it_waits_for_the_broker_still_closes_the_socket() -> None:
+    """close() waits up to 2 s for the broker to end the connection after DISCONNECT; a
+    task cancelled in that wait (a daemon shutting down) must not leave the socket open."""
+    disconnected = asyncio.Event()
+
+    async def holds_on(peer: Peer) -> None:
+        await peer.handshake()
+        while (got := await peer.packet()) is not None:
+            if got[0] == DISCONNECT:
+                disconnected.set()  # and keeps its side open
+
+    async with HostileBroker(holds_on) as broker:
+        conn = await connect(MqttConfig(url=broker.url), identifier="x", persistent=False)
+        closing = asyncio.create_task(conn.close())
+        await asyncio.wait_for(disconnected.wait(), 5)
+        closing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await closing
+        # The client's socket is closed: the broker reads its end of stream.
+        await asyncio.wait_for(broker.peers[0].ended.wait(), 5)
 
 
 async def test_a_message_past_max_payload_arrives_without_its_body_and_is_acknowledged() -> None:
