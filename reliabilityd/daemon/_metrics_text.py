@@ -5,9 +5,11 @@ after each tick), so its cost is a few HSCAN pages whatever the number of
 suites; a ``Snapshot`` formats the same lines. The text is built a column at
 a time rather than a line at a time: every series' estimates are laid out as
 columns (k, value, low, high), every number of the view is written by one
-msgspec JSON encode (``_texts``), and each family is one ``str.join`` over
+msgspec JSON encode (``_texts``), and each family is one ``bytes.join`` over
 its labels and its numbers, so a scrape runs a handful of C loops over the
-series and no Python code per sample. ``SuiteText`` keeps the families while
+series and no Python code per sample. The text is bytes from the encode on:
+no decode, no final encode, and each family's lines are copied once into the
+body. ``SuiteText`` keeps the families while
 the view's series and their ``updated_at`` stay the same; only the ages (they
 move with the clock) are written again.
 """
@@ -18,7 +20,7 @@ import functools
 from collections.abc import Iterable, Sequence
 from itertools import chain, compress, repeat
 from math import inf, isnan
-from operator import add, and_, attrgetter, is_not
+from operator import add, and_, attrgetter, is_not, itemgetter
 from typing import NamedTuple
 
 import msgspec
@@ -81,35 +83,46 @@ def _safe_time(text: str | None) -> float | None:
         return None
 
 
-def _number(x: float) -> str:
+def _number(x: float) -> bytes:
     """A sample value as the text exposition format writes it."""
     if isnan(x):
-        return "NaN"
+        return b"NaN"
     if x in (inf, -inf):
-        return "+Inf" if x > 0 else "-Inf"
-    return repr(float(x))
+        return b"+Inf" if x > 0 else b"-Inf"
+    return repr(float(x)).encode()
 
 
-def _texts(numbers: list[float]) -> list[str]:
+def _texts(numbers: list[float]) -> list[bytes]:
     """Each number as ``_number`` writes it, then a newline: all in one encode.
 
     msgspec's JSON text of a float is Python's ``repr`` of it at 0 and from 1e-4
     up to 1e16 (the values a gauge here takes); the others (an exponent, a
     negative, NaN or an infinity, which JSON writes as null) are written again
-    one at a time; all of them are when one is no ``float``.
+    one at a time; all of them are when one is no ``float``. A text with a
+    point in every number and no exponent, null, string or run of four zeros
+    after a point holds only floats of that range, and is taken whole.
     """
     if not numbers:
         return []
+    try:
+        text = msgspec.json.encode(numbers)
+    except TypeError:  # no JSON number: written one at a time below
+        text = b"null"
+    out = text[1:-1].replace(b",", b"\n,").split(b",")
+    out[-1] += b"\n"
+    if (
+        text.count(b".") == len(numbers)
+        and len(out) == len(numbers)
+        and not any(mark in text for mark in (b"e", b"n", b'"', b".0000"))
+    ):
+        return out
     if not set(map(type, numbers)) <= {float}:  # an int, a bool, a numpy scalar
-        return [_number(float(x)) + "\n" for x in numbers]
-    text = msgspec.json.encode(numbers)
-    out = text[1:-1].replace(b",", b"\n,").decode().split(",")
-    out[-1] += "\n"
+        return [_number(float(x)) + b"\n" for x in numbers]
     values = np.asarray(numbers, dtype=float)
     with np.errstate(invalid="ignore"):
         plain = (values == 0.0) | ((values >= 1e-4) & (values < 1e16))
     for i in np.flatnonzero(~plain).tolist():
-        out[i] = _number(numbers[i]) + "\n"
+        out[i] = _number(numbers[i]) + b"\n"
     return out
 
 
@@ -118,16 +131,20 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _labels(values: list[str]) -> list[str]:
-    """``_label`` of each value, in three replaces over all of them joined."""
+def _labels(values: list[str]) -> list[bytes]:
+    """``_label`` of each value, as UTF-8, in three replaces over all of them joined."""
     joined = "\x00".join(values)
     if joined.count("\x00") != len(values) - 1:  # a NUL in a value: one at a time
-        return [_label(v) for v in values]
-    return _label(joined).split("\x00") if values else []
+        return [_label(v).encode() for v in values]
+    return _label(joined).encode().split(b"\x00") if values else []
 
 
-def _family(name: str, text: str, lines: Iterable[str]) -> str:
-    return f"# HELP {name} {text}\n# TYPE {name} gauge\n" + "".join(lines)
+def _header(name: str, text: str) -> bytes:
+    return f"# HELP {name} {text}\n# TYPE {name} gauge\n".encode()
+
+
+def _family(name: str, text: str, lines: Iterable[bytes]) -> bytes:
+    return b"".join(chain((_header(name, text),), lines))
 
 
 def _estimate_families(prefix: str) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -173,7 +190,7 @@ _AGE = (
 )
 
 
-_UNKNOWN = ("1.0\n", "0.0\n")  # by whether the value is known
+_UNKNOWN = (b"1.0\n", b"0.0\n")  # by whether the value is known
 
 
 def _decoded(summary: Summary) -> bool:
@@ -181,36 +198,36 @@ def _decoded(summary: Summary) -> bool:
 
 
 @functools.cache
-def _k_label(k: int) -> str:
-    return f',k="{k}"}} '
+def _k_label(k: int) -> bytes:
+    return f',k="{k}"}} '.encode()
 
 
-def _joined(name: str, *columns: Iterable[str]) -> str:
+def _joined(name: str, *columns: Iterable[bytes]) -> bytes:
     """The lines of one family: ``name`` then a string of each column, in one join."""
-    return "".join(chain.from_iterable(zip(repeat(name), *columns)))
+    return b"".join(chain.from_iterable(zip(repeat(name.encode()), *columns)))
 
 
-def _series_families(snaps: Sequence[Summary], slices: bool) -> list[str]:
+def _series_families(snaps: Sequence[Summary], slices: bool) -> list[bytes]:
     """The lines of each family of ``snaps`` (suites', or slices' with ``slices``), in
     exposition order: the estimate families, then the tasks (then, for suites, the
     slice counts), each a series at a time and within one its estimates by k."""
-    series = [f'{{suite="{s}"' for s in _labels([s.suite for s in snaps])]
+    series = [b'{suite="' + s + b'"' for s in _labels([s.suite for s in snaps])]
     if slices:
         names = _labels([s.slice or "" for s in snaps])
-        series = [f'{a},slice="{b}"' for a, b in zip(series, names, strict=True)]
+        series = [a + b',slice="' + b + b'"' for a, b in zip(series, names, strict=True)]
     families = _SLICE_ESTIMATE_FAMILIES if slices else _ESTIMATE_FAMILIES
-    out: list[str] = []
+    out: list[bytes] = []
+    decoded = all(map(_decoded, snaps))
     for metric, names4 in families:
-        if snaps and isinstance(snaps[0], Row | Gauges) and all(map(_decoded, snaps)):
+        if decoded:
             ests: list[Sequence[Sequence[object]]] = list(map(attrgetter(metric), snaps))
         else:
             ests = [_estimates(s, metric) for s in snaps]
         flat = list(chain.from_iterable(ests))
         if not flat:
-            out += ["", "", "", ""]
+            out += [b"", b"", b"", b""]
             continue
-        columns = list(zip(*flat, strict=False))
-        ks, values, lows, highs = columns[0], columns[1], columns[2], columns[3]
+        ks, values, lows, highs = (list(map(itemgetter(i), flat)) for i in range(4))
         # Each line's labels in two parts: its series' (one string a series), its k's.
         owners = list(chain.from_iterable(map(repeat, series, map(len, ests))))
         k_labels = list(map(_k_label, ks))
@@ -228,7 +245,7 @@ def _series_families(snaps: Sequence[Summary], slices: bool) -> list[str]:
         ):
             out.append(_joined(name, compress(owners, mask), compress(k_labels, mask), written))
         out.append(_joined(u_name, owners, k_labels, map(_UNKNOWN.__getitem__, known)))
-    plain = [s + "} " for s in series]  # a series' labels, closed
+    plain = [s + b"} " for s in series]  # a series' labels, closed
     counted = [bool(s.slices or s.slice_overflow) for s in snaps]
     numbers = [float(s.tasks) for s in snaps]
     if not slices:
@@ -247,15 +264,21 @@ def _state_name(state: AlertState | str) -> str:
     return state if isinstance(state, str) else state.state
 
 
+@functools.lru_cache(maxsize=64)  # states are a handful; a row could hold any string
+def _state_lines(current: str) -> tuple[bytes, ...]:
+    """What follows a rule's labels on each of its four lines, in ``current``."""
+    return tuple(f'state="{s}"}} {1.0 if current == s else 0.0}\n'.encode() for s in ALERT_STATES)
+
+
 class _Kept(NamedTuple):
     """The families of one view's series, kept while its series and snapshots stay."""
 
     key: list[tuple[str, str | None, str]]  # (suite, slice, updated_at) of each series
-    suites: list[str]  # the estimate families and the tasks, of the suites
-    counts: list[str]  # the slice counts, of the suites
-    slices: list[str]  # every family of the slices
+    suites: list[bytes]  # the estimate families and the tasks, of the suites
+    counts: list[bytes]  # the slice counts, of the suites
+    slices: list[bytes]  # every family of the slices
     # The age family's label of each suite with a last trial, and its time.
-    ages: list[tuple[str, float]]
+    ages: list[tuple[bytes, float]]
 
 
 def _key(view: SuiteView) -> list[tuple[str, str | None, str]]:
@@ -274,7 +297,7 @@ class SuiteText:
         self.view: SuiteView | None = None
         self._kept: _Kept | None = None
         self._times: dict[str, float | None] = {}
-        self._alerts: dict[tuple[str, str, str], str] = {}
+        self._alerts: dict[tuple[str, str, str], bytes] = {}
         self._rendered: tuple[SuiteView | None, bytes] | None = None
 
     def render(self) -> bytes:
@@ -286,13 +309,13 @@ class SuiteText:
             _family(
                 "reliabilityd_redis_up",
                 "1 when this scrape could read the suites from Redis",
-                [f"reliabilityd_redis_up {up}\n"],
+                [f"reliabilityd_redis_up {up}\n".encode()],
             )
         ]
         if view is not None:
             with no_gc():
                 parts += self._suite_families(view)
-        body = "".join(parts).encode()
+        body = b"".join(parts)
         self._rendered = (view, body)
         return body
 
@@ -308,7 +331,7 @@ class SuiteText:
             times[text] = at if at is not None else _safe_time(text)
         self._times = times
         ages = [
-            (f'reliabilityd_last_trial_age_seconds{{suite="{label}"}} ', at)
+            (b'reliabilityd_last_trial_age_seconds{suite="' + label + b'"} ', at)
             for s, label in zip(
                 view.snapshots, _labels([s.suite for s in view.snapshots]), strict=True
             )
@@ -319,36 +342,31 @@ class SuiteText:
         )
         return self._kept
 
-    def _suite_families(self, view: SuiteView) -> list[str]:
+    def _suite_families(self, view: SuiteView) -> list[bytes]:
         kept = self._families(view)
+        # Each family's header, then its lines: the body's join copies them once.
         names = [n for _, family in _ESTIMATE_FAMILIES for n in family]
-        parts = [
-            _family(name, text, [lines])
-            for (name, text), lines in zip([*names, _TASKS], kept.suites, strict=True)
-        ]
+        parts: list[bytes] = []
+        for (name, text), lines in zip([*names, _TASKS], kept.suites, strict=True):
+            parts += (_header(name, text), lines)
         at = view.read_at
         ages = _texts([max(0.0, at - t) for _, t in kept.ages])
         parts.append(_family(*_AGE, map(add, (label for label, _ in kept.ages), ages)))
         slice_names = [n for _, family in _SLICE_ESTIMATE_FAMILIES for n in family]
-        parts += [
-            _family(name, text, [lines])
-            for (name, text), lines in zip([*slice_names, _SLICE_TASKS], kept.slices, strict=True)
-        ]
-        parts += [
-            _family(name, text, [lines])
-            for (name, text), lines in zip((_OVERFLOW, _SLICES), kept.counts, strict=True)
-        ]
+        for (name, text), lines in zip([*slice_names, _SLICE_TASKS], kept.slices, strict=True):
+            parts += (_header(name, text), lines)
+        for (name, text), lines in zip((_OVERFLOW, _SLICES), kept.counts, strict=True):
+            parts += (_header(name, text), lines)
         # A rule's four lines are formatted once per state it is in, and kept.
-        alert_lines: dict[tuple[str, str, str], str] = {}
+        alert_lines: dict[tuple[str, str, str], bytes] = {}
         for suite, rule, current in view.alerts:
             key = (suite, rule, _state_name(current))
-            lines = self._alerts.get(key)
-            if lines is None:
+            four = self._alerts.get(key)
+            if four is None:
                 labels = f'reliabilityd_alert_state{{suite="{_label(suite)}",rule="{_label(rule)}",'
-                lines = "".join(
-                    f'{labels}state="{s}"}} {1.0 if key[2] == s else 0.0}\n' for s in ALERT_STATES
-                )
-            alert_lines[key] = lines
+                labels_bytes = labels.encode()
+                four = labels_bytes + labels_bytes.join(_state_lines(key[2]))
+            alert_lines[key] = four
         self._alerts = alert_lines
         parts.append(
             _family(
@@ -362,7 +380,7 @@ class SuiteText:
                 "reliabilityd_outbox_depth",
                 "Notifications queued for a sink and not yet accepted by it",
                 (
-                    f'reliabilityd_outbox_depth{{sink="{_label(sink)}"}} {float(depth)}\n'
+                    f'reliabilityd_outbox_depth{{sink="{_label(sink)}"}} {float(depth)}\n'.encode()
                     for sink, depth in sorted(view.outbox.items())
                 ),
             )

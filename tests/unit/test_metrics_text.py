@@ -7,11 +7,13 @@ from math import inf, nan
 
 import msgspec
 import numpy as np
+from hypothesis import example, given
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks._line_text import LineText
 from reliabilityd.alerting.notify import parse_time
-from reliabilityd.daemon._metrics_text import SuiteText, SuiteView, Summary, _texts
+from reliabilityd.daemon._metrics_text import SuiteText, SuiteView, Summary, _number, _texts
 from reliabilityd.daemon._rows import row_of
 from reliabilityd.daemon.metrics import ALERT_STATES
 from reliabilityd.rules import AlertState
@@ -228,8 +230,23 @@ def test_the_text_of_random_rows_is_the_line_at_a_time_text_byte_for_byte() -> N
 def test_numbers_that_are_no_float_are_written_as_floats() -> None:
     """An int or a numpy scalar among a batch's numbers: each written as its float."""
     numbers = [1, 0.5, True, np.float64(0.1), 3e-5]
-    assert _texts(numbers) == ["1.0\n", "0.5\n", "1.0\n", "0.1\n", "3e-05\n"]
-    assert _texts([0.5, nan, 1e16]) == ["0.5\n", "NaN\n", "1e+16\n"]
+    assert _texts(numbers) == [b"1.0\n", b"0.5\n", b"1.0\n", b"0.1\n", b"3e-05\n"]
+    assert _texts([0.5, nan, 1e16]) == [b"0.5\n", b"NaN\n", b"1e+16\n"]
+    assert _texts([1, 0.5]) == [b"1.0\n", b"0.5\n"]
+
+
+@given(
+    st.lists(st.floats(), min_size=1)
+    | st.lists(st.floats(0, 1), min_size=1)  # what the gauges hold
+    | st.lists(st.floats(0, 1e-3), min_size=1)  # fixed point in JSON, an exponent in repr
+)
+@example([0.5, 0.25, 1.0])  # every number plain: the text is taken whole
+@example([0.5, 9.5e-05, 0.0001])
+@example([0.5, 1e16 - 2, 1e15, -0.0, 0.0])
+def test_a_batch_of_numbers_is_written_as_each_number_alone(numbers: list[float]) -> None:
+    """Whether the encoded batch is taken whole or mended number by number, each number
+    reads as ``repr`` writes it (``NaN``, ``+Inf`` and ``-Inf`` as the format spells them)."""
+    assert _texts(numbers) == [_number(x) + b"\n" for x in numbers]
 
 
 def test_gauges_read_each_field_at_its_row_position() -> None:
