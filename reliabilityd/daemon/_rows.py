@@ -15,6 +15,7 @@ rows of suites Redis no longer has are dropped.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -25,11 +26,12 @@ from reliabilityd.alerting import registry
 from reliabilityd.alerting.registry import Settled, Watched
 from reliabilityd.config import Config
 from reliabilityd.daemon.ui import _model
+from reliabilityd.logs import emit
 from reliabilityd.rules import Rule
 from reliabilityd.rules.registry import Watch
 from reliabilityd.stats.history import History
 from reliabilityd.stats.snapshot import Snapshot
-from reliabilityd.store import Row, Series, Store
+from reliabilityd.store import Row, Series, Store, Undecodable
 from reliabilityd.store._rows import TREND_POINTS, compact
 
 __all__ = ["RowWriter", "row_of"]
@@ -134,6 +136,29 @@ class RowWriter:
         self._forget_at = 0.0
         self._next_sweep = 0.0
         self._recheck: set[Series] = set()
+        self._reconciled = False
+
+    async def _reconcile(
+        self, every: Sequence[Watched], by_series: Mapping[Series, Sequence[Watched]]
+    ) -> None:
+        """At the first write: what the rows say of rules this config no longer has (a rule
+        removed while no daemon ran). Rows that list a rule no watch of theirs has are
+        rechecked (the write drops it); a rule no configured watch has on its home suite
+        has its canary view and points deleted, as a reload's ``Canaries.forget`` does."""
+        watched = {(w.watch.suite, w.watch.name) for w in every}
+        gone: set[tuple[str, str]] = set()
+        for row in await self.store.rows.gauges():
+            if isinstance(row, Undecodable):
+                continue
+            series = Series(row.suite, row.slice)
+            listed = {(name, home) for name, _, home in row.rules}
+            if listed - {(n, h) for n, _, h in _rules(by_series.get(series, []))}:
+                self._recheck.add(series)
+            gone |= {(home, name) for name, home in listed if (home, name) not in watched}
+        # A threshold rule gone had no view: deleting what never existed is a no-op.
+        await self.store.alerts.drop_canary_views(sorted(gone))
+        for home, name in sorted(gone):
+            emit(logging.INFO, "rule_forgotten", rule=name, suite=home)
 
     def recheck(self, suites: Sequence[str]) -> None:
         """Compare the rows of ``suites`` with the registry at the next write, whether or
@@ -163,6 +188,9 @@ class RowWriter:
         else:
             every = await registry.with_settled(self.store, watches, settled)
         by_series = _by_series(every)
+        if not self._reconciled:
+            await self._reconcile(every, by_series)
+            self._reconciled = True
         written = list(snapshots)
         # Each row's trend from its headline k's history string alone: one GET a series.
         heads = {

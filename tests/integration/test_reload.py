@@ -288,3 +288,59 @@ async def test_a_canary_a_reload_removes_leaves_no_view_points_or_listing(
         # Passes of the judge since: none writes them again.
         await judged(store, "v2", daemon, passes=2)
         assert await store.client.exists(*keys) == 0
+
+
+async def test_rules_removed_while_no_daemon_ran_leave_no_view_points_or_listing(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """A canary and a threshold rule judged, the daemon stopped, then started without
+    them and with no new trial: the rows of both sides drop them at its first tick, the
+    canary's view and points are deleted, and the rule that stays is still listed."""
+    canary = CanaryRule(
+        name="v2-worse",
+        compare=Compare(baseline={"suite": "v1"}, candidate={"suite": "v2"}),
+        k=1,
+    )
+    gone = Rule(name="gone", suite="v1", k=1, below=0.5, trigger="ci-low")
+    stays = Rule(name="low", suite="v2", k=1, below=0.5, trigger="ci-low")
+    cfg = config(redis_server, prefix, alerts=[canary, gone, stays])
+    events = [
+        TrialEvent(suite, f"task {t}", f"{suite}-{t}-{r}", "pass" if ok else "fail")
+        for suite in ("v1", "v2")
+        for t in range(20)
+        for r in range(6)
+        for ok in [suite == "v1" or t >= 8 or r == 0]
+    ]
+
+    async def listed(store: Store) -> list[list[str] | None]:
+        rows = await store.rows.read([Series("v1"), Series("v2")])
+        return [sorted(x[0] for x in r.rules) if isinstance(r, Row) else None for r in rows]
+
+    async with serving(cfg) as (daemon, _):
+        store = daemon.store
+        keys = [
+            store.keys.canary_view("v2", canary.name),
+            store.keys.canary_points("v2", canary.name),
+        ]
+        await TestingSource(events).run(daemon.commit)
+
+        async def stored() -> bool:
+            return await store.client.exists(*keys) == 2 and await listed(store) == [
+                ["gone", "v2-worse"],
+                ["low", "v2-worse"],
+            ]
+
+        await wait_until(stored, 30)
+    async with serving(msgspec.structs.replace(cfg, alerts=[stays])) as (daemon, _):
+        store = daemon.store
+
+        async def unlisted() -> bool:
+            return await listed(store) == [[], ["low"]]
+
+        await wait_until(unlisted, 30)
+        assert await store.client.exists(*keys) == 0
+        await daemon.metrics.refresh(store, daemon.config.alerts, [])
+        text = daemon.metrics.render().decode()
+        assert 'rule="low"' in text
+        assert canary.name not in text
+        assert 'rule="gone"' not in text
