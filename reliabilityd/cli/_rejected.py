@@ -23,6 +23,7 @@ from reliabilityd.store import DeadLetter, Store
 __all__ = ["add_parsers", "duration", "excerpt", "rejected", "rejected_summary"]
 
 EXCERPT = 160  # characters of a payload shown
+SUMMARY_SUITES = 10  # suites named in status's line of the last hour's dead letters
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 
@@ -146,10 +147,14 @@ def rejected_summary(counts: Mapping[str | None, int], suite: str | None = None)
     """The line ``status`` prints for the last hour's dead letters; None when there were none.
 
     For one suite: its own and the unattributable ones (they may be its own
-    too); else every suite named, most first.
+    too); else the ``SUMMARY_SUITES`` suites with the most, then how many more
+    suites had how many (a line that stays a line at any number of suites).
     """
     named = {s: n for s, n in counts.items() if s is not None and (suite is None or s == suite)}
-    parts = [f"{s} {n}" for s, n in sorted(named.items(), key=lambda item: (-item[1], item[0]))]
+    most = sorted(named.items(), key=lambda item: (-item[1], item[0]))
+    parts = [f"{s} {n}" for s, n in most[:SUMMARY_SUITES]]
+    if rest := most[SUMMARY_SUITES:]:
+        parts.append(f"{len(rest)} more suites {sum(n for _, n in rest)}")
     if counts.get(None):
         parts.append(f"no suite named {counts[None]}")
     if not parts:

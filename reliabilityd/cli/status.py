@@ -206,7 +206,15 @@ async def status(
                 docs.append(msgspec.Raw(raw) if raw is not None else {"suite": s.suite})
         out(msgspec.json.encode(docs[0] if suite is not None else docs).decode())
         return 0
-    rejected = rejected_summary(await client.store.reads.rejected_counts(now), suite)
+    if suite is None:
+        counts = await client.store.reads.rejected_counts(now)
+    else:  # the suite's own and the unattributable ones: two fields a minute
+        reads = client.store.reads
+        counts = {
+            suite: await reads.rejected_of(suite, now),
+            None: await reads.rejected_of("", now),
+        }
+    rejected = rejected_summary(counts, suite)
     if not summaries:
         out(f"no suites yet in {where}: nothing has been counted there under this prefix")
         if rejected:

@@ -119,5 +119,10 @@ def test_rejected_summary() -> None:
     assert rejected_summary(counts, "b") == (
         "rejected in the last hour: b 1, no suite named 2 (listed by `reliabilityd rejected b`)"
     )
+    many: dict[str | None, int] = {f"s{i:02d}": 100 - i for i in range(25)}
+    line = rejected_summary(many)
+    assert line is not None
+    assert line.startswith("rejected in the last hour: s00 100, s01 99, ")
+    assert ", s09 91, 15 more suites " + str(sum(range(76, 91))) + " (listed by" in line
     assert rejected_summary({}) is None
     assert rejected_summary({"a": 1}, "b") is None
