@@ -226,41 +226,46 @@ def test_merge_takes_only_the_reloadable_keys(redis_server: RedisServer) -> None
     assert merged.external_url == "http://x"
 
 
+# A canary of v2 against v1, and trials on which it fires: 8 of v2's 20 tasks pass 1 of 6.
+CANARY = CanaryRule(
+    name="v2-worse",
+    compare=Compare(baseline={"suite": "v1"}, candidate={"suite": "v2"}),
+    k=1,
+)
+V1_V2 = [
+    TrialEvent(suite, f"task {t}", f"{suite}-{t}-{r}", "pass" if ok else "fail")
+    for suite in ("v1", "v2")
+    for t in range(20)
+    for r in range(6)
+    for ok in [suite == "v1" or t >= 8 or r == 0]
+]
+
+
+def canary_keys(store: Store) -> list[str]:
+    """The canary's view and its points over time."""
+    return [store.keys.canary_view("v2", CANARY.name), store.keys.canary_points("v2", CANARY.name)]
+
+
 async def test_a_canary_a_reload_removes_leaves_no_view_points_or_listing(
     redis_server: RedisServer, prefix: str, tmp_path: Path
 ) -> None:
     """A canary judged (its view and its points stored, both sides' rows listing it),
     then a reload without it: its keys are deleted and no surface lists it any more,
     while the threshold rule that stays is still listed."""
-    canary = CanaryRule(
-        name="v2-worse",
-        compare=Compare(baseline={"suite": "v1"}, candidate={"suite": "v2"}),
-        k=1,
-    )
     # The rule that stays watches the candidate only: the baseline's row lists no rule after.
     stays = Rule(name="low", suite="v2", k=1, below=0.5, trigger="ci-low")
-    cfg = config(redis_server, prefix, alerts=[canary, stays])
-    events = [
-        TrialEvent(suite, f"task {t}", f"{suite}-{t}-{r}", "pass" if ok else "fail")
-        for suite in ("v1", "v2")
-        for t in range(20)
-        for r in range(6)
-        for ok in [suite == "v1" or t >= 8 or r == 0]
-    ]
+    cfg = config(redis_server, prefix, alerts=[CANARY, stays])
     async with serving(cfg) as (daemon, _):
         store = daemon.store
-        keys = [
-            store.keys.canary_view("v2", canary.name),
-            store.keys.canary_points("v2", canary.name),
-        ]
-        await TestingSource(events).run(daemon.commit)
+        keys = canary_keys(store)
+        await TestingSource(V1_V2).run(daemon.commit)
 
         async def rows_list(name: str) -> bool:
             rows = await store.rows.read([Series("v1"), Series("v2")])
             return all(isinstance(r, Row) and name in {x[0] for x in r.rules} for r in rows)
 
         async def stored() -> bool:
-            return await store.client.exists(*keys) == 2 and await rows_list(canary.name)
+            return await store.client.exists(*keys) == 2 and await rows_list(CANARY.name)
 
         await wait_until(stored, 30)
         path = write(tmp_path / "c.toml", msgspec.structs.replace(cfg, alerts=[stays]))
@@ -280,10 +285,10 @@ async def test_a_canary_a_reload_removes_leaves_no_view_points_or_listing(
         await daemon.metrics.refresh(store, daemon.config.alerts, [])
         text = daemon.metrics.render().decode()
         assert 'rule="low"' in text
-        assert canary.name not in text
+        assert CANARY.name not in text
         page = await store.rows.page()
         assert all(
-            canary.name not in {x[0] for x in r.rules} for r in page.rows if isinstance(r, Row)
+            CANARY.name not in {x[0] for x in r.rules} for r in page.rows if isinstance(r, Row)
         )
         # Passes of the judge since: none writes them again.
         await judged(store, "v2", daemon, passes=2)
@@ -296,21 +301,9 @@ async def test_rules_removed_while_no_daemon_ran_leave_no_view_points_or_listing
     """A canary and a threshold rule judged, the daemon stopped, then started without
     them and with no new trial: the rows of both sides drop them at its first tick, the
     canary's view and points are deleted, and the rule that stays is still listed."""
-    canary = CanaryRule(
-        name="v2-worse",
-        compare=Compare(baseline={"suite": "v1"}, candidate={"suite": "v2"}),
-        k=1,
-    )
     gone = Rule(name="gone", suite="v1", k=1, below=0.5, trigger="ci-low")
     stays = Rule(name="low", suite="v2", k=1, below=0.5, trigger="ci-low")
-    cfg = config(redis_server, prefix, alerts=[canary, gone, stays])
-    events = [
-        TrialEvent(suite, f"task {t}", f"{suite}-{t}-{r}", "pass" if ok else "fail")
-        for suite in ("v1", "v2")
-        for t in range(20)
-        for r in range(6)
-        for ok in [suite == "v1" or t >= 8 or r == 0]
-    ]
+    cfg = config(redis_server, prefix, alerts=[CANARY, gone, stays])
 
     async def listed(store: Store) -> list[list[str] | None]:
         rows = await store.rows.read([Series("v1"), Series("v2")])
@@ -318,11 +311,8 @@ async def test_rules_removed_while_no_daemon_ran_leave_no_view_points_or_listing
 
     async with serving(cfg) as (daemon, _):
         store = daemon.store
-        keys = [
-            store.keys.canary_view("v2", canary.name),
-            store.keys.canary_points("v2", canary.name),
-        ]
-        await TestingSource(events).run(daemon.commit)
+        keys = canary_keys(store)
+        await TestingSource(V1_V2).run(daemon.commit)
 
         async def stored() -> bool:
             return await store.client.exists(*keys) == 2 and await listed(store) == [
@@ -342,5 +332,5 @@ async def test_rules_removed_while_no_daemon_ran_leave_no_view_points_or_listing
         await daemon.metrics.refresh(store, daemon.config.alerts, [])
         text = daemon.metrics.render().decode()
         assert 'rule="low"' in text
-        assert canary.name not in text
+        assert CANARY.name not in text
         assert 'rule="gone"' not in text
