@@ -16,6 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
+# Below this n, n * (max n + 1) + c fits in an int64: cells sort on one integer key.
+_ONE_KEY_WIDTH = 1 << 31
 
 
 class Histogram:
@@ -36,17 +38,31 @@ class Histogram:
                 )
             if int(ca.min()) < 0 or bool((ca > na).any()):
                 raise ValueError("every cell needs 0 <= c <= n")
-            if int(wa.min()) < 0:
+            least = int(wa.min())
+            if least < 0:
                 raise ValueError("cell counts cannot be negative")
-        keep = wa > 0
-        na, ca, wa = na[keep], ca[keep], wa[keep]
-        # Canonical form: sorted by (n, c), duplicates merged.
-        order = np.lexsort((ca, na))
-        na, ca, wa = na[order], ca[order], wa[order]
+            if least == 0:
+                keep = wa > 0
+                na, ca, wa = na[keep], ca[keep], wa[keep]
+        # Canonical form: sorted by (n, c), duplicates merged. With 0 <= c <= n < width,
+        # n * width + c orders the cells as (n, c) does: one integer sort, not two keys.
         if na.size > 1:
-            starts = np.flatnonzero(np.r_[True, (np.diff(na) != 0) | (np.diff(ca) != 0)])
-            wa = np.add.reduceat(wa, starts)
-            na, ca = na[starts], ca[starts]
+            width = int(na.max()) + 1
+            if width <= _ONE_KEY_WIDTH:
+                keys = na * width + ca
+                order = np.argsort(keys)
+                keys = keys[order]
+                new = keys[1:] != keys[:-1]
+            else:
+                order = np.lexsort((ca, na))
+                new = (np.diff(na[order]) != 0) | (np.diff(ca[order]) != 0)
+            na, ca, wa = na[order], ca[order], wa[order]
+            if not bool(new.all()):  # a cell given twice: merged
+                starts = np.flatnonzero(np.r_[True, new])
+                wa = np.add.reduceat(wa, starts)
+                na, ca = na[starts], ca[starts]
+        else:  # the caller's arrays are never the histogram's own
+            na, ca, wa = na.copy(), ca.copy(), wa.copy()
         self.n: IntArray = na
         self.c: IntArray = ca
         self.count: IntArray = wa

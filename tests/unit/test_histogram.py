@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from reliabilityd import Histogram
 from reliabilityd.store._reads import _histogram
@@ -15,6 +17,38 @@ def test_canonical_form_merges_and_sorts() -> None:
     assert h == Histogram.from_cells({(5, 3): 2, (2, 1): 1, (5, 0): 1})
     assert h == Histogram.from_cells([(5, 3, 1), (5, 3, 1), (2, 1, 1), (5, 0, 1), (9, 9, 0)])
     assert h.tasks == 4
+
+
+_N = st.integers(1, 40) | st.integers(1, 1 << 62)  # small, and past one-key sorting
+
+
+@st.composite
+def _cells(draw: st.DrawFn) -> list[tuple[int, int, int]]:
+    out = []
+    for n in draw(st.lists(_N, max_size=30)):
+        c = draw(st.integers(0, n))
+        out.append((n, c, draw(st.integers(0, 3))))
+    # Some cells again, so that merging is exercised.
+    return out + draw(st.lists(st.sampled_from(out), max_size=5)) if out else out
+
+
+@given(_cells())
+@example([(3, 1, 1), (3, 1, 2), (2, 2, 0), (1, 0, 1)])
+@example([(1 << 40, 5, 1), (3, 1, 1), (1 << 40, 5, 2)])
+@example([(7, 7, 1)])
+def test_any_cells_give_the_sorted_merged_histogram(cells: list[tuple[int, int, int]]) -> None:
+    """Whatever the order, repeats and zero counts: cells sorted by (n, c), each once,
+    counts summed, the empty ones dropped; the arrays are the histogram's own."""
+    want: dict[tuple[int, int], int] = {}
+    for n, c, w in cells:
+        want[(n, c)] = want.get((n, c), 0) + w
+    n = np.array([x[0] for x in cells], dtype=np.int64)
+    c = np.array([x[1] for x in cells], dtype=np.int64)
+    w = np.array([x[2] for x in cells], dtype=np.int64)
+    h = Histogram(n, c, w)
+    assert h.cells() == sorted((a, b, k) for (a, b), k in want.items() if k > 0)
+    n[:] = 1  # changing the inputs afterwards changes nothing
+    assert h.cells() == sorted((a, b, k) for (a, b), k in want.items() if k > 0)
 
 
 def test_histograms_add() -> None:
