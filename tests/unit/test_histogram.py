@@ -40,11 +40,9 @@ def test_any_cells_give_the_sorted_merged_histogram(cells: list[tuple[int, int, 
     """Whatever the order, repeats and zero counts: cells sorted by (n, c), each once,
     counts summed, the empty ones dropped; the arrays are the histogram's own."""
     want: dict[tuple[int, int], int] = {}
-    for n, c, w in cells:
-        want[(n, c)] = want.get((n, c), 0) + w
-    n = np.array([x[0] for x in cells], dtype=np.int64)
-    c = np.array([x[1] for x in cells], dtype=np.int64)
-    w = np.array([x[2] for x in cells], dtype=np.int64)
+    for cell_n, cell_c, weight in cells:
+        want[(cell_n, cell_c)] = want.get((cell_n, cell_c), 0) + weight
+    n, c, w = (np.array([x[i] for x in cells], dtype=np.int64) for i in range(3))
     h = Histogram(n, c, w)
     assert h.cells() == sorted((a, b, k) for (a, b), k in want.items() if k > 0)
     n[:] = 1  # changing the inputs afterwards changes nothing
