@@ -1,7 +1,7 @@
 """The demo's simulated fleet: agents that run tasks and publish one event per trial.
 
-Three suites, tasks of different difficulty (``deploy-bot`` is the seed
-document's suite: task i passes about SEED_PASSES[i] of 5 runs). The
+Three suites, tasks of different difficulty (``deploy-bot`` is the
+README's example suite: task i passes about EXAMPLE_PASSES[i] of 5 runs). The
 ``support-bot`` agent is reliable until its ``regress`` phase, when every
 task passes only ``REGRESSED`` of its runs, and reliable again after
 ``recover``. The schedule lives in ``demo.py``; this module only decides
@@ -28,7 +28,7 @@ from reliabilityd.config import MqttConfig
 from reliabilityd.events import TrialEvent
 from reliabilityd.mqtt_connector import Connection, connect
 
-SEED_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
+EXAMPLE_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
 REGRESSED = 0.5
 TOPIC = "reliability/trials"
 
@@ -49,7 +49,7 @@ def default_fleet() -> list[Suite]:
     return [
         Suite(
             "deploy-bot",
-            {f"deploy service {i}": c / 5 for i, c in enumerate(SEED_PASSES)},
+            {f"deploy service {i}": c / 5 for i, c in enumerate(EXAMPLE_PASSES)},
         ),
         # Reliable: the one the alert watches, the one that regresses.
         Suite(

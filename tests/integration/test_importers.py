@@ -276,10 +276,10 @@ async def test_multivon_report_matches_multivon_and_leaves_out_errors(
         )
 
 
-async def test_seed_report_gives_the_seed_numbers(store: Store) -> None:
+async def test_the_readme_example_report_gives_its_numbers(store: Store) -> None:
     """The checked-in multivon-eval report of the README's 20 x 5 example: pass^5 = 0.10."""
-    report = await import_file(store, DATA / "multivon_deploy_bot.json", suite="seed")
-    state = await store.reads.read_state("seed")
+    report = await import_file(store, DATA / "multivon_deploy_bot.json", suite="example")
+    state = await store.reads.read_state("example")
     est = estimate(state.hist, 5, "pass^k", interval="percentile")
     assert report.counted == 100
     assert est.value == pytest.approx(0.1)
@@ -421,14 +421,15 @@ def test_any_name_maps_to_a_valid_one(suite: str, task: str) -> None:
 
 
 async def test_a_report_written_by_multivon_eval_itself(store: Store, tmp_path: Path) -> None:
-    """multivon-eval 0.20.0 ran the seed example (tests/data/*.py.txt) and saved this report.
+    """multivon-eval 0.20.0 ran the README's example suite (tests/data/*.py.txt) and saved
+    this report.
 
     Its own numbers, printed by the same run (report.pass_hat_k / pass_at_k):
     """
     own_hat = [0.56, 0.315, 0.19, 0.13, 0.1]
     own_at = [0.56, 0.805, 0.925, 0.98, 1.0]
     path = tmp_path / "report.json"
-    path.write_bytes(gzip.decompress((DATA / "multivon_0.20_seed_report.json.gz").read_bytes()))
+    path.write_bytes(gzip.decompress((DATA / "multivon_0.20_example_report.json.gz").read_bytes()))
     report = await import_file(store, path)
     assert (report.suite, report.counted, report.errors) == ("deploy-bot", 100, 5)
     hist = (await store.reads.read_state("deploy-bot")).hist

@@ -18,13 +18,13 @@ from tests.support.helpers import stored_snapshot, wait_until
 from tests.support.query import apply, cli, config_for
 from tests.support.servers import RedisServer
 
-SEED_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
+EXAMPLE_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
 
 
-def seed_events(suite: str) -> list[TrialEvent]:
+def example_events(suite: str) -> list[TrialEvent]:
     return [
         TrialEvent(suite, f"deploy service {i}", f"run-{r}", "pass" if r < c else "fail")
-        for i, c in enumerate(SEED_PASSES)
+        for i, c in enumerate(EXAMPLE_PASSES)
         for r in range(5)
     ]
 
@@ -45,7 +45,7 @@ def snapshot_by_daemon(cfg: Config, suite: str) -> None:
 
 def test_client_reads_snapshot_and_computes_any_k(redis_server: RedisServer, prefix: str) -> None:
     cfg = config_for(redis_server, prefix)
-    apply(cfg, seed_events("deploy-bot"))
+    apply(cfg, example_events("deploy-bot"))
     snapshot_by_daemon(cfg, "deploy-bot")
     with Client(redis_server.url, prefix=prefix) as rel:
         assert rel.suites() == ["deploy-bot"]
@@ -57,7 +57,7 @@ def test_client_reads_snapshot_and_computes_any_k(redis_server: RedisServer, pre
         # gaffke, the default: 2 of 20 tasks at 1, so exactly Clopper-Pearson.
         assert hat5.ci == pytest.approx((0.012348527, 0.316982714), abs=1e-9)
         # Any k, not only the configured ones, computed from the stored histogram.
-        tasks = [(5, c) for c in SEED_PASSES]
+        tasks = [(5, c) for c in EXAMPLE_PASSES]
         for k in (2, 3, 4):
             got = rel.estimate("deploy-bot", k, "pass^k")
             assert got == estimate(tasks, k, "pass^k")
@@ -70,7 +70,7 @@ def test_client_reads_snapshot_and_computes_any_k(redis_server: RedisServer, pre
             "deploy-bot", 5, interval="percentile"
         )
         assert rel.tasks("deploy-bot") == {
-            f"deploy service {i}": (5, c) for i, c in enumerate(SEED_PASSES)
+            f"deploy service {i}": (5, c) for i, c in enumerate(EXAMPLE_PASSES)
         }
         assert rel.cases("deploy-bot", 5, top=1)[0].task == "deploy service 0"
         assert rel.snapshot("no-such-suite") is None
@@ -88,7 +88,7 @@ def test_status_table_json_and_on_demand_k(
     redis_server: RedisServer, prefix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = config_for(redis_server, prefix)
-    apply(cfg, seed_events("deploy-bot"))
+    apply(cfg, example_events("deploy-bot"))
     snapshot_by_daemon(cfg, "deploy-bot")
     where = ["--redis", redis_server.url, "--prefix", prefix]
 
@@ -109,7 +109,7 @@ def test_status_table_json_and_on_demand_k(
     code, out, _ = cli(capsys, "status", "deploy-bot", "--k", "3", "--k", "7", *where)
     assert code == 0
     k3 = next(line for line in out.splitlines() if line.split()[3] == "3")
-    expected = estimate([(5, c) for c in SEED_PASSES], 3, "pass^k")
+    expected = estimate([(5, c) for c in EXAMPLE_PASSES], 3, "pass^k")
     assert f"{100 * expected.value:.1f}%" in k3  # type: ignore[operator]
     k7 = next(line for line in out.splitlines() if line.split()[3] == "7")
     assert "UNKNOWN (20 of 20 tasks short)" in k7
@@ -123,7 +123,7 @@ def test_cases_and_tasks(
     redis_server: RedisServer, prefix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = config_for(redis_server, prefix)
-    apply(cfg, seed_events("deploy-bot"))
+    apply(cfg, example_events("deploy-bot"))
     where = ["--redis", redis_server.url, "--prefix", prefix]
     code, out, _ = cli(capsys, "cases", "deploy-bot", "--k", "5", "--top", "2", *where)
     assert code == 0
@@ -140,7 +140,7 @@ def test_forget_moves_the_task_out_of_every_number(
     redis_server: RedisServer, prefix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = config_for(redis_server, prefix)
-    apply(cfg, seed_events("deploy-bot"))
+    apply(cfg, example_events("deploy-bot"))
     where = ["--redis", redis_server.url, "--prefix", prefix]
     code, _, err = cli(capsys, "forget", "deploy-bot", "deploy service 0", *where)
     assert code == 1  # no terminal and no --yes: refuses
@@ -149,11 +149,11 @@ def test_forget_moves_the_task_out_of_every_number(
     assert code == 0
     assert out.strip() == "forgot task 'deploy service 0' of 'deploy-bot'"
     with Client(redis_server.url, prefix=prefix) as rel:
-        remaining = [(5, c) for c in SEED_PASSES[1:]]
+        remaining = [(5, c) for c in EXAMPLE_PASSES[1:]]
         assert len(rel.tasks("deploy-bot")) == 19
         assert rel.estimate("deploy-bot", 5) == estimate(remaining, 5)
         # The lottery index lost it too.
-        left = {f"deploy service {i}": (5, c) for i, c in enumerate(SEED_PASSES) if i}
+        left = {f"deploy service {i}": (5, c) for i, c in enumerate(EXAMPLE_PASSES) if i}
         for k in (2, 5):
             assert rel.cases("deploy-bot", k, top=5) == lottery_cases(left, k, limit=5)
     code, _, err = cli(capsys, "forget", "deploy-bot", "deploy service 0", "--yes", *where)
@@ -173,7 +173,7 @@ def test_reset_deletes_the_suite_and_nothing_else(
 ) -> None:
     cfg = config_for(redis_server, prefix)
     # Glob characters in a suite name must not widen the reset to other suites.
-    apply(cfg, seed_events("x*") + seed_events("xy") + seed_events("x?"))
+    apply(cfg, example_events("x*") + example_events("xy") + example_events("x?"))
 
     async def keys() -> list[str]:
         client = connect(redis_server.url)
@@ -208,9 +208,10 @@ def test_reset_deletes_the_suite_and_nothing_else(
         assert rel.suites() == ["x?", "xy"]
         assert len(rel.tasks("xy")) == 20
     # Counting starts afresh: the same trials count again.
-    apply(cfg, seed_events("x*"))
+    apply(cfg, example_events("x*"))
     with Client(redis_server.url, prefix=prefix) as rel:
-        assert rel.tasks("x*") == {f"deploy service {i}": (5, c) for i, c in enumerate(SEED_PASSES)}
+        want = {f"deploy service {i}": (5, c) for i, c in enumerate(EXAMPLE_PASSES)}
+        assert rel.tasks("x*") == want
 
 
 async def test_idle_tasks_leave_a_lifetime_suite(

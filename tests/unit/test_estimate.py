@@ -1,4 +1,4 @@
-"""Suite-level estimates: the seed example, the bootstrap against brute force, UNKNOWN."""
+"""Suite-level estimates: the README's example suite, the bootstrap against brute force, UNKNOWN."""
 
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ from reliabilityd.stats.bootstrap import (
 )
 from reliabilityd.stats.estimators import metric_cells
 
-SEED_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
-SEED_TASKS = [(5, c) for c in SEED_PASSES]
+EXAMPLE_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
+EXAMPLE_TASKS = [(5, c) for c in EXAMPLE_PASSES]
 
 
-def test_seed_example_pass_at_5_is_one_with_wilson_ci() -> None:
+def test_the_readme_example_pass_at_5_is_one_with_wilson_ci() -> None:
     """multivon-eval's numbers, to the digit, with its interval."""
-    est = estimate(SEED_TASKS, 5, "pass@k", interval="percentile")
+    est = estimate(EXAMPLE_TASKS, 5, "pass@k", interval="percentile")
     assert est.value == 1.0
     assert est.ci is not None
     assert est.ci[0] == pytest.approx(0.8389, abs=5e-5)
@@ -36,8 +36,8 @@ def test_seed_example_pass_at_5_is_one_with_wilson_ci() -> None:
     assert est.estimator == "combinatorial-unbiased"
 
 
-def test_seed_example_pass_hat_5_is_ten_percent() -> None:
-    est = estimate(SEED_TASKS, 5, "pass^k", interval="percentile")
+def test_the_readme_example_pass_hat_5_is_ten_percent() -> None:
+    est = estimate(EXAMPLE_TASKS, 5, "pass^k", interval="percentile")
     assert est.value == pytest.approx(0.10)
     assert est.ci_low is not None
     assert est.ci_high is not None
@@ -49,10 +49,10 @@ def test_seed_example_pass_hat_5_is_ten_percent() -> None:
     assert est.metric == "pass^k"
 
 
-def test_seed_example_by_default_gets_the_interval_that_covers() -> None:
+def test_the_readme_example_by_default_gets_the_interval_that_covers() -> None:
     """gaffke by default: wider than the percentile interval, and never the point alone."""
-    at5 = estimate(SEED_TASKS, 5, "pass@k")
-    hat5 = estimate(SEED_TASKS, 5, "pass^k")
+    at5 = estimate(EXAMPLE_TASKS, 5, "pass@k")
+    hat5 = estimate(EXAMPLE_TASKS, 5, "pass^k")
     assert (at5.interval, hat5.interval) == ("gaffke", "gaffke")
     assert at5.value == 1.0
     # One trial in five per task at k = 5 leaves 0 or 1 per task: the exact
@@ -62,7 +62,7 @@ def test_seed_example_by_default_gets_the_interval_that_covers() -> None:
     assert hat5.value == pytest.approx(0.10)
     # 2 of 20 at 1: the Clopper-Pearson interval, (0.0123485, 0.3169827).
     assert hat5.ci == pytest.approx((0.012348527, 0.316982714), abs=1e-9)
-    percentile = estimate(SEED_TASKS, 5, "pass^k", interval="percentile")
+    percentile = estimate(EXAMPLE_TASKS, 5, "pass^k", interval="percentile")
     assert percentile.ci is not None
     assert hat5.ci is not None
     assert hat5.ci[0] >= percentile.ci[0]
@@ -268,7 +268,7 @@ def test_strict_unknown_names_k_shortest_n_and_shortfall() -> None:
 
 
 def test_k_beyond_every_task_is_unknown_like_the_seed() -> None:
-    est = estimate(SEED_TASKS, 10, "pass@k")
+    est = estimate(EXAMPLE_TASKS, 10, "pass@k")
     assert est.value is None
     assert est.unknown_reason is not None
     assert est.unknown_reason.startswith("UNKNOWN")
@@ -327,7 +327,7 @@ def test_invalid_tasks(tasks: list[tuple[int, ...]], message: str) -> None:
 
 
 def test_serialised_shape() -> None:
-    known = msgspec.json.decode(msgspec.json.encode(estimate(SEED_TASKS, 5)))
+    known = msgspec.json.decode(msgspec.json.encode(estimate(EXAMPLE_TASKS, 5)))
     assert set(known) == {
         "k",
         "value",
@@ -342,12 +342,12 @@ def test_serialised_shape() -> None:
     }
     assert known["ci"] == [pytest.approx(0.0123485, abs=5e-7), pytest.approx(0.3169827, abs=5e-7)]
     assert (known["confidence"], known["interval"], known["method"]) == (0.95, "gaffke", "exact")
-    unknown = msgspec.json.decode(msgspec.json.encode(estimate(SEED_TASKS, 10)))
+    unknown = msgspec.json.decode(msgspec.json.encode(estimate(EXAMPLE_TASKS, 10)))
     assert unknown["value"] is None
     assert unknown["ci"] is None
     assert unknown["unknown_reason"].startswith("UNKNOWN")
-    back = msgspec.json.decode(msgspec.json.encode(estimate(SEED_TASKS, 5)), type=Estimate)
-    assert back == estimate(SEED_TASKS, 5)
+    back = msgspec.json.decode(msgspec.json.encode(estimate(EXAMPLE_TASKS, 5)), type=Estimate)
+    assert back == estimate(EXAMPLE_TASKS, 5)
 
 
 def test_estimate_options_are_exactly_estimates_keywords() -> None:

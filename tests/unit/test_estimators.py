@@ -34,7 +34,7 @@ def exact_hat(n: int, c: int, k: int) -> Fraction:
     return Fraction(comb(c, k), comb(n, k))
 
 
-def test_seed_example() -> None:
+def test_the_readme_example() -> None:
     assert pass_at_k(5, 3, 2) == 0.9
     assert pass_hat_k(5, 3, 2) == 0.3
     # The plug-in (3/5)**2 = 0.36 would flatter by 6pp; the exact value is not it.

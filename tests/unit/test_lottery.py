@@ -10,11 +10,11 @@ from reliabilityd import Histogram, LotteryCase, lottery_cases
 from reliabilityd.stats.estimators import lottery_gap
 from reliabilityd.stats.lottery import ranked_cell_groups, ranked_cell_groups_many
 
-SEED_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
+EXAMPLE_PASSES = [4, 2, 5, 3, 1, 2, 3, 5, 2, 1, 4, 3, 3, 2, 2, 3, 4, 2, 3, 2]
 
 
 def test_seed_suite_lists_every_flaky_task() -> None:
-    counts = {f"deploy service {i}": (5, c) for i, c in enumerate(SEED_PASSES)}
+    counts = {f"deploy service {i}": (5, c) for i, c in enumerate(EXAMPLE_PASSES)}
     rows = lottery_cases(counts, 5)
     # At k = n = 5 every task with 0 < c < 5 has gap 1: all 18 tie, by name.
     assert len(rows) == 18

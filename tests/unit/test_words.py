@@ -25,6 +25,7 @@ WORK_WORDS = [
     r"\bissue\s+#?\d+",
     r"\bfindings?\s+\d+",
     r"\bthe\s+seed's\s+gate\b",
+    r"\bseed\s+(example|document)\b",
     r"\bearlier\s+releases?\b",
 ]
 # Modules and keys that moved or were removed, by the name they had.
