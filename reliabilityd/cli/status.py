@@ -206,15 +206,9 @@ async def status(
                 docs.append(msgspec.Raw(raw) if raw is not None else {"suite": s.suite})
         out(msgspec.json.encode(docs[0] if suite is not None else docs).decode())
         return 0
-    if suite is None:
-        counts = await client.store.reads.rejected_counts(now)
-    else:  # the suite's own and the unattributable ones: two fields a minute
-        reads = client.store.reads
-        counts = {
-            suite: await reads.rejected_of(suite, now),
-            None: await reads.rejected_of("", now),
-        }
-    rejected = rejected_summary(counts, suite)
+    # One suite's: its own and the unattributable ones, two fields a minute.
+    only = None if suite is None else [suite]
+    rejected = rejected_summary(await client.store.reads.rejected_counts(now, only=only), suite)
     if not summaries:
         out(f"no suites yet in {where}: nothing has been counted there under this prefix")
         if rejected:

@@ -48,15 +48,10 @@ class Histogram:
         # n * width + c orders the cells as (n, c) does: one integer sort, not two keys.
         if na.size > 1:
             width = int(na.max()) + 1
-            if width <= _ONE_KEY_WIDTH:
-                keys = na * width + ca
-                order = np.argsort(keys)
-                keys = keys[order]
-                new = keys[1:] != keys[:-1]
-            else:
-                order = np.lexsort((ca, na))
-                new = (np.diff(na[order]) != 0) | (np.diff(ca[order]) != 0)
+            one_key = width <= _ONE_KEY_WIDTH
+            order = np.argsort(na * width + ca) if one_key else np.lexsort((ca, na))
             na, ca, wa = na[order], ca[order], wa[order]
+            new = (np.diff(na) != 0) | (np.diff(ca) != 0)
             if not bool(new.all()):  # a cell given twice: merged
                 starts = np.flatnonzero(np.r_[True, new])
                 wa = np.add.reduceat(wa, starts)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
@@ -128,6 +128,14 @@ class ImportApplied(msgspec.Struct, frozen=True):
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _count(raw: Any) -> int:
+    """A count as Redis holds it (0 when absent or not a number)."""
+    try:
+        return int(raw) if raw is not None else 0
+    except ValueError:
+        return 0
 
 
 def _pairs(flat: Sequence[bytes | str]) -> dict[str, str]:

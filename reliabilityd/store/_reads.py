@@ -12,7 +12,15 @@ from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.lottery import LotteryCase
 from reliabilityd.stats.slices import label_keys, matches
 from reliabilityd.store import _recent, _runs
-from reliabilityd.store._base import Counters, DeadLetter, Redis, SuiteState, _pairs, _text
+from reliabilityd.store._base import (
+    Counters,
+    DeadLetter,
+    Redis,
+    SuiteState,
+    _count,
+    _pairs,
+    _text,
+)
 from reliabilityd.store._errors import boundary
 from reliabilityd.store._recent import DEFAULT_TRIALS, TaskTrials, TrialRecord
 from reliabilityd.store._runs import DEFAULT_RUNS, RunSummary
@@ -320,17 +328,28 @@ class Reads:
         raw: Any = await self.client.hgetall(self.keys.pool_sizes)
         return {_text(k): int(v) for k, v in raw.items()}
 
-    async def rejected_counts(self, now: float, minutes: int = 60) -> dict[str | None, int]:
-        """Dead letters by named suite (None: none named) in the ``minutes`` up to ``now``."""
+    async def rejected_counts(
+        self, now: float, minutes: int = 60, *, only: Sequence[str] | None = None
+    ) -> dict[str | None, int]:
+        """Dead letters by named suite (None: none named) in the ``minutes`` up to ``now``:
+        of every suite, or of the suites ``only`` names (and those none named), in one
+        round trip either way."""
         last = int(now // 60)
+        fields = None if only is None else [*only, ""]
         pipe = self.client.pipeline(transaction=False)
         for minute in range(last - minutes + 1, last + 1):
-            pipe.hgetall(self.keys.rejected_minute(minute))
+            key = self.keys.rejected_minute(minute)
+            if fields is None:
+                pipe.hgetall(key)
+            else:
+                pipe.hmget(key, fields)
         totals: dict[str | None, int] = {}
         for counts in await pipe.execute():
-            for field, value in counts.items():
-                name = _text(field) or None
-                totals[name] = totals.get(name, 0) + int(value)
+            pairs = counts.items() if fields is None else zip(fields, counts, strict=True)
+            for field, value in pairs:
+                if value is not None:
+                    name = _text(field) or None
+                    totals[name] = totals.get(name, 0) + _count(value)
         return totals
 
     async def rejected_of(self, suite: str, now: float, minutes: int = 60) -> int:
@@ -339,13 +358,7 @@ class Reads:
         pipe = self.client.pipeline(transaction=False)
         for minute in range(last - minutes + 1, last + 1):
             pipe.hget(self.keys.rejected_minute(minute), suite)
-        total = 0
-        for raw in await pipe.execute():
-            try:
-                total += int(raw) if raw is not None else 0
-            except ValueError:
-                continue
-        return total
+        return sum(map(_count, await pipe.execute()))
 
     async def deadletter_count(self) -> int:
         """Dead letters ever written (the stream itself is capped)."""

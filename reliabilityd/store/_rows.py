@@ -22,7 +22,7 @@ import msgspec
 
 from reliabilityd.stats.estimate import Estimate
 from reliabilityd.stats.estimators import ESTIMATOR_NAME, Metric
-from reliabilityd.store._base import Redis, _text
+from reliabilityd.store._base import Redis, _count, _text
 from reliabilityd.store._documents import Undecodable
 from reliabilityd.store._errors import boundary
 from reliabilityd.store._scripts import DROP_ROWS, ROW_STATES, WRITE_ROWS
@@ -192,14 +192,6 @@ def _row_of(key: str, raw: Any) -> Row | Undecodable | None:
         return _decode(raw)
     except msgspec.DecodeError as exc:
         return Undecodable("row", key, str(exc))
-
-
-def _count(raw: Any) -> int:
-    """A dead-letter count as Redis holds it (0 when absent or not a number)."""
-    try:
-        return int(raw) if raw is not None else 0
-    except ValueError:
-        return 0
 
 
 def _upper(prefix: str) -> bytes:

@@ -135,3 +135,27 @@ def test_since_bounds_what_is_listed(
     code, out, _ = cli(capsys, "rejected", "--since", "1m", *redis)
     assert code == 0
     assert "stream:k  old  other" in out
+
+
+async def test_the_last_hour_counts_of_every_suite_or_of_some_and_a_bad_count_is_zero(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """The per-minute counts as ingest writes them, one of them not a number (a hand edit):
+    every suite's, or one suite's with the unattributable ones; the bad field counts 0."""
+    cfg = http_config(redis_server, prefix)
+    now = 1_800_000_000.0
+    async with store_for(cfg) as store:
+        minute = int(now // 60)
+        written: list[tuple[int, dict[str, int | str]]] = [
+            (minute, {"a": 2, "b": 1, "": 4}),
+            (minute - 5, {"a": 3, "c": "x"}),
+        ]
+        for m, fields in written:
+            for field, value in fields.items():
+                await store.client.hset(store.keys.rejected_minute(m), field, value)
+        await store.client.hset(store.keys.rejected_minute(minute - 61), mapping={"a": 100})
+        reads = store.reads
+        assert await reads.rejected_counts(now) == {"a": 5, "b": 1, None: 4, "c": 0}
+        assert await reads.rejected_counts(now, only=["a"]) == {"a": 5, None: 4}
+        assert await reads.rejected_counts(now, only=["nobody"]) == {None: 4}
+        assert await reads.rejected_of("a", now) == 5
