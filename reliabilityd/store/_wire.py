@@ -2,15 +2,19 @@
 
 redis-py's pipeline packs commands in Python, which costs about 2 us per
 event at one event per message, and as much per script call of the CI
-tick; hiredis packs them in C. This uses the
-connection pool's public methods (``get_connection``, ``send_packed_command``,
-``read_response``, ``release``) through a typed view, since redis-py leaves
-some of them unannotated.
+tick; hiredis packs them in C. Its ``read_response`` arms a timer for every
+reply (about 10 us each, most of the cost of a reply already buffered): the
+round trip arms one, the connection's ``socket_timeout``, for all its replies
+together, and reads each with ``timeout=math.inf`` (redis-py's documented
+"no timer of its own"). This uses the connection pool's public methods
+(``get_connection``, ``send_packed_command``, ``read_response``, ``release``)
+through a typed view, since redis-py leaves some of them unannotated.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol, cast
 
@@ -25,8 +29,10 @@ __all__ = ["pipelined"]
 
 
 class _Connection(Protocol):
+    socket_timeout: float | None
+
     async def send_packed_command(self, command: bytes) -> None: ...
-    async def read_response(self) -> Any: ...
+    async def read_response(self, *, timeout: float | None = None) -> Any: ...  # noqa: ASYNC109
     async def disconnect(self) -> None: ...
 
 
@@ -52,7 +58,8 @@ async def pipelined(
     cluster, redis-py's pipeline routes each command to its node. ``sent`` is
     set once the request is written (on a cluster, as it is handed over).
     Failures leave as the store's errors: the first error reply as
-    StoreRefused, a lost connection as StoreUnavailable.
+    StoreRefused, a lost connection or a round trip past the connection's
+    ``socket_timeout`` as StoreUnavailable.
     """
     try:
         return await _round_trip(client, commands, sent)
@@ -80,11 +87,18 @@ async def _round_trip(
         if sent is not None:
             sent.set()
         replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(await conn.read_response())
-            except ResponseError as exc:
-                replies.append(exc)
+        try:
+            async with asyncio.timeout(conn.socket_timeout):
+                for _ in commands:
+                    try:
+                        replies.append(await conn.read_response(timeout=math.inf))
+                    except ResponseError as exc:
+                        replies.append(exc)
+        except TimeoutError:
+            raise TimeoutError(
+                f"Timeout reading {len(commands)} replies: {len(replies)} came within"
+                f" {conn.socket_timeout:g} s"
+            ) from None
     except BaseException:
         await conn.disconnect()
         raise
