@@ -8,7 +8,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from reliabilityd import Histogram
-from reliabilityd.store._reads import _histogram
+from reliabilityd.store._reads import _histogram, _histograms
 
 
 def test_canonical_form_merges_and_sorts() -> None:
@@ -47,6 +47,31 @@ def test_any_cells_give_the_sorted_merged_histogram(cells: list[tuple[int, int, 
     assert h.cells() == sorted((a, b, k) for (a, b), k in want.items() if k > 0)
     n[:] = 1  # changing the inputs afterwards changes nothing
     assert h.cells() == sorted((a, b, k) for (a, b), k in want.items() if k > 0)
+
+
+@given(st.lists(_cells(), max_size=6))
+@example([[(3, 1, 1), (3, 1, 2)], [], [(2, 2, 0), (1, 0, 1)], [(1 << 40, 5, 1), (3, 1, 1)]])
+def test_a_batch_of_series_is_each_series_histogram(
+    batch: list[list[tuple[int, int, int]]],
+) -> None:
+    """``Histogram.many`` of series laid end to end: each one the constructor's, array
+    for array (repeats merged, zero counts dropped), whatever its neighbours hold."""
+    flat = [cell for cells in batch for cell in cells]
+    n, c, w = (np.array([x[i] for x in flat], dtype=np.int64) for i in range(3))
+    got = Histogram.many(n, c, w, [len(cells) for cells in batch])
+    assert len(got) == len(batch)
+    for one, cells in zip(got, batch, strict=True):
+        want = Histogram(*(np.array([x[i] for x in cells], dtype=np.int64) for i in range(3)))
+        assert one == want
+        for mine, theirs in ((one.n, want.n), (one.c, want.c), (one.count, want.count)):
+            assert mine.dtype == theirs.dtype == np.int64
+
+
+def test_a_bad_series_in_a_batch_is_refused_as_alone() -> None:
+    with pytest.raises(ValueError, match=r"0 <= c <= n"):
+        Histogram.many([5, 5, 3], [1, 9, 1], [1, 1, 1], [1, 2])
+    with pytest.raises(ValueError, match=r"same length"):
+        Histogram.many([5], [1], [1], [2])
 
 
 def test_histograms_add() -> None:
@@ -107,3 +132,10 @@ def test_the_read_scripts_histogram_string_parses_or_is_refused() -> None:
             _histogram(bad)
     with pytest.raises(ValueError, match=r"0 <= c <= n"):
         _histogram(b"5:9 1")
+
+
+def test_a_pipelines_histogram_strings_parse_together_as_each_alone() -> None:
+    replies: list[bytes | str] = [b"7:1 4 5:3 2", b"", "5:3 2", b"1:0 1 1:1 3"]
+    assert _histograms(replies) == [_histogram(r) for r in replies]
+    with pytest.raises(ValueError, match=r"histogram reply|read to its end"):
+        _histograms([b"7:1 4", b"5:3 x", b"1:1 1"])
