@@ -28,6 +28,8 @@ from reliabilityd.stats.intervals import intervals as compute_intervals
 Tasks: TypeAlias = Histogram | Sequence[tuple[int, int]] | npt.NDArray[np.int64]
 
 _METRIC_OF = {name: metric for metric, name in ESTIMATOR_NAME.items()}
+_NO_CELLS: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 class Estimate(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -168,6 +170,36 @@ class _Pending(NamedTuple):
     left_out: int
 
 
+class _Table:
+    """The cells of many histograms laid end to end, with each cell's series."""
+
+    def __init__(self, hists: Sequence[Histogram]) -> None:
+        sizes = np.array([len(h) for h in hists], dtype=np.int64)
+        self.size = len(hists)
+        self.n = np.concatenate([h.n for h in hists]) if hists else _NO_CELLS
+        self.c = np.concatenate([h.c for h in hists]) if hists else _NO_CELLS
+        self.count = np.concatenate([h.count for h in hists]) if hists else _NO_CELLS
+        self.series = np.repeat(np.arange(self.size, dtype=np.int64), sizes)
+        self._nonempty = sizes > 0
+        self._starts = (np.cumsum(sizes) - sizes)[self._nonempty]
+        self.tasks = self.tasks_of(np.ones(self.n.size, dtype=bool))
+
+    def tasks_of(self, keep: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+        """Each series' tasks in the kept cells (exact integers)."""
+        out = np.zeros(self.size, dtype=np.int64)
+        if self._starts.size:
+            out[self._nonempty] = np.add.reduceat(np.where(keep, self.count, 0), self._starts)
+        return out
+
+    def shortest(self, keep: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+        """Each series' least n among the kept cells (0 where it keeps none)."""
+        out = np.zeros(self.size, dtype=np.int64)
+        if self._starts.size:
+            least = np.minimum.reduceat(np.where(keep, self.n, _INT64_MAX), self._starts)
+            out[self._nonempty] = np.where(least == _INT64_MAX, 0, least)
+        return out
+
+
 def estimate_many(
     series: Sequence[Tasks],
     ks: Sequence[int],
@@ -197,74 +229,78 @@ def estimate_many(
     out: list[list[Estimate | None]] = []
     jobs: list[tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]] = []
     pending: list[_Pending] = []
-    # First every series' cells with enough trials at each k, then each
-    # (metric, k)'s per-cell values over all of them in one vectorised call
-    # (elementwise, so each series' values are what it would get alone).
     hists = [as_histogram(tasks) for tasks in series]
-    used_at: list[list[Histogram | None]] = []
-    for hist in hists:
-        chosen: list[Histogram | None] = []
-        for k in ks:
-            used = hist.at_least(k)
-            computable = used.tasks > 0 and used.tasks / hist.tasks >= min_coverage
-            chosen.append(used if computable else None)
-        used_at.append(chosen)
+    table = _Table(hists)
+    totals = table.tasks.tolist()
+    shortest = table.shortest(table.n >= 1).tolist()
+    # Each k's cells with enough trials, over every series at once; then each
+    # (metric, k)'s per-cell values and their per-series sums in one vectorised
+    # call each (elementwise, and summed in each series' own cell order, so each
+    # series' numbers are what it would get alone).
+    at_k: list[tuple[list[int], list[int], dict[str, list[float]]]] = []
     cells: dict[tuple[str, int], list[npt.NDArray[np.float64]]] = {}
-    for j, k in enumerate(ks):
-        at_k = [h for h in (row[j] for row in used_at) if h is not None]
-        if not at_k:
-            continue
-        n_all = np.concatenate([h.n for h in at_k])
-        c_all = np.concatenate([h.c for h in at_k])
-        ends = np.cumsum([len(h.n) for h in at_k])[:-1]
+    counts: dict[int, list[npt.NDArray[np.int64]]] = {}
+    for k in ks:
+        keep = table.n >= k
+        used = table.tasks_of(keep).tolist()
+        runs = table.shortest(keep).tolist()
+        n_k, c_k, w_k, series_k = (
+            table.n[keep],
+            table.c[keep],
+            table.count[keep],
+            table.series[keep],
+        )
+        sums: dict[str, list[float]] = {}
+        ends = np.cumsum(np.bincount(series_k, minlength=len(hists)))[:-1]
         for metric in metrics:
             key = "k=1" if k == 1 else metric
-            if (key, k) not in cells:
-                cells[(key, k)] = np.split(metric_cells(metric, n_all, c_all, k), ends)
-    taken: dict[tuple[str, int], int] = {}
+            if key not in sums:
+                per_cell = metric_cells(metric, n_k, c_k, k)
+                sums[key] = np.bincount(
+                    series_k, weights=per_cell * w_k, minlength=len(hists)
+                ).tolist()
+                if with_ci:
+                    cells[(key, k)] = np.split(per_cell, ends)
+        if with_ci:
+            counts[k] = np.split(w_k, ends)
+        at_k.append((used, runs, sums))
     for i, hist in enumerate(hists):
         row: list[Estimate | None] = []
         out.append(row)
-        for j, k in enumerate(ks):
-            used_or_none = used_at[i][j]
-            if used_or_none is None:
-                used = hist.at_least(k)
-                total = hist.tasks
-                runs = int(hist.n.min()) if total else 0
+        total = totals[i]
+        for k, (used_at, runs_at, sums) in zip(ks, at_k, strict=True):
+            m = used_at[i]
+            if not (m > 0 and m / total >= min_coverage):
                 row.extend(
                     Estimate(
                         k=k,
                         value=None,
                         ci=None,
                         estimator=ESTIMATOR_NAME[metric],
-                        runs=runs,
-                        tasks=used.tasks,
-                        left_out=total - used.tasks,
-                        unknown_reason=_unknown_reason(hist, used, k, metric, min_coverage),
+                        runs=shortest[i] if total else 0,
+                        tasks=m,
+                        left_out=total - m,
+                        unknown_reason=_unknown_reason(
+                            hist, hist.at_least(k), k, metric, min_coverage
+                        ),
                     )
                     for metric in metrics
                 )
                 continue
-            used = used_or_none
-            left_out = hist.tasks - used.tasks
-            m = used.tasks
-            runs = int(used.n.min())
             # At k = 1 both metrics are c / n per task: one value, one interval.
             computed: dict[str, tuple[float, int]] = {}
             for metric in metrics:
                 key = "k=1" if k == 1 else metric
                 if key not in computed:
-                    place = taken.get((key, k), 0)
-                    taken[(key, k)] = place + 1
-                    per_cell = cells[(key, k)][place]
-                    value = float(per_cell @ used.count) / m
                     # Float sums can leave 1 + 1e-16; the estimand lives in [0, 1].
-                    value = min(1.0, max(0.0, value))
+                    value = min(1.0, max(0.0, sums[key][i] / m))
                     computed[key] = (value, len(jobs))
                     if with_ci:
-                        jobs.append((per_cell, used.count))
+                        jobs.append((cells[(key, k)][i], counts[k][i]))
                 value, job = computed[key]
-                pending.append(_Pending(i, len(row), metric, k, value, job, runs, m, left_out))
+                pending.append(
+                    _Pending(i, len(row), metric, k, value, job, runs_at[i], m, total - m)
+                )
                 row.append(None)
     cis: list[Interval] = []
     if with_ci:
