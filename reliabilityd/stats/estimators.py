@@ -29,10 +29,6 @@ import numpy.typing as npt
 Metric = Literal["pass@k", "pass^k"]
 METRICS: tuple[Metric, ...] = ("pass@k", "pass^k")
 
-# How many product terms one numpy call handles at once; bounds the temporary
-# (cells x chunk) matrix for very large k.
-_CHUNK = 2048
-
 
 def _check(n: int, c: int, k: int) -> None:
     if k < 1:
@@ -92,12 +88,13 @@ def _ratio_product(
     out[~live] = 0.0
     if not live.any():
         return out
-    t = top[live].astype(np.float64)[:, None]
-    m = n[live].astype(np.float64)[:, None]
-    acc = np.ones(t.shape[0], dtype=np.float64)
-    for start in range(0, k, _CHUNK):
-        i = np.arange(start, min(k, start + _CHUNK), dtype=np.float64)[None, :]
-        acc *= np.prod((t - i) / (m - i), axis=1)
+    t = top[live].astype(np.float64)
+    m = n[live].astype(np.float64)
+    # Factor by factor, left to right (a row's np.prod rounds the same way),
+    # without a (cells, k) temporary or a reduction over its short axis.
+    acc = t / m
+    for i in range(1, k):
+        acc *= (t - i) / (m - i)
     out[live] = acc
     return out
 
