@@ -3,7 +3,8 @@
 After a tick's snapshots and verdicts, each series whose snapshot the tick
 wrote gets a new row (its headline value and interval, the states of the
 rules that read it, the last trial, a day's trend thinned to a handful of
-points from the history read), and each suite whose worst state moved is
+points: read from the history at most every ``TREND_REREAD``, each new
+snapshot's point appended between reads), and each suite whose worst state moved is
 moved between the state indexes; a row whose rules' states moved without
 a new snapshot (a rule's ``for`` ran out, a canary decided) has its rules
 rewritten. The states of every suite come from the registry in one read, as
@@ -16,9 +17,12 @@ rows of suites Redis no longer has are dropped.
 from __future__ import annotations
 
 import logging
+import math
+import random
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 import msgspec
 
@@ -29,6 +33,7 @@ from reliabilityd.daemon.ui import _model
 from reliabilityd.logs import emit
 from reliabilityd.rules import Rule
 from reliabilityd.rules.registry import Watch
+from reliabilityd.stats import history
 from reliabilityd.stats.history import History
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Row, Series, Store, Undecodable
@@ -38,6 +43,8 @@ __all__ = ["RowWriter", "row_of"]
 
 DAY = 86400.0
 FORGET_WRITTEN = 60.0
+# A row's trend is read from its history at most this often (``RowWriter._samples``).
+TREND_REREAD = 60.0
 SWEEP_EVERY = 60.0
 
 
@@ -137,6 +144,8 @@ class RowWriter:
         self._next_sweep = 0.0
         self._recheck: set[Series] = set()
         self._reconciled = False
+        # By series: (re-read after, monotonic; its headline k; its trend's samples).
+        self._trends: dict[Series, tuple[float, int, list[Point]]] = {}
 
     async def _reconcile(
         self, every: Sequence[Watched], by_series: Mapping[Series, Sequence[Watched]]
@@ -165,6 +174,44 @@ class RowWriter:
         not a rule reads them still (a rule a reload removed: their rows drop it)."""
         self._recheck.update(Series(s) for s in suites)
 
+    async def _samples(
+        self, snapshots: Mapping[Series, Snapshot], heads: Mapping[Series, int | None], now: float
+    ) -> dict[Series, list[Point]]:
+        """Each written series' pass^k samples of the last day at its headline k.
+
+        Read from its history string (one GET a series) when it has none kept,
+        its headline k moved, or its kept read is older than ``TREND_REREAD``
+        (less a random share, so reads spread over the ticks); otherwise the
+        kept read, thinned, with this snapshot's point appended as the history
+        stores it. Another replica's points reach a row's trend within
+        ``TREND_REREAD``.
+        """
+        clock = time.monotonic()
+        for series in [s for s, kept in self._trends.items() if kept[0] <= clock]:
+            del self._trends[series]
+        out: dict[Series, list[Point]] = {}
+        wanted: list[tuple[Series, int]] = []
+        for series, k in heads.items():
+            if k is None:
+                continue
+            kept = self._trends.get(series)
+            if kept is None or kept[1] != k:
+                wanted.append((series, k))
+                continue
+            snap = snapshots[series]
+            t = math.floor(datetime.fromisoformat(snap.updated_at).timestamp())
+            point = history.pass_hat_sample(history.point_of(snap.pass_hat_k, t), k)
+            kept[2][:] = trend_of([*kept[2], point], now)
+            out[series] = kept[2]
+        read = await self.store.history.pass_hat_many(
+            wanted, since=now - DAY, until=now, span=DAY / TREND_POINTS
+        )
+        for (series, k), got in zip(wanted, read, strict=True):
+            until = clock + TREND_REREAD * (1.0 - 0.5 * random.random())
+            self._trends[series] = (until, k, got)
+            out[series] = got
+        return out
+
     async def write(
         self,
         config: Config,
@@ -192,21 +239,11 @@ class RowWriter:
             await self._reconcile(every, by_series)
             self._reconciled = True
         written = list(snapshots)
-        # Each row's trend from its headline k's history string alone: one GET a series.
         heads = {
             s: _model.headline_k(snapshots[s], _own(snapshots[s], by_series.get(s, [])))
             for s in written
         }
-        wanted = [(s, k) for s, k in heads.items() if k is not None]
-        samples = dict(
-            zip(
-                [s for s, _ in wanted],
-                await self.store.history.pass_hat_many(
-                    wanted, since=now - DAY, until=now, span=DAY / TREND_POINTS
-                ),
-                strict=True,
-            )
-        )
+        samples = await self._samples(snapshots, heads, now)
         rows = [
             row_of(snapshots[s], by_series.get(s, []), None, now, trend_of(samples.get(s, []), now))
             for s in written

@@ -310,6 +310,13 @@ def pass_hat_samples(
     return [(float(t), row[0], row[1], row[2]) for t, row in zip(t_all.tolist(), rows, strict=True)]
 
 
+def pass_hat_sample(point: Point, k: int) -> tuple[float, float | None, float | None, float | None]:
+    """(t, pass^k, low, high) of ``point`` at ``k`` as ``pass_hat_samples`` reads it back
+    once written (its values rounded to the stored codes)."""
+    p, lo, hi = (_value(code) for code in _codes(point.values.get(label("pass^k", k))))
+    return (point.t, p, lo, hi)
+
+
 def _kept(
     t: npt.NDArray[np.int64],
     index: int,

@@ -16,13 +16,16 @@ from reliabilityd.cli.status import status
 from reliabilityd.client import AsyncClient
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
+from reliabilityd.daemon._rows import DAY, trend_of
 from reliabilityd.daemon.ui import _data, _index
 from reliabilityd.events import TrialEvent
 from reliabilityd.rejections import Rejected
 from reliabilityd.rules import AlertState, CanaryRule, Rule
 from reliabilityd.rules.canary import Compare
+from reliabilityd.stats.history import SCALE
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Row, Series, Store, Undecodable, connect
+from reliabilityd.store._rows import TREND_POINTS
 from tests.support.daemon import store_for
 from tests.support.helpers import wait_until
 from tests.support.http import get, http_config, serving
@@ -328,5 +331,39 @@ async def test_the_rows_carry_the_states_the_verdicts_left_without_reading_them_
         watches = await registry.watched(store, cfg.alerts, names)
         await daemon.recompute.rows.write(cfg, names, {}, watches, {("alpha-1", "low"): None})
         assert [r for r in reads if r] == [[("alpha-1", "low"), ("alpha-1", "beta-worse")]]
+    finally:
+        await client.aclose()
+
+
+async def test_a_kept_trend_grows_by_each_snapshot_as_its_history_does(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """Between reads of the history, a row's trend is the kept read with each new
+    snapshot's point appended as the history stores it: what a read gives."""
+    cfg = _config(redis_server.url, prefix)
+    client = connect(redis_server.url)
+    store = Store(client, prefix)
+    try:
+        await store.ingest.apply(
+            {"alpha-1": _events("alpha-1", 10, 5)}, windows={"alpha-1": 0}, dedup_ttl=3600
+        )
+        daemon = Daemon(cfg, store)
+        await daemon.recompute._tick()
+        kept = daemon.recompute.rows._trends[Series("alpha-1")]
+        for round_ in range(3):
+            await asyncio.sleep(1.1)  # each point in a second of its own
+            more = [TrialEvent("alpha-1", "t9", f"more{round_}", "pass")]
+            await store.ingest.apply({"alpha-1": more}, windows={"alpha-1": 0}, dedup_ttl=3600)
+            await daemon.recompute._tick()
+            assert daemon.recompute.rows._trends[Series("alpha-1")] is kept  # not read again
+            (row,) = (await store.rows.page(prefix="alpha-1")).rows
+            assert isinstance(row, Row)
+            now = time.time()
+            (read,) = await store.history.pass_hat_many(
+                [(Series("alpha-1"), 1)], since=now - DAY, until=now, span=DAY / TREND_POINTS
+            )
+            assert [tuple(p) for p in row.trend] == trend_of(read, now)
+            assert row.value is not None
+            assert abs(row.trend[-1][1] - row.value) <= 1 / SCALE  # type: ignore[operator]
     finally:
         await client.aclose()
