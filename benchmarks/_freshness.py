@@ -21,6 +21,7 @@ import asyncio
 import bisect
 import cProfile
 import io
+import os
 import multiprocessing
 import pstats
 import statistics
@@ -174,7 +175,7 @@ def replica(
             profiler.disable()
             text = io.StringIO()
             stats = pstats.Stats(profiler, stream=text)
-            stats.sort_stats("cumulative").print_stats(40)
+            stats.sort_stats("cumulative").print_stats(int(os.environ.get("BENCH_PROFILE_LINES", "40")))
             # The leaves: where the time is spent, not only what it is spent under.
             stats.sort_stats("tottime").print_stats(30)
             print(text.getvalue(), flush=True)

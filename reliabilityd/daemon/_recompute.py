@@ -102,6 +102,7 @@ class Recompute:
         self.config = config
         self.store = store
         self.rules = list(rules)
+        self._known = _series_settings.Known(config, self.rules)
         # Held for each tick (snapshots, the evaluator, the canaries): a reload
         # hands its config over between two ticks, never within one.
         self.tick = asyncio.Lock()
@@ -126,19 +127,20 @@ class Recompute:
         reconciles every suite with them (``fingerprint``)."""
         self.config = config
         self.rules = config.rules()
+        self._known = _series_settings.Known(config, self.rules)
         self._next_reconcile = 0.0
 
     def ks(self) -> tuple[int, ...]:
         return _series_settings.ks(self.config, self.rules)
 
     def settings(self, suite: str) -> snapshot.StatsSettings:
-        return _series_settings.settings(self.config, self.rules, suite)
+        return self._known.settings(suite)
 
     def fingerprint(self, suite: str) -> str:
-        return _series_settings.fingerprint(self.config, self.rules, suite)
+        return self._known.fingerprint(suite)
 
     def series_rules(self, series: Series) -> list[Rule]:
-        return _series_settings.series_rules(self.rules, series)
+        return self._known.series_rules(series)
 
     async def refresh_snapshot(
         self, suite: str, slice: str | None = None

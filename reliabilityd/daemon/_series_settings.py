@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 from collections.abc import Sequence
+from typing import TypeVar
 
 import msgspec
 
@@ -18,7 +19,13 @@ from reliabilityd.rules import Rule, for_slice
 from reliabilityd.stats import snapshot
 from reliabilityd.store import Series
 
-__all__ = ["fingerprint", "ks", "series_rules", "settings"]
+__all__ = ["Known", "fingerprint", "ks", "series_rules", "settings"]
+
+# Series whose settings one Known keeps; past it, it starts again.
+KNOWN_LIMIT = 100_000
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 def ks(config: Config, rules: Sequence[Rule]) -> tuple[int, ...]:
@@ -66,3 +73,45 @@ def series_rules(rules: Sequence[Rule], series: Series) -> list[Rule]:
     if series.slice is None:
         return mine
     return [for_slice(r, series.slice) for r in mine if r.slices]
+
+
+class Known:
+    """``settings``, ``fingerprint`` and ``series_rules`` of one config and its rules, each
+    computed once a suite (a series): a tick asks for them several times a series.
+
+    A reload makes a new one (the config and the rules are the key)."""
+
+    def __init__(self, config: Config, rules: Sequence[Rule]) -> None:
+        self.config = config
+        self.rules = list(rules)
+        self._settings: dict[str, snapshot.StatsSettings] = {}
+        self._fingerprints: dict[str, str] = {}
+        self._rules: dict[Series, list[Rule]] = {}
+
+    def settings(self, suite: str) -> snapshot.StatsSettings:
+        got = self._settings.get(suite)
+        if got is None:
+            got = settings(self.config, self.rules, suite)
+            _keep(self._settings, suite, got)
+        return got
+
+    def fingerprint(self, suite: str) -> str:
+        got = self._fingerprints.get(suite)
+        if got is None:
+            got = fingerprint(self.config, self.rules, suite)
+            _keep(self._fingerprints, suite, got)
+        return got
+
+    def series_rules(self, series: Series) -> list[Rule]:
+        """A new list each time (callers may change theirs); the rules themselves are frozen."""
+        got = self._rules.get(series)
+        if got is None:
+            got = series_rules(self.rules, series)
+            _keep(self._rules, series, got)
+        return list(got)
+
+
+def _keep(table: dict[_K, _V], key: _K, value: _V) -> None:
+    if len(table) >= KNOWN_LIMIT:
+        table.clear()
+    table[key] = value
