@@ -16,6 +16,7 @@ from reliabilityd.stats import history
 from reliabilityd.stats.history import History, Transition
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._errors import boundary
+from reliabilityd.store._wire import pipelined
 from reliabilityd.store.keys import Keys, Series
 
 _FIELD = "history:k"
@@ -104,11 +105,10 @@ class Histories:
         transitions, no other k."""
         if not series:
             return []
-        pipe = self.client.pipeline(transaction=False)
-        for one, k in series:
-            pipe.get(self.keys.history(self.keys.snapshot(one.suite, one.slice), k))
+        keys = [self.keys.history(self.keys.snapshot(o.suite, o.slice), k) for o, k in series]
+        raws = await pipelined(self.client, [("GET", key) for key in keys])
         out: list[list[tuple[float, float | None, float | None, float | None]]] = []
-        for (_, k), raw in zip(series, await pipe.execute(), strict=True):
+        for (_, k), raw in zip(series, raws, strict=True):
             # None: expired, nothing in reach; another header: another layout.
             if raw is None or not history.readable(bytes(raw)):
                 out.append([])

@@ -139,10 +139,7 @@ class Reads:
         """Each suite's slice ids (sorted), in one round trip."""
         if not suites:
             return {}
-        pipe = self.client.pipeline(transaction=False)
-        for suite in suites:
-            pipe.hkeys(self.keys.slices(suite))
-        replies = await pipe.execute()
+        replies = await pipelined(self.client, [("HKEYS", self.keys.slices(s)) for s in suites])
         return {
             suite: sorted(_text(s) for s in ids) for suite, ids in zip(suites, replies, strict=True)
         }

@@ -128,15 +128,16 @@ class Snapshots:
             return []
         series = [_series(s) for s in suites]
         held = known or {}
-        pipe = self.client.pipeline(transaction=False)
-        for one in series:
-            if one in held:
-                pipe.hmget(self._key(one), ["version", "updated_at"])
-            else:
-                pipe.hget(self._key(one), "json")
+        commands: list[tuple[str, ...]] = [
+            ("HMGET", self._key(one), "version", "updated_at")
+            if one in held
+            else ("HGET", self._key(one), "json")
+            for one in series
+        ]
         out: list[Snapshot | Undecodable | None] = []
         moved: list[int] = []
-        for i, (one, reply) in enumerate(zip(series, await pipe.execute(), strict=True)):
+        replies = await pipelined(self.client, commands)
+        for i, (one, reply) in enumerate(zip(series, replies, strict=True)):
             snap = held.get(one)
             if snap is None:
                 out.append(snapshot_of(self._key(one), reply))
@@ -150,10 +151,10 @@ class Snapshots:
                 out.append(None)
                 moved.append(i)
         if moved:
-            pipe = self.client.pipeline(transaction=False)
-            for i in moved:
-                pipe.hget(self._key(series[i]), "json")
-            for i, raw in zip(moved, await pipe.execute(), strict=True):
+            again = await pipelined(
+                self.client, [("HGET", self._key(series[i]), "json") for i in moved]
+            )
+            for i, raw in zip(moved, again, strict=True):
                 out[i] = snapshot_of(self._key(series[i]), raw)
         return out
 
