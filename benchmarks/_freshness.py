@@ -21,8 +21,8 @@ import asyncio
 import bisect
 import cProfile
 import io
-import os
 import multiprocessing
+import os
 import pstats
 import statistics
 import time
@@ -175,7 +175,8 @@ def replica(
             profiler.disable()
             text = io.StringIO()
             stats = pstats.Stats(profiler, stream=text)
-            stats.sort_stats("cumulative").print_stats(int(os.environ.get("BENCH_PROFILE_LINES", "40")))
+            lines = int(os.environ.get("BENCH_PROFILE_LINES", "40"))
+            stats.sort_stats("cumulative").print_stats(lines)
             # The leaves: where the time is spent, not only what it is spent under.
             stats.sort_stats("tottime").print_stats(30)
             print(text.getvalue(), flush=True)

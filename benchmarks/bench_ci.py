@@ -29,7 +29,9 @@ The drain's histograms are written directly (what the events would leave
 behind, without the lottery index), so that figure measures the CI path,
 not ingest; the freshness runs seed each task's hash too, so the trials
 they publish move cells as live ones do. ``--profile`` prints the
-one-daemon drain's top cProfile entries, and each freshness daemon's.
+one-daemon drain's top cProfile entries, and each freshness daemon's (the
+``BENCH_PROFILE_LINES`` environment variable's count of them, 40 unless set,
+and the 30 with most time of their own).
 """
 
 from __future__ import annotations
