@@ -52,6 +52,16 @@ def _config(redis_url: str, prefix: str) -> Config:
     return msgspec.structs.replace(cfg, alerts=[rule])
 
 
+async def _ticked_alpha(cfg: Config, store: Store) -> Daemon:
+    """A daemon after its first tick over suite alpha-1 (10 tasks, half always failing)."""
+    await store.ingest.apply(
+        {"alpha-1": _events("alpha-1", 10, 5)}, windows={"alpha-1": 0}, dedup_ttl=3600
+    )
+    daemon = Daemon(cfg, store)
+    await daemon.recompute._tick()
+    return daemon
+
+
 async def test_rows_are_written_paged_filtered_and_dropped(
     redis_server: RedisServer, prefix: str
 ) -> None:
@@ -203,11 +213,7 @@ async def test_a_state_that_moves_without_a_new_snapshot_moves_the_row(
     client = connect(redis_server.url)
     store = Store(client, prefix)
     try:
-        await store.ingest.apply(
-            {"alpha-1": _events("alpha-1", 10, 5)}, windows={"alpha-1": 0}, dedup_ttl=3600
-        )
-        daemon = Daemon(cfg, store)
-        await daemon.recompute._tick()
+        daemon = await _ticked_alpha(cfg, store)
         assert (await store.rows.page(state="pending")).suites == ["alpha-1"]
         await asyncio.sleep(0.6)
         (before,) = await store.rows.read([Series("alpha-1")])
@@ -344,11 +350,7 @@ async def test_a_kept_trend_grows_by_each_snapshot_as_its_history_does(
     client = connect(redis_server.url)
     store = Store(client, prefix)
     try:
-        await store.ingest.apply(
-            {"alpha-1": _events("alpha-1", 10, 5)}, windows={"alpha-1": 0}, dedup_ttl=3600
-        )
-        daemon = Daemon(cfg, store)
-        await daemon.recompute._tick()
+        daemon = await _ticked_alpha(cfg, store)
         kept = daemon.recompute.rows._trends[Series("alpha-1")]
         for round_ in range(3):
             await asyncio.sleep(1.1)  # each point in a second of its own
