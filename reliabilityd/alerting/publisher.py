@@ -5,18 +5,25 @@ Shared by the daemon's snapshot topics and the MQTT alert sink.
 A topic the broker refuses is set aside with its reason, never retried at the
 head of the queue: a topic MQTT forbids (``topic_problem``) is refused before
 it is sent; a PUBACK with an error reason code (an ACL, say) refuses it at
-once; and a topic in flight each time the broker dropped the connection,
-``STRIKES`` times in a row, is taken to be the cause (mosquitto disconnects a
-client that publishes a topic it finds malformed). Between strikes the topic
-goes to the back of the queue, so every other topic still goes out.
+once; and a topic in flight alone each time the broker dropped the
+connection, ``STRIKES`` times in a row, is taken to be the cause (mosquitto
+disconnects a client that publishes a topic it finds malformed). Between
+strikes the topic goes to the back of the queue, so every other topic still
+goes out.
+
+Topics go out ``WINDOW`` at a time, their PUBACKs awaited together (one at a
+time, a publish waited a round trip for each). A drop with several in flight
+names none of them: the publisher then sends one at a time, so the next drop
+names its topic, until its queue is empty again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from reliabilityd.backoff import Backoff
 from reliabilityd.config import MqttConfig
@@ -31,8 +38,10 @@ BACKOFF_START = 0.2
 BACKOFF_MAX = 15.0
 TIMEOUT = 10.0
 STABLE = 2 * BACKOFF_MAX
-# Disconnects in a row with the same topic in flight before it is set aside.
+# Disconnects in a row with the same topic in flight alone before it is set aside.
 STRIKES = 3
+# Publishes in flight together (within the broker's Receive Maximum).
+WINDOW = 64
 # Refused topics remembered (newest kept): a bound, not a limit anyone meets.
 MAX_REFUSED = 1000
 MAX_TOPIC_BYTES = 65535
@@ -64,8 +73,8 @@ class Publisher:
 
     Only the newest payload per topic is kept while the broker is away, so the
     backlog is bounded by the number of topics; a retained message is a state,
-    not a log. One publish is in flight at a time, so a disconnect names the
-    topic that was in flight.
+    not a log. Up to ``WINDOW`` publishes are in flight together; after a
+    disconnect with several in flight, one at a time until the queue empties.
     """
 
     def __init__(self, config: MqttConfig, identifier: str) -> None:
@@ -76,6 +85,8 @@ class Publisher:
         self._conn: Connection | None = None
         self._lock = asyncio.Lock()
         self._strikes: dict[str, int] = {}
+        # One publish at a time: a drop with several in flight named none of them.
+        self._careful = False
         # Topics set aside, with the reason (visible: tests, metrics, logs).
         self.refused: dict[str, str] = {}
         # Called with (topic, reason) when a topic is set aside (the daemon counts it).
@@ -115,6 +126,58 @@ class Publisher:
                     self._strike(topic, conn)
                 raise
         self._strikes.pop(topic, None)
+
+    async def _publish_many(
+        self, conn: Connection, batch: Sequence[tuple[str, tuple[bytes, bool]]]
+    ) -> list[BaseException | None]:
+        """The batch in flight together; each topic's error or None. A drop strikes
+        none of them (which one caused it is unknown) and makes the publisher careful."""
+        async with self._lock:
+            results = await asyncio.gather(
+                *(
+                    conn.publish(topic, payload, retain=retain and conn.retain_available)
+                    for topic, (payload, retain) in batch
+                ),
+                return_exceptions=True,
+            )
+        out: list[BaseException | None] = []
+        for (topic, _), result in zip(batch, results, strict=True):
+            if isinstance(result, Refused):
+                self._refuse(topic, str(result))
+                out.append(TopicRefused(str(result)))
+            elif isinstance(result, BaseException):
+                if not conn.is_open:
+                    self._careful = True
+                out.append(result)
+            else:
+                self._strikes.pop(topic, None)
+                out.append(None)
+        return out
+
+    async def _drain(self, conn: Connection) -> None:
+        """Publish until the queue is empty (each topic's newest payload); MqttError when
+        the connection fails."""
+        while self._pending:
+            if self._careful:
+                topic = next(iter(self._pending))
+                payload, retain = self._pending[topic]
+                try:
+                    await self._publish(conn, topic, payload, retain and conn.retain_available)
+                except TopicRefused:
+                    continue  # set aside: the next topic
+                # A newer payload may have arrived meanwhile: keep it.
+                if self._pending.get(topic) == (payload, retain):
+                    del self._pending[topic]
+                continue
+            batch = list(itertools.islice(self._pending.items(), WINDOW))
+            results = await self._publish_many(conn, batch)
+            for (topic, item), result in zip(batch, results, strict=True):
+                if result is None and self._pending.get(topic) == item:
+                    del self._pending[topic]
+            for result in results:
+                if result is not None and not isinstance(result, TopicRefused):
+                    raise result
+        self._careful = False
 
     def _strike(self, topic: str, conn: Connection) -> None:
         strikes = self._strikes.get(topic, 0) + 1
@@ -165,17 +228,7 @@ class Publisher:
                     # keeps still reaches whoever is subscribed now.
                     emit(logging.WARNING, "publisher_no_retain", identifier=self.identifier)
                 while not stop.is_set():
-                    while self._pending:
-                        topic = next(iter(self._pending))
-                        payload, retain = self._pending[topic]
-                        try:
-                            keep = retain and conn.retain_available
-                            await self._publish(conn, topic, payload, keep)
-                        except TopicRefused:
-                            continue  # set aside: the next topic
-                        # A newer payload may have arrived meanwhile: keep it.
-                        if self._pending.get(topic) == (payload, retain):
-                            del self._pending[topic]
+                    await self._drain(conn)
                     self._wake.clear()
                     await _wait_any(self._wake, stop, conn.closed)
                     if not conn.is_open:

@@ -133,6 +133,36 @@ async def test_a_topic_the_broker_drops_us_for_is_set_aside_and_the_rest_go_out(
         await asyncio.wait_for(task, 10)
 
 
+async def test_a_burst_of_topics_goes_out_in_windows_each_with_its_newest_payload(
+    private_mosquitto: Mosquitto, prefix: str
+) -> None:
+    """More topics than a window (and than the broker's Receive Maximum) queued at once,
+    some twice: every topic retained with its newest payload, nothing set aside."""
+    pub = Publisher(_config(private_mosquitto), f"{prefix}-pub")
+    stop = asyncio.Event()
+    task = asyncio.create_task(pub.run(stop))
+    topics = [f"{prefix}/snapshot/s{i:03d}" for i in range(3 * publisher_mod.WINDOW + 5)]
+    try:
+        async with collect(private_mosquitto.port, f"{prefix}/snapshot/#") as got:
+            for i, topic in enumerate(topics):
+                pub.publish(topic, msgspec.json.encode({"n": i}))
+            for i, topic in enumerate(topics[::7]):
+                pub.publish(topic, msgspec.json.encode({"n": -i}))
+
+            async def all_out() -> bool:
+                return not pub._pending and len(got) >= len(topics)
+
+            await wait_until(all_out, 30)
+        assert pub.refused == {}
+        assert not pub._careful
+        for i, topic in enumerate(topics):
+            want = {"n": -(i // 7)} if i % 7 == 0 else {"n": i}
+            assert msgspec.json.decode(await _received(private_mosquitto, topic)) == want
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
 async def test_a_topic_mqtt_forbids_is_refused_before_it_is_sent(
     private_mosquitto: Mosquitto, prefix: str
 ) -> None:
