@@ -1,6 +1,7 @@
 """Benchmark: the CI tick by phase, 5,000 changed series drained, a running daemon's freshness.
 
-Everything in one run (``--parts`` picks some: phases, math, drain, fresh, metrics):
+Everything in one run (``--parts`` picks some: phases, math, drain, fresh, publish,
+metrics):
 
 * phases: ``bench_tick_phases`` at ``--phase-suites`` (1,000): the CPU of each
   phase of the daemon's whole tick per changed series;
@@ -19,6 +20,8 @@ Everything in one run (``--parts`` picks some: phases, math, drain, fresh, metri
   series (1,000 and 5,000), one process and two replicas (``--replicas``):
   freshness from commit to snapshot write, median / p99 / max, the share
   fresh within one tick, and the daemon CPU per change;
+* publish: the retained snapshot publisher's rate and CPU per snapshot
+  beside aiomqtt awaiting each publish (``_publish``);
 * metrics: ``/metrics`` with 10,000 suites: the view read and the text
   formatted cold (the process's first scrape), again with nothing new, and
   after half the suites got a new snapshot; each beside the read and text
@@ -52,7 +55,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from benchmarks import _freshness
+from benchmarks import _freshness, _publish
 from benchmarks._line_text import LineText
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
@@ -258,7 +261,7 @@ async def metrics_figures(store: Store, series: int) -> None:
     print(line(f"{series // 2:,} new snapshots:", (half_read, half_render), old_half))
 
 
-PARTS = ("phases", "math", "drain", "fresh", "metrics")
+PARTS = ("phases", "math", "drain", "fresh", "publish", "metrics")
 
 
 async def run(workdir: Path, args: argparse.Namespace) -> None:
@@ -329,6 +332,8 @@ async def run(workdir: Path, args: argparse.Namespace) -> None:
                 )
         if "fresh" in parts:
             await fresh_figures(workdir, server.url, args, alone)
+        if "publish" in parts:
+            await _publish.figures(workdir)
         if "metrics" in parts:
             await metrics_figures(store, args.metrics_series)
         await client.aclose()
