@@ -117,7 +117,11 @@ async def test_1000_slow_bodies_leave_a_producer_200s_and_an_exact_count(
         async with aiohttp.ClientSession(timeout=timeout) as http:
             n = 0
             deadline = time.monotonic() + DURATION
-            while time.monotonic() < deadline:
+            # DURATION at least, and on a machine too busy for 5 answers in it, on
+            # until the fifth (for at most a minute more): progress is what is asserted.
+            while time.monotonic() < deadline or (
+                statuses.get("200", 0) < 5 and time.monotonic() < deadline + 60
+            ):
                 trials = [f"p{n}-{j}" for j in range(5)]
                 n += 1
                 body = msgspec.json.encode(
