@@ -1,0 +1,286 @@
+"""The rate-CUSUM trigger's statistic: what a daemon would run each tick, pure numpy.
+
+Two statistics over the trials, in nats, each updated once a tick from the
+tick's passes and fails per task (``tick``; ``advance`` runs a whole chunk of
+ticks in closed form):
+
+* ``global``: one CUSUM over the merged trial stream. Null: every task at its
+  reference rate ``p0``, its own long-run counts shrunk toward the suite's
+  pooled rate by ``prior`` pseudo-trials (``reference``: never 0 or 1, so no
+  outcome has an infinite log-likelihood ratio). Alternative: every reference
+  moved by one common log-odds shift until the suite's pass^k is at the
+  rule's ``below`` (``shifted``): the drop spread over all tasks.
+* ``local``: a CUSUM per task and alternative (its failure odds times each of
+  ``local_odds``), the best alternative per task, read as the mixture
+  ``sum_i log(1 - share + share e^{w_i})`` over tasks (``combine``; Xie and
+  Siegmund's mixture with per-task CUSUMs, Mei's SUM at ``share = 0``). A task
+  that did not change stays at 0 instead of dragging the statistic down, which
+  a drop carried by a few tasks needs and the global CUSUM lacks.
+
+Either reaching its threshold is an alarm, and an alarm restarts both at 0.
+``calibrate`` sets both thresholds from the suite's own reference and trial
+rates, each to twice the false-alarm budget, so together they meet it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from reliabilityd.rules.simulator import Path
+from studies.oracle import BELOW, TICK, K, cusum, llr
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+DAY = 86400.0
+_SHIFT_BOUND = 30.0
+
+
+@dataclass(frozen=True)
+class Design:
+    """The prototype's settings; ``local_odds = ()`` drops the local statistic, and
+    ``spread = False`` the global one."""
+
+    prior: float = 20.0
+    history: float = DAY
+    local_odds: tuple[float, ...] = (100.0,)
+    # The share of tasks the local mixture expects to change (0: the plain sum).
+    share: float = 0.3
+    spread: bool = True
+    quiet: float = 900.0
+    refresh: float = 3600.0
+
+
+# --- the statistic: what a daemon would run ------------------------------------
+
+
+def reference(n: IntArray, c: IntArray, prior: float) -> FloatArray:
+    """Per task, the pre-change rate: its counts shrunk toward the suite's pooled rate.
+
+    ``(c + prior * pooled) / (n + prior)`` with ``pooled = (sum c + 1/2) / (sum n + 1)``:
+    never 0 or 1, so no outcome has an infinite log-likelihood ratio.
+    """
+    pooled = (float(c.sum()) + 0.5) / (float(n.sum()) + 1.0)
+    out: FloatArray = (c + prior * pooled) / (n + prior)
+    return out
+
+
+def _sigmoid(x: FloatArray) -> FloatArray:
+    out: FloatArray = 1.0 / (1.0 + np.exp(-x))
+    return out
+
+
+def shifted(p0: FloatArray, k: int, target: float) -> FloatArray:
+    """``p0`` moved by the one common log-odds shift that puts the mean of p^k at ``target``.
+
+    Where the mean is already at or under ``target`` the rates come back unchanged
+    (no drop to look for).
+    """
+    if float(np.mean(p0**k)) <= target:
+        return p0.copy()
+    lp = np.log(p0) - np.log1p(-p0)
+    lo, hi = 0.0, _SHIFT_BOUND
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        if float(np.mean(_sigmoid(lp - mid) ** k)) > target:
+            lo = mid
+        else:
+            hi = mid
+    return _sigmoid(lp - (lo + hi) / 2.0)
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Nats a pass (``up``) and a fail (``down``) of each task add, per statistic."""
+
+    up_g: FloatArray
+    down_g: FloatArray
+    up_l: FloatArray
+    down_l: FloatArray
+
+
+def weights(
+    n: IntArray, c: IntArray, design: Design, *, k: int = K, below: float = BELOW
+) -> Weights:
+    """The increments both statistics use, from each task's long-run counts."""
+    p0 = reference(n, c, design.prior)
+    up_g, down_g = llr(p0, shifted(p0, k, below))
+    if not design.spread:
+        up_g, down_g = np.zeros_like(p0), np.zeros_like(p0)
+    lp = np.log(p0) - np.log1p(-p0)
+    pairs = [llr(p0, _sigmoid(lp - np.log(f))) for f in design.local_odds]
+    if pairs:
+        up_l = np.stack([u for u, _ in pairs], axis=-1)
+        down_l = np.stack([d for _, d in pairs], axis=-1)
+    else:
+        up_l, down_l = np.zeros((p0.size, 0)), np.zeros((p0.size, 0))
+    return Weights(up_g, down_g, up_l, down_l)
+
+
+def combine(w: FloatArray, share: float) -> FloatArray:
+    """The local statistic from per-task, per-alternative CUSUMs ``w`` (..., T, A): each
+    task's best alternative, then the sum over tasks (``share = 0``) or the mixture
+    ``sum_i log(1 - share + share e^{w_i})`` (Xie and Siegmund's, with per-task CUSUMs)."""
+    if w.shape[-1] == 0:
+        return np.zeros(w.shape[:-2])
+    best = w.max(axis=-1)
+    if share <= 0:
+        out: FloatArray = best.sum(axis=-1)
+    else:
+        out = np.logaddexp(np.log1p(-share), np.log(share) + best).sum(axis=-1)
+    return out
+
+
+def tick(
+    s: float, w: FloatArray, passes: IntArray, fails: IntArray, wt: Weights
+) -> tuple[float, FloatArray]:
+    """One tick of both statistics from the tick's passes and fails per task.
+
+    ``global``: ``max(0, s + sum_i passes_i up_i + fails_i down_i)``; ``local``: per task
+    and alternative ``max(0, w_ia + passes_i up_ia + fails_i down_ia)``, read by ``combine``.
+    """
+    s_new = max(0.0, s + float(passes @ wt.up_g + fails @ wt.down_g))
+    w_new: FloatArray = np.maximum(0.0, w + passes[:, None] * wt.up_l + fails[:, None] * wt.down_l)
+    return s_new, w_new
+
+
+# --- null paths, for the calibration and the study ---------------------------
+
+
+def _rates_at(path: Path, task: IntArray, times: FloatArray) -> FloatArray:
+    """``Path.rates_at`` for many tasks at once."""
+    levels = path.levels
+    if path.shape is None:
+        out: FloatArray = levels[0, task]
+    elif path.ramp <= 0:
+        out = np.where(times >= path.start, levels[1, task], levels[0, task])
+    else:
+        i = np.clip(np.ceil((times - path.start) / path.grid), 0, levels.shape[0] - 1)
+        out = levels[i.astype(np.int64), task]
+    return out
+
+
+def increments(
+    path: Path,
+    rates: FloatArray,
+    wt: Weights,
+    *,
+    offset: float,
+    ticks: int,
+    rng: np.random.Generator,
+) -> tuple[FloatArray, FloatArray, IntArray, IntArray]:
+    """Ticks ``offset .. offset + ticks * TICK`` of a suite: (global (ticks,), local
+    (ticks, T, A)) increments, and each task's trials and passes in the span."""
+    t = rates.size
+    m = rng.poisson(rates * ticks * TICK)
+    task = np.repeat(np.arange(t), m)
+    at = rng.integers(0, ticks, size=task.size)
+    times = offset + (at + rng.random(task.size)) * TICK
+    passed = rng.random(task.size) < _rates_at(path, task, times)
+    g = np.bincount(at, np.where(passed, wt.up_g[task], wt.down_g[task]), minlength=ticks)
+    a = wt.up_l.shape[1]
+    x = np.where(passed[:, None], wt.up_l[task], wt.down_l[task])
+    cols = [np.bincount(at * t + task, x[:, j], minlength=ticks * t) for j in range(a)]
+    loc = np.stack(cols, axis=-1).reshape(ticks, t, a) if a else np.zeros((ticks, t, 0))
+    passes = np.bincount(task, passed, minlength=t).astype(np.int64)
+    return g.astype(np.float64), loc.astype(np.float64), m.astype(np.int64), passes
+
+
+@dataclass
+class Running:
+    """Both statistics between chunks, and the alarms so far (tick numbers)."""
+
+    s: float
+    w: FloatArray
+    alarms: list[int]
+
+
+def _local(loc: FloatArray, w: FloatArray) -> FloatArray:
+    """Per-task, per-alternative CUSUMs over a chunk (ticks, T, A) from ``w`` (T, A)."""
+    out: FloatArray = np.moveaxis(cusum(np.moveaxis(loc, 0, -1), w), -1, 0)
+    return out
+
+
+def advance(
+    state: Running,
+    g: FloatArray,
+    loc: FloatArray,
+    *,
+    h_g: float,
+    h_l: float,
+    first: int,
+    share: float,
+) -> Running:
+    """Run both statistics over a chunk (closed form), restarting at 0 after each alarm.
+
+    ``first`` is the chunk's first tick number, so alarms are numbered across chunks.
+    """
+    s, w, at = state.s, state.w, 0
+    alarms = list(state.alarms)
+    while at < g.size:
+        sg = cusum(g[at:], s)
+        sl = _local(loc[at:], w)
+        hit = (sg >= h_g) | (combine(sl, share) >= h_l)
+        on = np.flatnonzero(hit)
+        if on.size == 0:
+            s, w = float(sg[-1]), sl[-1].copy()
+            break
+        alarms.append(first + at + int(on[0]))
+        s, w, at = 0.0, np.zeros_like(w), at + int(on[0]) + 1
+    return Running(s, w, alarms)
+
+
+def calibrate(
+    p0: FloatArray,
+    rates: FloatArray,
+    wt: Weights,
+    budget: float,
+    rng: np.random.Generator,
+    *,
+    share: float = 0.0,
+    chains: int = 6,
+) -> tuple[float, float]:
+    """(h_g, h_l): the least thresholds on a 0.05-nat grid whose mean run length from 0,
+    each statistic alone, under the reference ``p0`` is at least twice ``budget`` seconds.
+
+    ``chains`` paths of four budgets each (no restarts); the run length at each h is
+    an exponential's with censoring (as ``oracle.threshold``), one standard error under
+    its estimate.
+    """
+    hs = np.arange(0.5, 60.0, 0.05)
+    length = 4.0 * budget
+    span = int(DAY / TICK)
+    total = int(np.ceil(length / TICK))
+    path = Path(p0, K)
+    out = []
+    first = np.full((2, chains, hs.size), -1, dtype=np.int64)
+    for ch in range(chains):
+        s, w = 0.0, np.zeros(wt.up_l.shape)
+        top = np.zeros(2)
+        done = 0
+        while done < total:
+            n = min(span, total - done)
+            g, loc, _, _ = increments(path, rates, wt, offset=0.0, ticks=n, rng=rng)
+            sg = cusum(g, s)
+            sl = _local(loc, w)
+            for j, stat in enumerate((sg, combine(sl, share))):
+                run = np.maximum.accumulate(np.maximum(stat, top[j]))
+                fresh = (hs > top[j]) & (hs <= run[-1])
+                first[j, ch, fresh] = done + np.searchsorted(run, hs[fresh], side="left") + 1
+                top[j] = run[-1]
+            s, w, done = float(sg[-1]), sl[-1].copy(), done + n
+    for j in range(2):
+        seen = first[j] >= 0
+        events = seen.sum(axis=0)
+        exposure = np.where(seen, first[j], total).sum(axis=0) * TICK
+        low = np.where(events > 1, exposure / np.maximum(events, 1), 0.0) * (
+            1.0 - 1.0 / np.sqrt(np.maximum(events, 1))
+        )
+        # Never crossed in any chain: the run length is longer than all the paths.
+        low = np.where(events == 0, np.inf, low)
+        ok = np.flatnonzero(low >= 2.0 * budget)
+        out.append(float(hs[ok[0]]) if ok.size else float(hs[-1]))
+    return out[0], out[1]
