@@ -289,14 +289,16 @@ def triggers() -> list[tuple[str, Rule]]:
     ]
 
 
-def _fmt(seconds: float) -> str:
+def minutes_text(seconds: float) -> str:
+    """Seconds as minutes for a table: whole past 10, one decimal under, inf kept."""
     if not np.isfinite(seconds):
         return "inf"
     m = seconds / 60.0
     return f"{m:.0f}" if abs(m) >= 10 else f"{m:.1f}"
 
 
-def _ratio(a: float, b: float) -> str:
+def ratio_text(a: float, b: float) -> str:
+    """a / b as "1.2x" for a table; inf when a is, "-" when b is not a positive finite."""
     if not np.isfinite(a):
         return "inf"
     return f"{a / b:.1f}x" if 0 < b < np.inf else "-"
@@ -325,8 +327,8 @@ HEAD = [
 
 def _step_cell(d: Delay, orc: Delay) -> str:
     return (
-        f"{_fmt(d.mean)} / {_fmt(d.median)} ({_ratio(d.mean, orc.mean)} / "
-        f"{_ratio(d.median, orc.median)})"
+        f"{minutes_text(d.mean)} / {minutes_text(d.median)} ({ratio_text(d.mean, orc.mean)} / "
+        f"{ratio_text(d.median, orc.median)})"
     )
 
 
@@ -413,9 +415,9 @@ def run(grid: Grid, seed: int = SEED, budget_days: float = BUDGET_DAYS) -> list[
                 cell = f"| {tasks} | {mname} | {rname} |"
                 rows = [
                     f"{cell} oracle | one in {' / '.join(f'{d:.0f}' for d in quiet)} days | "
-                    f"{_fmt(oracle[0].mean)} / {_fmt(oracle[0].median)} | "
-                    f"{_fmt(oracle[1].mean)} / {_fmt(oracle[1].median)} | "
-                    f"{_fmt(oracle[2].median)} / {_fmt(oracle[2].p90)} | | |"
+                    f"{minutes_text(oracle[0].mean)} / {minutes_text(oracle[0].median)} | "
+                    f"{minutes_text(oracle[1].mean)} / {minutes_text(oracle[1].median)} | "
+                    f"{minutes_text(oracle[2].median)} / {minutes_text(oracle[2].p90)} | | |"
                 ]
                 for j, (label, _) in enumerate(named):
                     ds = [Delay.of(f.delay[j]) for f in found]
@@ -435,7 +437,8 @@ def run(grid: Grid, seed: int = SEED, budget_days: float = BUDGET_DAYS) -> list[
                         f"{cell} {label} | {pages[0][j]:.0f} ({shares[0][j]:.0%}) / "
                         f"{pages[1][j]:.0f} ({shares[1][j]:.0%}) | "
                         f"{_step_cell(ds[0], oracle[0])} | {_step_cell(ds[1], oracle[1])} | "
-                        f"{_fmt(ds[2].median)} / {_fmt(ds[2].p90)} | {on:.0%} | {verdict} |"
+                        f"{minutes_text(ds[2].median)} / {minutes_text(ds[2].p90)} | "
+                        f"{on:.0%} | {verdict} |"
                     )
                 lines.extend(rows)
                 print("\n".join(rows), flush=True)

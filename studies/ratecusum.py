@@ -40,8 +40,10 @@ from studies.oracle import (
     TICK,
     Delay,
     K,
+    minutes_text,
     oracle_drift,
     oracle_step,
+    ratio_text,
 )
 from studies.ratestat import (
     DAY,
@@ -162,17 +164,6 @@ def delays(
     return out
 
 
-def _fmt(seconds: float) -> str:
-    if not np.isfinite(seconds):
-        return "inf"
-    m = seconds / 60.0
-    return f"{m:.0f}" if abs(m) >= 10 else f"{m:.1f}"
-
-
-def _ratio(a: float, b: float) -> str:
-    return "inf" if not np.isfinite(a) else f"{a / b:.1f}x"
-
-
 @dataclass(frozen=True)
 class Grid:
     sizes: tuple[int, ...]
@@ -239,8 +230,8 @@ def cell(
         )
         met = met and np.isfinite(d.mean) and d.mean <= 2.0 * orc.mean
         parts.append(
-            f"{_fmt(d.mean)} / {_fmt(d.median)} ({_ratio(d.mean, orc.mean)} / "
-            f"{_ratio(d.median, orc.median)})"
+            f"{minutes_text(d.mean)} / {minutes_text(d.median)} ({ratio_text(d.mean, orc.mean)} / "
+            f"{ratio_text(d.median, orc.median)})"
         )
     drift = Path(before, K, Shape("drift", 1.0, 0.7), start=LEAD, ramp=DRIFT)
     crossing = drift.crossing(BELOW)
@@ -259,8 +250,8 @@ def cell(
     )
     return (
         f"| {tasks} | {mname} | {rname} | {per_two_weeks:.1f} ({'+'.join(map(str, pages))}) | "
-        f"{shown} | {parts[0]} | {parts[1]} | {_fmt(d.median)} / {_fmt(d.p90)} "
-        f"({_fmt(orc.median)}) | {'yes' if met else 'no'} |"
+        f"{shown} | {parts[0]} | {parts[1]} | {minutes_text(d.median)} / {minutes_text(d.p90)} "
+        f"({minutes_text(orc.median)}) | {'yes' if met else 'no'} |"
     )
 
 
