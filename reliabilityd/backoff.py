@@ -11,6 +11,10 @@ import asyncio
 import contextlib
 import random
 
+# A generator of its own: the process-wide one belongs to the application (a test
+# that seeds or watches it must not see the daemon's loops draw from it).
+_JITTER = random.Random()
+
 
 class Backoff:
     """Delays ``start, 2 start, 4 start, ...`` up to ``cap``, each with +-``jitter`` share."""
@@ -30,7 +34,7 @@ class Backoff:
         self._next = min(self._next * 2, self.cap)
         self.attempts += 1
         if self.jitter:
-            delay *= 1 + random.uniform(-self.jitter, self.jitter)
+            delay *= 1 + _JITTER.uniform(-self.jitter, self.jitter)
         return delay
 
     def reset(self) -> None:

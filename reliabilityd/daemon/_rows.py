@@ -45,6 +45,9 @@ DAY = 86400.0
 FORGET_WRITTEN = 60.0
 # A row's trend is read from its history at most this often (``RowWriter._samples``).
 TREND_REREAD = 60.0
+# Spreads the re-reads; a generator of its own, never the process-wide one an
+# application (or a test running beside the daemon) may seed or watch.
+_JITTER = random.Random()
 SWEEP_EVERY = 60.0
 
 
@@ -207,7 +210,7 @@ class RowWriter:
             wanted, since=now - DAY, until=now, span=DAY / TREND_POINTS
         )
         for (series, k), got in zip(wanted, read, strict=True):
-            until = clock + TREND_REREAD * (1.0 - 0.5 * random.random())
+            until = clock + TREND_REREAD * (1.0 - 0.5 * _JITTER.random())
             self._trends[series] = (until, k, got)
             out[series] = got
         return out

@@ -5,6 +5,7 @@ with ``reset`` (rewritten after ``forget``)."""
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import time
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 import msgspec
 
 from reliabilityd.alerting import registry
+from reliabilityd.backoff import Backoff
 from reliabilityd.cli.status import status
 from reliabilityd.client import AsyncClient
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
@@ -367,5 +369,27 @@ async def test_a_kept_trend_grows_by_each_snapshot_as_its_history_does(
             assert [tuple(p) for p in row.trend] == trend_of(read, now)
             assert row.value is not None
             assert abs(row.trend[-1][1] - row.value) <= 1 / SCALE  # type: ignore[operator]
+    finally:
+        await client.aclose()
+
+
+async def test_the_tick_and_the_backoff_leave_the_process_wide_random_generator_alone(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """The daemon runs inside an application (or beside a Hypothesis search, which fails a
+    strategy whose draw moved ``random``'s state): its jitters draw from generators of
+    their own."""
+    # No rule: nothing fires, so no notification is still on its way at the end.
+    cfg = msgspec.structs.replace(_config(redis_server.url, prefix), alerts=[])
+    client = connect(redis_server.url)
+    store = Store(client, prefix)
+    try:
+        state = random.getstate()
+        daemon = await _ticked_alpha(cfg, store)  # reads the trend, spreading its re-read
+        assert daemon.recompute.rows._trends[Series("alpha-1")]
+        backoff = Backoff(start=0.1, cap=1.0, jitter=0.5)
+        delays = {backoff.next_delay() for _ in range(5)}
+        assert len(delays) == 5  # jittered
+        assert random.getstate() == state
     finally:
         await client.aclose()
