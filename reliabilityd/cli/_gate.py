@@ -39,7 +39,7 @@ from reliabilityd.cli._common import (
 )
 from reliabilityd.cli._runs import find_run
 from reliabilityd.config import Config
-from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, Comparison, Side
+from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, PAIRED_INTERVALS, Comparison, Side
 from reliabilityd.stats.estimators import METRICS
 
 if TYPE_CHECKING:
@@ -60,7 +60,11 @@ def _fraction(text: str) -> float:
 def _stats_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=positive, help="default: the largest configured k (5)")
     p.add_argument("--metric", choices=METRICS, default="pass^k")
-    p.add_argument("--interval", choices=("gaffke", "percentile"), help="default: the config's")
+    p.add_argument(
+        "--interval",
+        choices=PAIRED_INTERVALS,
+        help="default: the config's; student only for two sides (compare, gate --compare)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON document (for CI annotations)")
 
 
@@ -244,6 +248,9 @@ async def _judge(
 
     k = args.k if args.k is not None else max(cfg.stats.k)
     interval = args.interval or cfg.suite_interval(candidate.suite)
+    if baseline is None and interval == "student":
+        say("--interval student needs two sides: use it with compare or gate --compare")
+        return EXIT_USAGE
     conf, n_boot, seed = cfg.stats.confidence, cfg.stats.n_boot, cfg.stats.seed
     looks = getattr(args, "looks", 1)  # compare has no looks: it decides nothing
     conf = look_confidence(conf, looks)

@@ -53,10 +53,10 @@ from reliabilityd.stats.compare import (
     Comparison,
     Difference,
     MovedTask,
+    PairedInterval,
     Side,
 )
 from reliabilityd.stats.estimators import METRICS, Metric
-from reliabilityd.stats.intervals import IntervalName
 
 __all__ = [
     "CanaryDetail",
@@ -122,8 +122,9 @@ class CanaryRule(
     repeat: Seconds = 0.0
     on_unknown: Literal["ignore", "alert"] = "ignore"
     severity: Annotated[str, msgspec.Meta(min_length=1)] = "page"
-    # The difference's interval (reliabilityd.INTERVALS); None = the candidate suite's.
-    interval: IntervalName | None = None
+    # The difference's interval (stats.compare.PAIRED_INTERVALS: a suite's, or "student");
+    # None = the candidate suite's.
+    interval: PairedInterval | None = None
 
     @property
     def resolve_at(self) -> float:

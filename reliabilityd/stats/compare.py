@@ -25,6 +25,9 @@ minus the baseline's over that resample.
 * ``percentile``: the percentile bootstrap of the resampled mean; when every
   shared task has the same difference, the Wilson interval of
   ``(d + 1) / 2`` over the shared tasks, mapped back.
+* ``student``: the Student-t interval over the shared-task differences, its
+  degrees of freedom matched to their kurtosis (``stats.student``): closed
+  form, no resampling; for comparisons only (``PAIRED_INTERVALS``).
 
 Resamples are drawn task by task, in task-name order, while ``n_boot x
 tasks`` stays at or under ``PER_TASK_LIMIT``: the same draw serves both
@@ -41,7 +44,7 @@ side: nothing is extrapolated.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 import msgspec
 import numpy as np
@@ -50,22 +53,25 @@ import numpy.typing as npt
 from reliabilityd.stats.bootstrap import check_confidence, check_n_boot, wilson_interval
 from reliabilityd.stats.estimators import METRICS, Metric, metric_cells
 from reliabilityd.stats.intervals import (
+    INTERVALS,
     atoms,
-    check_interval,
     draw_rank,
     drawn_bounds,
     exact_gaffke,
 )
 from reliabilityd.stats.intervals import interval as value_interval
 from reliabilityd.stats.slices import parse_filter
+from reliabilityd.stats.student import student_interval
 
 __all__ = [
     "DEFAULT_MIN_SHARED",
+    "PAIRED_INTERVALS",
     "PER_TASK_LIMIT",
     "CompareOptions",
     "Comparison",
     "Difference",
     "MovedTask",
+    "PairedInterval",
     "Side",
     "compare",
     "paired_difference",
@@ -79,6 +85,9 @@ DEFAULT_MIN_SHARED = 10
 # Task-by-task resampling while n_boot x (tasks + 1) stays at or under this
 # (1,000 shared tasks at B = 2000: 16 MB of weights).
 PER_TASK_LIMIT = 2_000_000
+# A suite's intervals, and ``student``, which needs a difference per task.
+PairedInterval = Literal["percentile", "gaffke", "student"]
+PAIRED_INTERVALS: tuple[PairedInterval, ...] = (*INTERVALS, "student")
 
 
 class Side(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -231,7 +240,8 @@ def _check_args(
         raise ValueError(f"k must be at least 1, got k={k}")
     check_confidence(confidence)
     check_n_boot(n_boot)
-    check_interval(interval)
+    if interval not in PAIRED_INTERVALS:
+        raise ValueError(f"interval must be one of {', '.join(PAIRED_INTERVALS)}; got {interval!r}")
     for metric in metrics:
         if metric not in METRICS:
             raise ValueError(f"metric must be 'pass@k' or 'pass^k', got {metric!r}")
@@ -244,6 +254,8 @@ def _paired_interval(
     t = d.size
     lo_q = (1.0 - confidence) / 2.0
     hi_q = 1.0 - lo_q
+    if name == "student":
+        return student_interval(d, confidence)
     if name == "percentile" and bool((d == d[0]).all()):
         lo, hi = wilson_interval(min(1.0, max(0.0, (float(d[0]) + 1.0) / 2.0)), t, confidence)
         return 2.0 * lo - 1.0, 2.0 * hi - 1.0, "wilson"

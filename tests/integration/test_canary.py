@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 import msgspec
+import pytest
 
 from reliabilityd.alerting.outbox import Outbox
 from reliabilityd.config import Config
@@ -51,9 +52,9 @@ def canary_config(
     return msgspec.structs.replace(cfg, alerts=list(rules))
 
 
-def rule(**options: Any) -> CanaryRule:
+def rule(name: str = RULE, **options: Any) -> CanaryRule:
     return CanaryRule(
-        name=RULE,
+        name=name,
         compare=Compare(baseline={"suite": BASELINE}, candidate={"suite": CANDIDATE}),
         k=1,
         **options,
@@ -316,6 +317,33 @@ async def test_for_holds_a_pending_canary_until_it_fires_without_new_data(
                 await wait_until(partial(_count, am.webhook, 1), 20)
                 (note,) = am.webhook
                 assert note["reason"] == "worse"
+
+
+# 10 tasks of 60 fall from 10/10 to 2/10 (-0.133): student's upper bound is -0.055,
+# gaffke's -0.014, which keeps room for an unseen task that flips.
+NARROW = [10] * (TASKS - 10) + [2] * 10
+
+
+async def test_a_canary_on_student_fires_on_a_drop_the_suites_gaffke_interval_cannot_see(
+    redis_server: RedisServer, mosquitto: Mosquitto, prefix: str
+) -> None:
+    with Receiver() as am:
+        rules = [rule(interval="student"), rule(name="on-gaffke")]
+        cfg = canary_config(redis_server, mosquitto, prefix, am, rules)
+        async with store_for(cfg) as store:
+            await send(cfg, phase(BASELINE, ALL_PASS), phase(CANDIDATE, NARROW))
+            async with running(cfg) as daemon:
+                await settled(store, daemon)
+                await wait_until(partial(_count, am.webhook, 1), 20)
+                assert await state_of(store, "on-gaffke") == "inactive"
+                (note,) = am.webhook
+                assert (note["rule"], note["reason"]) == (RULE, "worse")
+                assert note["canary"]["interval"] == "student"
+                base = await store.reads.task_counts(BASELINE)
+                cand = await store.reads.task_counts(CANDIDATE)
+                diff = compare(base, cand, 1, interval="student").differences["pass^k"]
+                assert diff.ci is not None
+                assert note["ci_high"] == pytest.approx(diff.ci[1], abs=1e-4)
 
 
 async def _is(store: Store, state: str) -> bool:

@@ -172,6 +172,28 @@ def test_gate_compare(capsys: pytest.CaptureFixture[str], where: list[str]) -> N
     assert code == EXIT_UNDECIDED
 
 
+def test_compare_and_gate_compare_judge_on_student_and_a_one_side_gate_refuses_it(
+    capsys: pytest.CaptureFixture[str], where: list[str]
+) -> None:
+    code, out, _ = cli(
+        capsys, "compare", "old", "new", "--k", "1", "--interval", "student", "--json", *where
+    )
+    assert code == EXIT_OK
+    doc = msgspec.json.decode(out, type=Comparison)
+    assert doc == compare(OLD, NEW, 1, interval="student", names=("old", "new"))
+    assert doc.differences["pass^k"].interval == "student"
+    assert doc.differences["pass^k"].method == "student-t"
+    code, out, _ = cli(
+        capsys, "gate", "new", "--compare", "old", "--k", "1", "--interval", "student", *where
+    )
+    assert code == EXIT_FAIL, out
+    code, _, err = cli(
+        capsys, "gate", "perfect", "--at-least", "0.9", "--interval", "student", *where
+    )
+    assert code == EXIT_USAGE
+    assert "needs two sides" in err
+
+
 def run(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "reliabilityd", *argv],

@@ -271,6 +271,25 @@ def test_both_forms_decode_beside_threshold_rules(tmp_path: Path) -> None:
     )
 
 
+def test_a_canary_may_judge_on_student_and_a_threshold_rule_may_not(tmp_path: Path) -> None:
+    """``student`` needs a difference per task: a canary's interval, never a suite's."""
+    canary_rule = (
+        "[[alerts]]\nname = 'c'\nk = 1\ninterval = 'student'\nfor = 300\n"
+        "compare = { baseline = { suite = 'prod' }, candidate = { suite = 'canary' } }\n"
+    )
+    (rule,) = load(write(tmp_path, canary_rule), environ={}).canaries()
+    assert (rule.interval, rule.for_seconds) == ("student", 300.0)
+    path = write(tmp_path, "[[alerts]]\nname = 'floor'\nk = 1\nbelow = 0.8\ninterval = 'student'\n")
+    with pytest.raises(ConfigError) as info:
+        load(path, environ={})
+    assert info.value.field == "$.alerts[0].interval"
+    assert str(path) in str(info.value)
+    path = write(tmp_path, "[stats]\ninterval = 'student'\n")
+    with pytest.raises(ConfigError) as info:
+        load(path, environ={})
+    assert info.value.field == "$.stats.interval"
+
+
 @pytest.mark.parametrize(
     ("compare_table", "extra", "field", "words"),
     [
