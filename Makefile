@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-memory bench-reads \
-	study-pages study-oracle study-coverage study-compare study-looks soak servers clean
+	study-pages study-oracle study-coverage study-compare study-looks study-canary soak servers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -122,6 +122,12 @@ study-oracle: $(STAMP)
 ## (docs/statistics.md); about 8 minutes on a shared 2-core machine.
 study-compare: $(STAMP)
 	$(PY) -m studies.compare --out compare.jsonl
+
+## The canary: each paired interval's power beside the fixed-time optimum, and false pages
+## of identical agents judged every 5 s for four simulated weeks (docs/studies.md#the-canary);
+## about 3 minutes on a shared 2-core machine.
+study-canary: $(STAMP)
+	$(PY) -m studies.canary --reps 2000 --days 28
 
 ## A gate re-run as trials arrive: false passes with and without --looks (docs/statistics.md).
 study-looks: $(STAMP)
