@@ -18,7 +18,14 @@ from typing import NamedTuple
 
 from reliabilityd.config import Config
 from reliabilityd.daemon._offload import Worker
-from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, Comparison, Side, compare
+from reliabilityd.stats.compare import (
+    DEFAULT_MIN_SHARED,
+    PAIRED_INTERVALS,
+    Comparison,
+    PairedInterval,
+    Side,
+    compare,
+)
 from reliabilityd.stats.estimators import METRICS, Metric
 from reliabilityd.store import Store, TaskHashes, task_counts_of
 
@@ -49,6 +56,18 @@ class CompareQuery(NamedTuple):
     metric: Metric
     top: int
     min_shared: int
+    # None: the candidate suite's interval, as ``reliabilityd compare`` without --interval.
+    interval: PairedInterval | None = None
+
+
+def _interval(query: Mapping[str, str]) -> PairedInterval | None:
+    text = query.get("interval")
+    if text is None:
+        return None
+    for name in PAIRED_INTERVALS:
+        if text == name:
+            return name
+    raise QueryError(f"interval must be one of {', '.join(PAIRED_INTERVALS)}")
 
 
 def _integer(query: Mapping[str, str], name: str) -> int | None:
@@ -87,7 +106,7 @@ def parse_query(query: Mapping[str, str]) -> CompareQuery:
         raise QueryError(f"k={k} exceeds {MAX_K}, the largest k a comparison computes", 422)
     if top > MAX_TOP:
         raise QueryError(f"top={top} exceeds {MAX_TOP}, the most moved tasks listed", 422)
-    return CompareQuery(baseline, candidate, k, metric, top, min_shared)
+    return CompareQuery(baseline, candidate, k, metric, top, min_shared, _interval(query))
 
 
 def _compute(
@@ -103,7 +122,7 @@ def _compute(
         confidence=stats.confidence,
         n_boot=stats.n_boot,
         seed=stats.seed,
-        interval=config.suite_interval(query.candidate.suite),
+        interval=query.interval or config.suite_interval(query.candidate.suite),
         min_shared=query.min_shared,
         top=query.top,
         names=(query.baseline.label, query.candidate.label),

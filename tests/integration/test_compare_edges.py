@@ -33,6 +33,7 @@ async def test_top_and_k_past_their_bounds_are_refused_with_the_bound(
             ("&k=100000000000000000000", 422, f"exceeds {MAX_K}"),
             ("&k=0", 400, "at least 1"),
             ("&k=two", 400, "k='two' is not an integer"),
+            ("&interval=bootstrap", 400, "interval must be one of percentile, gaffke, student"),
             (f"&top={MAX_TOP}&k={MAX_K}", 404, "no suite named 'a'"),
         ]
         for extra, expected, says in cases:

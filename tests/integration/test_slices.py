@@ -460,6 +460,9 @@ async def test_http_compare_answers_what_compare_json_prints(
         )
         status, body = await get(base, query)
         assert status == 200
+        status, on_student = await get(base, query + "&interval=student")
+        assert status == 200
+        assert (await get(base, query + "&interval=t"))[0] == 400
         assert (await get(base, "/v1/compare?suite=nope&baseline=a%3D1&candidate=a%3D2"))[0] == 404
         assert (await get(base, f"/v1/compare?suite={SUITE}&baseline=region%3Deu&candidate=x%3D1"))[
             0
@@ -469,25 +472,16 @@ async def test_http_compare_answers_what_compare_json_prints(
     toml = f'[stats]\nk = [1, 3]\nn_boot = 2000\n[redis]\nprefix = "{prefix}"\n'
     path = tmp_path / "reliabilityd.toml"
     path.write_text(toml)
-    code = await asyncio.to_thread(
-        main,
-        [
-            "compare",
-            SUITE,
-            "--baseline",
-            "agent_version=1.4",
-            "--candidate",
-            "agent_version=1.5",
-            "--k",
-            "3",
-            "--json",
-            "-c",
-            str(path),
-            *where,
-        ],
-    )
+    argv = ["compare", SUITE, "--baseline", "agent_version=1.4", "--candidate"]
+    argv += ["agent_version=1.5", "--k", "3", "--json", "-c", str(path), *where]
+    code = await asyncio.to_thread(main, argv)
     assert code == 0
     assert body.decode() == capsys.readouterr().out.splitlines()[-1]
+    code = await asyncio.to_thread(main, [*argv, "--interval", "student"])
+    assert code == 0
+    assert on_student.decode() == capsys.readouterr().out.splitlines()[-1]
+    doc = msgspec.json.decode(on_student)
+    assert doc["differences"]["pass^k"]["interval"] == "student"
 
 
 # --- the suite cap ------------------------------------------------------------
