@@ -160,7 +160,7 @@ class Daemon:
         self.metrics.committed(applied, seconds)
         self.last_commit_at = time.time()
         self.committed_events += committed.counted
-        self.recompute.live.committed([result.suite for result in applied])
+        self.recompute.live.committed((result.suite, result.version) for result in applied)
 
     def deadlettered(self, letters: Sequence[Letter]) -> None:
         self.metrics.deadlettered(letters)

@@ -1,20 +1,30 @@
 """Live values: a suite's point estimates and counters refreshed soon after each commit.
 
-Commits name their suites (``committed``); the loop refreshes each within
-``LIVE_INTERVAL``, without a CI, under the settings the daemon has now (a
-reload's included): every suite due in one round together, in one pipeline
-of reads, one vectorised pass of point estimates and one pipeline of
-writes. A Redis error leaves the round's suites due for the next round; a
-suite whose state does not compute is refreshed alone, so it costs the
-others nothing.
+Commits name their suites and the versions they made (``committed``); the
+loop refreshes each within ``LIVE_INTERVAL``, without a CI, under the
+settings the daemon has now (a reload's included): every suite due in one
+round together, in one pipeline of reads, one vectorised pass of point
+estimates and one pipeline of writes. A Redis error leaves the round's
+suites due for the next round; a suite whose state does not compute is
+refreshed alone, so it costs the others nothing.
+
+The CI tick writes the same value fields with every snapshot. While it
+recomputes (``yielding``) no round begins: commits wait, one entry a suite
+however many come, and a suite whose snapshot the tick writes at or past
+its due version is no longer due (``written``). So a series changed while
+the tick drains its marks is read once, by the tick, not also by this
+loop, and the tick never waits behind it; a suite is refreshed here only
+when no snapshot already holds its last commit, at most one round after
+the tick that held it back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from reliabilityd.alerting.watchdog import describe
 from reliabilityd.logs import RateLimited
@@ -34,14 +44,50 @@ class LiveValues:
     def __init__(self, store: Store, settings: Callable[[str], snapshot.StatsSettings]) -> None:
         self.store = store
         self.settings = settings
-        self._dirty: set[str] = set()
+        # Each due suite, with the newest version a commit made of it.
+        self._dirty: dict[str, int] = {}
         self._wake = asyncio.Event()
+        # Clear while the CI tick recomputes (``yielding``): no round begins.
+        self._open = asyncio.Event()
+        self._open.set()
+        self._holds = 0
         self._failed_log = RateLimited()
 
-    def committed(self, suites: Sequence[str]) -> None:
-        """These suites' live values are due (called after every commit)."""
-        self._dirty.update(suites)
+    @property
+    def due(self) -> dict[str, int]:
+        """The suites due now, each with the version it is due at."""
+        return dict(self._dirty)
+
+    def committed(self, applied: Iterable[tuple[str, int]]) -> None:
+        """These (suite, version) pairs' live values are due (called after every commit)."""
+        self._due(applied)
         self._wake.set()
+
+    def written(self, versions: Mapping[str, int]) -> None:
+        """Snapshots, values included, were written at these versions (suite: version):
+        a suite due at or below its version is due no more."""
+        for suite, version in versions.items():
+            due = self._dirty.get(suite)
+            if due is not None and due <= version:
+                del self._dirty[suite]
+
+    @contextlib.contextmanager
+    def yielding(self) -> Iterator[None]:
+        """While the CI tick recomputes: no round begins, and one in progress stops after
+        its current batch (its other suites stay due)."""
+        self._holds += 1
+        self._open.clear()
+        try:
+            yield
+        finally:
+            self._holds -= 1
+            if not self._holds:
+                self._open.set()
+
+    def _due(self, applied: Iterable[tuple[str, int]]) -> None:
+        for suite, version in applied:
+            if self._dirty.get(suite, -1) < version:
+                self._dirty[suite] = version
 
     async def refresh(self, suite: str) -> None:
         """Point estimates and counters of the suite's current version, no CI."""
@@ -88,10 +134,15 @@ class LiveValues:
     async def loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await self._wake.wait()
+            await self._open.wait()
             self._wake.clear()
-            dirty, self._dirty = self._dirty, set()
+            dirty, self._dirty = self._dirty, {}
             due = sorted(dirty)
             for begin in range(0, len(due), ROUND_BATCH):
+                if not self._open.is_set():
+                    # The tick began: the rest wait for it (it may write them).
+                    self._due((suite, dirty[suite]) for suite in due[begin:])
+                    break
                 batch = due[begin : begin + ROUND_BATCH]
                 try:
                     await self._round(batch)
@@ -103,7 +154,7 @@ class LiveValues:
                         suites=len(batch),
                         error=describe(exc),
                     )
-                    self._dirty.update(batch)
+                    self._due((suite, dirty[suite]) for suite in batch)
             await asyncio.sleep(LIVE_INTERVAL)
             if self._dirty:
                 self._wake.set()

@@ -1,10 +1,12 @@
 """What the daemon computes from committed state: live values, snapshots, the CI tick.
 
 After a commit the suite's point estimates are refreshed within
-``_live.LIVE_INTERVAL``. The same commit marks the suite changed in Redis; every
-``ci_interval`` a replica claims marked suites, computes their CIs, lottery
-cases and snapshot, and drops its claim (a replica that dies holding a claim
-loses nothing: the claim expires back into the marks). Then the evaluator
+``_live.LIVE_INTERVAL``, or, while a tick drains marks, by the tick's
+snapshot or right after the tick (the live loop yields to it). The same
+commit marks the suite changed in Redis; every ``ci_interval`` a replica
+claims marked suites, computes their CIs, lottery cases and snapshot, and
+drops its claim (a replica that dies holding a claim loses nothing: the
+claim expires back into the marks). Then the evaluator
 judges every rule on the newest snapshot in Redis: the snapshots the tick
 wrote are handed to it as records (``Tick``), and it reads from Redis only
 the rest and those another replica has replaced since.
@@ -405,29 +407,47 @@ class Recompute:
                 if snap is not None:
                     wrote[Series.of_member(mark)] = snap
 
-        while True:
-            claimed, held = await self.store.snapshots.claim_marks(CLAIM_BATCH, CLAIM_LIFETIME)
-            batches = [claimed[i : i + LANE_BATCH] for i in range(0, len(claimed), LANE_BATCH)]
-            # Two batches at once: one's Redis round trips overlap the other's
-            # math (numpy releases the GIL in the worker thread).
-            results = await asyncio.gather(
-                *(recompute(batch) for batch in batches), return_exceptions=True
-            )
-            failed = [(b, r) for b, r in zip(batches, results, strict=True) if r is not None]
-            if failed:
-                # Only Redis errors reach here (refresh_snapshots logs the rest).
-                self._unfinished.update(s for b, _ in failed for s in b)
-                await self.store.snapshots.release_claims(
-                    [s for s in claimed if s not in self._unfinished]
+        # The live loop yields while the marks drain: what the tick writes needs no
+        # live refresh, and the rest waits for the tick to end (``_live``).
+        with self.live.yielding():
+            try:
+                while True:
+                    claimed, held = await self.store.snapshots.claim_marks(
+                        CLAIM_BATCH, CLAIM_LIFETIME
+                    )
+                    batches = [
+                        claimed[i : i + LANE_BATCH] for i in range(0, len(claimed), LANE_BATCH)
+                    ]
+                    # Two batches at once: one's Redis round trips overlap the other's
+                    # math (numpy releases the GIL in the worker thread).
+                    results = await asyncio.gather(
+                        *(recompute(batch) for batch in batches), return_exceptions=True
+                    )
+                    failed = [
+                        (b, r) for b, r in zip(batches, results, strict=True) if r is not None
+                    ]
+                    if failed:
+                        # Only Redis errors reach here (refresh_snapshots logs the rest).
+                        self._unfinished.update(s for b, _ in failed for s in b)
+                        await self.store.snapshots.release_claims(
+                            [s for s in claimed if s not in self._unfinished]
+                        )
+                        raise failed[0][1]
+                    # One write for the claims (each write waits for the AOF fsync).
+                    await self.store.snapshots.release_claims(claimed)
+                    done.extend(claimed)
+                    # Marks held back are series another replica is computing: the claim after
+                    # its release takes them, and more marks may wait behind them.
+                    if (
+                        not claimed
+                        or len(claimed) + held < CLAIM_BATCH
+                        or time.monotonic() >= deadline
+                    ):
+                        return Tick(done, wrote)
+            finally:
+                self.live.written(
+                    {one.suite: snap.version for one, snap in wrote.items() if one.slice is None}
                 )
-                raise failed[0][1]
-            # One write for the claims (each write waits for the AOF fsync).
-            await self.store.snapshots.release_claims(claimed)
-            done.extend(claimed)
-            # Marks held back are series another replica is computing: the claim after
-            # its release takes them, and more marks may wait behind them.
-            if not claimed or len(claimed) + held < CLAIM_BATCH or time.monotonic() >= deadline:
-                return Tick(done, wrote)
 
     async def expire_idle(self, suites: Sequence[str]) -> int:
         """Retire the tasks of suites with an idle expiry that had no event for that long."""

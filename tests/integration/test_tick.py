@@ -1,8 +1,11 @@
 """The CI tick against a real redis-server: many suites batched, pipelined, per suite exact;
-its snapshots handed to the evaluator, and a newer stored one still the one judged."""
+its snapshots handed to the evaluator, and a newer stored one still the one judged; what it
+wrote not refreshed again by the live loop."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -11,6 +14,7 @@ import pytest
 from reliabilityd.alerting.registry import Settled
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.daemon._daemon import Daemon
+from reliabilityd.daemon._live import LIVE_INTERVAL
 from reliabilityd.events import Outcome, TrialEvent
 from reliabilityd.rules import Rule
 from reliabilityd.rules.registry import Watch
@@ -80,6 +84,56 @@ async def test_a_tick_recomputes_many_suites_each_as_alone_and_sets_a_broken_one
         # Nothing changed since: the next tick claims only the broken suite again.
         assert (await daemon.recompute.ci_tick()).marks == [broken]
     finally:
+        await client.aclose()
+
+
+async def test_the_live_loop_leaves_alone_what_the_tick_wrote_and_refreshes_what_came_after(
+    redis_server: RedisServer, prefix: str, rng: np.random.Generator
+) -> None:
+    """The tick's snapshot carries the live values of its version: a suite due at that
+    version is not read and written again by the live loop; one committed after it is."""
+    cfg = Config(
+        redis=RedisConfig(url=redis_server.url, prefix=prefix),
+        mqtt=MqttConfig(enabled=False),
+        stats=StatsConfig(k=[1, 5], ci_interval=5.0, n_boot=500),
+    )
+    client = connect(redis_server.url)
+    store = Store(client, prefix)
+    stop = asyncio.Event()
+    loop: asyncio.Task[None] | None = None
+    try:
+        names = [f"s{i:03d}" for i in range(20)]
+        batch = {name: trials(rng, name, 30) for name in names}
+        applied = await store.ingest.apply(batch, windows=dict.fromkeys(names, 0), dedup_ttl=3600)
+        daemon = Daemon(cfg, store)
+        live = daemon.recompute.live
+        live.committed((a.suite, a.version) for a in applied)
+        tick = await daemon.recompute.ci_tick()
+        assert sorted(s.suite for s in tick.snapshots) == names
+        assert live.due == {}
+        loop = asyncio.create_task(live.loop(stop))
+        await asyncio.sleep(4 * LIVE_INTERVAL)
+        for name in names:
+            fields = await store.snapshots.fields(name)
+            # Still the tick's write: the live loop wrote nothing over it.
+            assert fields["live_updated_at"] == fields["updated_at"]
+        later = TrialEvent("s007", "task 0", "later", "fail")
+        (after,) = await store.ingest.apply({"s007": [later]}, windows={}, dedup_ttl=3600)
+        live.committed([(after.suite, after.version)])
+
+        async def refreshed() -> bool:
+            fields = await store.snapshots.fields("s007")
+            return fields["live_updated_at"] != fields["updated_at"]
+
+        await wait_until(refreshed, 10)
+        state = await store.reads.read_state("s007")
+        assert (await store.snapshots.fields("s007"))["trials"] == str(state.counters.trials)
+    finally:
+        stop.set()
+        if loop is not None:
+            loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop
         await client.aclose()
 
 
