@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -119,6 +120,8 @@ class Recompute:
         self._next_reconcile = 0.0
         self._next_idle_sweep = 0.0
         self._unfinished: set[str] = set()
+        # The order a tick takes the marks it finds (its own generator: see ci_tick).
+        self._order = random.Random()
         # The canary rules' judge, run after each tick on the suites it recomputed.
         self.canaries: Canaries | None = None
         # The summary rows the list-wide reads page through, after the verdicts.
@@ -382,7 +385,13 @@ class Recompute:
 
         Claims batch after batch while marks remain, for at most
         ``TICK_SHARE`` of a ``ci_interval``: a burst of changed suites drains
-        in one tick, and the evaluator still runs every interval.
+        in one tick, and the evaluator still runs every interval. The marks
+        there when the claiming begins go first (in an order of this
+        replica's own, so replicas take different ones), then any made
+        meanwhile at random: a change committed before the tick is due in
+        it, one committed during it may wait for the next and still be fresh
+        within one tick, so a tick that runs into its deadline leaves only
+        those.
         """
         if time.monotonic() >= self._next_reconcile:
             # The first tick (start-up) and every RECONCILE_EVERY after: data
@@ -396,6 +405,9 @@ class Recompute:
             await self.store.snapshots.release_claims(sorted(self._unfinished))
             self._unfinished.clear()
         deadline = time.monotonic() + TICK_SHARE * self.config.stats.ci_interval
+        first = await self.store.snapshots.changed()
+        self._order.shuffle(first)
+        taken = 0
         done: list[str] = []
         wrote: dict[Series, snapshot.Snapshot] = {}
         lanes = asyncio.Semaphore(RECOMPUTE_LANES)
@@ -412,8 +424,10 @@ class Recompute:
         with self.live.yielding():
             try:
                 while True:
+                    named = first[taken : taken + CLAIM_BATCH]
+                    taken += len(named)
                     claimed, held = await self.store.snapshots.claim_marks(
-                        CLAIM_BATCH, CLAIM_LIFETIME
+                        CLAIM_BATCH, CLAIM_LIFETIME, named
                     )
                     batches = [
                         claimed[i : i + LANE_BATCH] for i in range(0, len(claimed), LANE_BATCH)
@@ -436,13 +450,20 @@ class Recompute:
                     # One write for the claims (each write waits for the AOF fsync).
                     await self.store.snapshots.release_claims(claimed)
                     done.extend(claimed)
+                    if time.monotonic() >= deadline:
+                        return Tick(done, wrote)
+                    if taken < len(first):
+                        continue
+                    if named:
+                        # The last of the marks found: fewer than a claim's worth end the
+                        # tick as one short claim would; after a burst, go on with those
+                        # made meanwhile.
+                        if len(first) < CLAIM_BATCH:
+                            return Tick(done, wrote)
+                        continue
                     # Marks held back are series another replica is computing: the claim after
                     # its release takes them, and more marks may wait behind them.
-                    if (
-                        not claimed
-                        or len(claimed) + held < CLAIM_BATCH
-                        or time.monotonic() >= deadline
-                    ):
+                    if not claimed or len(claimed) + held < CLAIM_BATCH:
                         return Tick(done, wrote)
             finally:
                 self.live.written(

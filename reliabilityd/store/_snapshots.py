@@ -305,9 +305,14 @@ class Snapshots:
         """
         return (await self.claim_marks(count, lifetime))[0]
 
-    async def claim_marks(self, count: int, lifetime: float) -> tuple[list[str], int]:
+    async def claim_marks(
+        self, count: int, lifetime: float, members: Sequence[str] = ()
+    ) -> tuple[list[str], int]:
         """``claim_changed``, and how many marks of those popped were held back because
-        another claim on their series is live (they stay marks for a later claim)."""
+        another claim on their series is live (they stay marks for a later claim).
+
+        With ``members``, those of them still marked instead of ``count`` at random.
+        """
         held, got = await self.client.eval(
             CLAIM,
             3,
@@ -317,6 +322,7 @@ class Snapshots:
             int(lifetime * 1000),
             count,
             RELEASE_MEMORY_MS,
+            *members,
         )
         return sorted(_text(s) for s in got or []), int(held)
 

@@ -116,3 +116,19 @@ async def test_a_mark_of_a_series_another_replica_computes_waits_for_its_release
     later, _ = await store.snapshots._mark_unclaimed(-1, [])
     assert (await store.snapshots._mark_unclaimed(later + 1, [mine]))[1] == [mine]
     assert await store.snapshots.claim_marks(10, lifetime=30) == ([mine], 0)
+
+
+async def test_named_marks_are_claimed_where_still_marked_and_not_under_another_claim(
+    store: Store,
+) -> None:
+    """A claim of named marks takes those still marked and unclaimed, holds back one whose
+    series another replica is computing, and passes over one no longer marked."""
+    await store.snapshots.mark_changed(["a", "b", "c", "d"])
+    (busy,), _ = await store.snapshots.claim_marks(1, lifetime=30, members=["c"])
+    await store.snapshots.mark_changed(["c"])  # new data while "c" is being computed
+    got, held = await store.snapshots.claim_marks(10, lifetime=30, members=["b", "c", "gone"])
+    assert (busy, got, held) == ("c", ["b"], 1)
+    assert await store.snapshots.changed() == ["a", "c", "d"]
+    # Only the named ones, however many are asked for.
+    assert await store.snapshots.claim_marks(10, lifetime=30, members=["d"]) == (["d"], 0)
+    assert await store.snapshots.changed() == ["a", "c"]

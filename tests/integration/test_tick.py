@@ -137,6 +137,49 @@ async def test_the_live_loop_leaves_alone_what_the_tick_wrote_and_refreshes_what
         await client.aclose()
 
 
+async def test_a_tick_takes_the_marks_there_at_its_start_before_those_made_during_it(
+    redis_server: RedisServer, prefix: str, rng: np.random.Generator
+) -> None:
+    """More marks than a claim at the start, more made while it claims: every mark that was
+    there at the start is claimed before any made later, and the later ones still in the
+    same tick (a burst drains)."""
+    cfg = Config(
+        redis=RedisConfig(url=redis_server.url, prefix=prefix),
+        mqtt=MqttConfig(enabled=False),
+        stats=StatsConfig(k=[1], ci_interval=3600.0, n_boot=200),
+    )
+    client = connect(redis_server.url)
+    store = Store(client, prefix)
+    try:
+        early = [f"e{i:03d}" for i in range(600)]
+        late = [f"l{i:03d}" for i in range(100)]
+        batch = {name: trials(rng, name, 5) for name in early + late}
+        await store.ingest.apply(batch, windows=dict.fromkeys(batch, 0), dedup_ttl=3600)
+        await client.srem(store.keys.changed, *late)
+        daemon = Daemon(cfg, store)
+        daemon.recompute._next_reconcile = float("inf")  # no version scan: only the marks
+        claims: list[list[str]] = []
+        claim = store.snapshots.claim_marks
+
+        async def then_more_commits(
+            count: int, lifetime: float, members: Sequence[str] = ()
+        ) -> tuple[list[str], int]:
+            got = await claim(count, lifetime, members)
+            if not claims:
+                await store.snapshots.mark_changed(late)  # commits while the tick claims
+            claims.append(got[0])
+            return got
+
+        store.snapshots.claim_marks = then_more_commits  # type: ignore[method-assign]
+        tick = await daemon.recompute.ci_tick()
+        assert sorted(tick.marks) == sorted(early + late)
+        first_late = next(i for i, got in enumerate(claims) if set(got) & set(late))
+        assert sorted(m for got in claims[:first_late] for m in got) == early
+        assert await store.snapshots.changed() == []
+    finally:
+        await client.aclose()
+
+
 # A verdict on either kind of data: ten tasks all passing (the CI lower bound stays
 # above 0.3) or all failing (it falls to 0).
 HANDED = Rule(name="handed", suite="h", k=1, below=0.3, trigger="ci-low")

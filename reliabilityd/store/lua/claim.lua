@@ -1,7 +1,8 @@
 -- Take change marks. KEYS: changed set, claims zset, released zset (one hash
 -- tag). ARGV: claim lifetime (ms), how many, how long a release is remembered
--- (ms). Claims whose replica died (deadline passed) go back to the set first;
--- then up to ARGV[2] marks are taken. A mark whose series another replica is
+-- (ms), then optionally the marks to take. Claims whose replica died
+-- (deadline passed) go back to the set first; then up to ARGV[2] marks are
+-- taken, at random, or, when marks are named, those of them still marked. A mark whose series another replica is
 -- computing right now (a live claim: new data came meanwhile) stays in the
 -- set until that claim is released, so no two replicas compute a series at
 -- once; the rest move into the claims with a deadline. The caller releases
@@ -15,7 +16,14 @@ for _, s in ipairs(expired) do
   redis.call('ZREM', KEYS[2], s)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[3]))
-local popped = redis.call('SPOP', KEYS[1], tonumber(ARGV[2]))
+local popped = {}
+if #ARGV > 3 then
+  for i = 4, #ARGV do
+    if redis.call('SREM', KEYS[1], ARGV[i]) == 1 then popped[#popped + 1] = ARGV[i] end
+  end
+else
+  popped = redis.call('SPOP', KEYS[1], tonumber(ARGV[2]))
+end
 local got, held = {}, {}
 for _, s in ipairs(popped) do
   if redis.call('ZSCORE', KEYS[2], s) then
