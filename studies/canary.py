@@ -22,10 +22,11 @@ minute per task and side, each side keeping each task's last 20 outcomes
 for a rule judged forever), the canary judged every 5 s (the daemon's
 ``ci_interval``) by ``rules.canary.verdict``'s thresholds and the shared
 state machine ``rules.state.advance`` (margin 0.05, resolve margin 0.025,
-``for = 0``), over DAYS simulated days per cell. It counts ``firing``
-notifications: every one is false. The ``student`` bound is computed in
-batches of ticks; a sample of ticks is checked against
-``stats.student.student_interval`` itself.
+and each ``for`` in FORS), over ``--days`` simulated days per cell. It
+counts ``firing`` notifications: every one is false. The ``student`` bound
+is computed in batches of ticks; a sample of ticks, and every tick where
+``student`` is gaffke's (fewer than ``STUDENT_MIN_MOVED`` tasks moved), go
+through ``stats.compare.paired_difference`` itself.
 
     .venv/bin/python -m studies.canary --reps 2000 --days 28   # make study-canary
 """
@@ -44,9 +45,9 @@ import numpy.typing as npt
 
 from reliabilityd.rules.state import AlertState, Verdict, advance
 from reliabilityd.stats.bootstrap import z_value
-from reliabilityd.stats.compare import paired_difference
+from reliabilityd.stats.compare import STUDENT_MIN_MOVED, paired_difference
 from reliabilityd.stats.estimators import metric_cells
-from reliabilityd.stats.student import student_df, student_interval, t_quantiles
+from reliabilityd.stats.student import student_df, t_quantiles
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -206,8 +207,9 @@ def _window_counts(
 
 def upper_bounds(k: int, tasks: int, *, days: float, seed: int, chunk: int = 8640) -> FloatArray:
     """The ``student`` upper bound of pass^k(candidate) - pass^k(baseline) at every 5 s tick
-    of ``days`` simulated days of two identical agents (computed in batches of ticks; a
-    sample of ticks is checked against ``stats.student.student_interval`` itself)."""
+    of ``days`` simulated days of two identical agents (the t bound computed in batches
+    of ticks; a sample of ticks, and every tick where ``student`` is gaffke's, through
+    ``stats.compare.paired_difference`` itself)."""
     rng = np.random.default_rng(seed)
     p = rng.beta(*POPULATION, tasks)
     seconds = days * DAY
@@ -219,23 +221,38 @@ def upper_bounds(k: int, tasks: int, *, days: float, seed: int, chunk: int = 864
     out = np.empty(ticks.size)
     for start in range(0, ticks.size, chunk):
         at = ticks[start : start + chunk]
-        vals = []
-        for times, counts in sides:
-            cols = [
-                c[np.searchsorted(t, at, side="right")] for t, c in zip(times, counts, strict=True)
-            ]
-            vals.append(value[np.stack(cols, axis=1)])
-        d = vals[1] - vals[0]
+        passes = [
+            np.stack(
+                [c[np.searchsorted(t, at, side="right")] for t, c in zip(*side, strict=True)],
+                axis=1,
+            )
+            for side in sides
+        ]
+        d = value[passes[1]] - value[passes[0]]
         mean = d.mean(axis=1)
         sq = (d - mean[:, None]) ** 2
         df = student_df(sq, tasks).astype(np.int64)
         hi = np.minimum(1.0, mean + quantile[df] * np.sqrt(sq.sum(axis=1) / (tasks - 1) / tasks))
-        for same in np.flatnonzero(sq.sum(axis=1) == 0.0).tolist():
-            hi[same] = student_interval(d[same], CONFIDENCE)[1]
+        # Identical differences, or too few tasks moved for a t interval: what ships,
+        # through the shipped function (its gaffke draw at the daemon's seed, 0).
+        odd = (sq.sum(axis=1) == 0.0) | (np.count_nonzero(d, axis=1) < STUDENT_MIN_MOVED)
+        for i in np.flatnonzero(odd).tolist():
+            hi[i] = _shipped_upper(passes[0][i], passes[1][i], k)
         for i in (0, d.shape[0] // 2):  # the batch is the shipped interval
-            assert abs(hi[i] - student_interval(d[i], CONFIDENCE)[1]) < 1e-9
+            assert abs(hi[i] - _shipped_upper(passes[0][i], passes[1][i], k)) < 1e-9
         out[start : start + at.size] = hi
     return out
+
+
+def _shipped_upper(
+    baseline: npt.NDArray[np.int64], candidate: npt.NDArray[np.int64], k: int
+) -> float:
+    """The upper bound ``paired_difference`` gives ``student`` for these passes out of
+    TRIALS a task, at the daemon's defaults (B = 2000, seed 0)."""
+    n = np.full(baseline.shape, TRIALS, dtype=np.int64)
+    diff = paired_difference((n, baseline), (n, candidate), k, ("pass^k",), interval="student")
+    assert diff["pass^k"].ci is not None
+    return diff["pass^k"].ci[1]
 
 
 def false_pages(upper: FloatArray, for_seconds: float) -> tuple[int, float]:

@@ -27,7 +27,8 @@ minus the baseline's over that resample.
   ``(d + 1) / 2`` over the shared tasks, mapped back.
 * ``student``: the Student-t interval over the shared-task differences, its
   degrees of freedom matched to their kurtosis (``stats.student``): closed
-  form, no resampling; for comparisons only (``PAIRED_INTERVALS``).
+  form, no resampling; for comparisons only (``PAIRED_INTERVALS``). With
+  fewer than ``STUDENT_MIN_MOVED`` tasks whose difference is not 0, gaffke's.
 
 Resamples are drawn task by task, in task-name order, while ``n_boot x
 tasks`` stays at or under ``PER_TASK_LIMIT``: the same draw serves both
@@ -67,6 +68,7 @@ __all__ = [
     "DEFAULT_MIN_SHARED",
     "PAIRED_INTERVALS",
     "PER_TASK_LIMIT",
+    "STUDENT_MIN_MOVED",
     "CompareOptions",
     "Comparison",
     "Difference",
@@ -88,6 +90,11 @@ PER_TASK_LIMIT = 2_000_000
 # A suite's intervals, and ``student``, which needs a difference per task.
 PairedInterval = Literal["percentile", "gaffke", "student"]
 PAIRED_INTERVALS: tuple[PairedInterval, ...] = (*INTERVALS, "student")
+# ``student`` estimates the spread of the differences from the tasks that moved (a
+# difference other than 0): with fewer, it is gaffke's interval, which keeps room for
+# a task the sample has not seen. Where a few tasks carry the whole difference a t
+# interval covers far under its level (docs/statistics.md, the compare study).
+STUDENT_MIN_MOVED = 10
 
 
 class Side(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -255,7 +262,9 @@ def _paired_interval(
     lo_q = (1.0 - confidence) / 2.0
     hi_q = 1.0 - lo_q
     if name == "student":
-        return student_interval(d, confidence)
+        if int(np.count_nonzero(d)) >= STUDENT_MIN_MOVED:
+            return student_interval(d, confidence)
+        name = "gaffke"
     if name == "percentile" and bool((d == d[0]).all()):
         lo, hi = wilson_interval(min(1.0, max(0.0, (float(d[0]) + 1.0) / 2.0)), t, confidence)
         return 2.0 * lo - 1.0, 2.0 * hi - 1.0, "wilson"

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reliabilityd.stats import student
-from reliabilityd.stats.compare import compare, paired_difference
+from reliabilityd.stats.compare import STUDENT_MIN_MOVED, compare, paired_difference
 from reliabilityd.stats.intervals import atoms, exact_gaffke
 from reliabilityd.stats.student import student_df, student_interval, t_quantile, t_quantiles
 
@@ -138,3 +138,24 @@ def test_compare_and_the_paired_difference_take_student_and_mirror_it() -> None:
     assert direct["pass^k"].ci == ahead.differences["pass^k"].ci
     with pytest.raises(ValueError, match="interval must be one of"):
         compare(base, cand, 1, interval="studentized")
+
+
+def test_with_fewer_tasks_moved_than_student_min_moved_it_is_gaffkes_interval() -> None:
+    """A t interval's spread from a handful of moved tasks says little about the tasks
+    that did not move: below STUDENT_MIN_MOVED moved tasks, gaffke's (same seed)."""
+    n = np.full(40, 10)
+    base = np.full(40, 10)
+    for moved in (STUDENT_MIN_MOVED - 1, STUDENT_MIN_MOVED):
+        cand = base.copy()
+        cand[:moved] = 7
+        got = paired_difference((n, base), (n, cand), 1, ("pass^k",), interval="student")
+        gaffke = paired_difference((n, base), (n, cand), 1, ("pass^k",), interval="gaffke")
+        diff, other = got["pass^k"], gaffke["pass^k"]
+        assert diff.interval == "student"
+        if moved < STUDENT_MIN_MOVED:
+            assert (diff.ci, diff.method) == (other.ci, other.method)
+        else:
+            assert diff.method == "student-t"
+            assert diff.ci is not None
+            assert other.ci is not None
+            assert diff.ci[1] < other.ci[1]  # narrower where it has the tasks to say so
