@@ -46,6 +46,17 @@ async def _values(store: Store, suite: str) -> dict[str, str]:
     return {_text(k): _text(v) for k, v in got.items()}
 
 
+async def _committed(
+    store: Store, rng: np.random.Generator, suites: Sequence[str]
+) -> dict[str, int]:
+    """600 random events over ``suites``, committed: each suite's new version."""
+    batches: dict[str, list[TrialEvent]] = {}
+    for e in make_events(rng, suites=suites, count=600):
+        batches.setdefault(e.suite, []).append(e)
+    applied = await store.ingest.apply(batches, windows=dict.fromkeys(suites, 0), dedup_ttl=3600)
+    return {a.suite: a.version for a in applied}
+
+
 async def test_no_round_begins_while_the_tick_recomputes_and_what_it_wrote_is_due_no_more(
     store: Store, rng: np.random.Generator
 ) -> None:
@@ -53,11 +64,7 @@ async def test_no_round_begins_while_the_tick_recomputes_and_what_it_wrote_is_du
     snapshot the tick wrote at its due version is not refreshed after, one due at a newer
     version than the tick's is."""
     suites = ("alpha", "beta", "gamma")
-    batches: dict[str, list[TrialEvent]] = {}
-    for e in make_events(rng, suites=suites, count=600):
-        batches.setdefault(e.suite, []).append(e)
-    applied = await store.ingest.apply(batches, windows=dict.fromkeys(suites, 0), dedup_ttl=3600)
-    versions = {a.suite: a.version for a in applied}
+    versions = await _committed(store, rng, suites)
     assert sorted(versions) == list(suites)
     live = LiveValues(store, lambda _: snapshot.StatsSettings(ks=(1, 3)))
     stop = asyncio.Event()
@@ -95,11 +102,7 @@ async def test_a_round_in_progress_stops_after_its_batch_when_the_tick_begins(
     until the tick ends, then are refreshed."""
     monkeypatch.setattr(_live, "ROUND_BATCH", 1)
     suites = ("alpha", "beta", "gamma")
-    batches: dict[str, list[TrialEvent]] = {}
-    for e in make_events(rng, suites=suites, count=600):
-        batches.setdefault(e.suite, []).append(e)
-    applied = await store.ingest.apply(batches, windows=dict.fromkeys(suites, 0), dedup_ttl=3600)
-    versions = {a.suite: a.version for a in applied}
+    versions = await _committed(store, rng, suites)
     live = LiveValues(store, lambda _: snapshot.StatsSettings(ks=(1, 3)))
     tick = contextlib.ExitStack()
     refresh = live.refresh_many

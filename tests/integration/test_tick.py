@@ -38,6 +38,22 @@ def trials(rng: np.random.Generator, suite: str, tasks: int) -> list[TrialEvent]
     return out
 
 
+def tick_config(
+    redis_server: RedisServer,
+    prefix: str,
+    *,
+    k: Sequence[int] = (1, 5),
+    ci_interval: float = 5.0,
+    n_boot: int = 500,
+) -> Config:
+    """A daemon's config on this test's Redis and prefix, no MQTT."""
+    return Config(
+        redis=RedisConfig(url=redis_server.url, prefix=prefix),
+        mqtt=MqttConfig(enabled=False),
+        stats=StatsConfig(k=list(k), ci_interval=ci_interval, n_boot=n_boot),
+    )
+
+
 async def test_a_tick_recomputes_many_suites_each_as_alone_and_sets_a_broken_one_aside(
     redis_server: RedisServer, prefix: str, rng: np.random.Generator
 ) -> None:
@@ -46,11 +62,7 @@ async def test_a_tick_recomputes_many_suites_each_as_alone_and_sets_a_broken_one
     One suite's stored histogram is damaged (c > n): it gets no snapshot and
     stays marked, and every other suite still gets its own.
     """
-    cfg = Config(
-        redis=RedisConfig(url=redis_server.url, prefix=prefix),
-        mqtt=MqttConfig(enabled=False),
-        stats=StatsConfig(k=[1, 5], ci_interval=5.0, n_boot=500),
-    )
+    cfg = tick_config(redis_server, prefix)
     client = connect(redis_server.url)
     store = Store(client, prefix)
     try:
@@ -92,11 +104,7 @@ async def test_the_live_loop_leaves_alone_what_the_tick_wrote_and_refreshes_what
 ) -> None:
     """The tick's snapshot carries the live values of its version: a suite due at that
     version is not read and written again by the live loop; one committed after it is."""
-    cfg = Config(
-        redis=RedisConfig(url=redis_server.url, prefix=prefix),
-        mqtt=MqttConfig(enabled=False),
-        stats=StatsConfig(k=[1, 5], ci_interval=5.0, n_boot=500),
-    )
+    cfg = tick_config(redis_server, prefix)
     client = connect(redis_server.url)
     store = Store(client, prefix)
     stop = asyncio.Event()
@@ -143,11 +151,7 @@ async def test_a_tick_takes_the_marks_there_at_its_start_before_those_made_durin
     """More marks than a claim at the start, more made while it claims: every mark that was
     there at the start is claimed before any made later, and the later ones still in the
     same tick (a burst drains)."""
-    cfg = Config(
-        redis=RedisConfig(url=redis_server.url, prefix=prefix),
-        mqtt=MqttConfig(enabled=False),
-        stats=StatsConfig(k=[1], ci_interval=3600.0, n_boot=200),
-    )
+    cfg = tick_config(redis_server, prefix, k=[1], ci_interval=3600.0, n_boot=200)
     client = connect(redis_server.url)
     store = Store(client, prefix)
     try:
