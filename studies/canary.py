@@ -47,7 +47,7 @@ from reliabilityd.rules.state import AlertState, Verdict, advance
 from reliabilityd.stats.bootstrap import z_value
 from reliabilityd.stats.compare import STUDENT_MIN_MOVED, paired_difference
 from reliabilityd.stats.estimators import metric_cells
-from reliabilityd.stats.student import student_df, t_quantiles
+from reliabilityd.stats.student import SAME, student_df, t_quantiles
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -235,7 +235,7 @@ def upper_bounds(k: int, tasks: int, *, days: float, seed: int, chunk: int = 864
         hi = np.minimum(1.0, mean + quantile[df] * np.sqrt(sq.sum(axis=1) / (tasks - 1) / tasks))
         # Identical differences, or too few tasks moved for a t interval: what ships,
         # through the shipped function (its gaffke draw at the daemon's seed, 0).
-        odd = (sq.sum(axis=1) == 0.0) | (np.count_nonzero(d, axis=1) < STUDENT_MIN_MOVED)
+        odd = (np.ptp(d, axis=1) <= SAME) | (np.count_nonzero(d, axis=1) < STUDENT_MIN_MOVED)
         for i in np.flatnonzero(odd).tolist():
             hi[i] = _shipped_upper(passes[0][i], passes[1][i], k)
         for i in (0, d.shape[0] // 2):  # the batch is the shipped interval

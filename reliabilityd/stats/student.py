@@ -14,7 +14,8 @@ moment match; ``T - 1`` for normal differences, kappa = 3). So ``df`` is
 that, with the sample kurtosis, capped at ``T - 1`` (never narrower than
 Student's own interval) and floored at 1: a sample whose spread rests on a
 few tasks gets a wider quantile. When every shared task has the same
-difference (``s = 0``) the interval is gaffke's exact one for that sample
+difference (``s = 0``, or differences within ``SAME`` of each other: float
+rounding of equal ones) the interval is gaffke's exact one for that sample
 (``stats.intervals.exact_gaffke``), never a point.
 
 Closed form, no resampling: the same numbers on every replica and at every
@@ -37,6 +38,8 @@ from reliabilityd.stats.intervals import atoms, exact_gaffke
 __all__ = ["student_df", "student_interval", "t_quantile", "t_quantiles"]
 
 FloatArray = npt.NDArray[np.float64]
+# Differences that span no more than this are one value (float rounding of equal ones).
+SAME = 1e-12
 
 
 def _t_central(x: float, df: int) -> float:
@@ -119,7 +122,10 @@ def student_df(centred_sq: FloatArray, tasks: int) -> FloatArray:
 def student_interval(d: FloatArray, confidence: float) -> tuple[float, float, str]:
     """The ``student`` interval of mean(d), d in [-1, 1] per shared task; its method name."""
     t = d.size
-    if t < 2 or bool((d == d[0]).all()):
+    if t < 2 or float(np.ptp(d)) <= SAME:
+        # Equal in exact arithmetic may differ in the last bit: one value, not a spread
+        # of 1e-17 that would make the interval a point.
+        d = np.full(t, float(d.mean()))
         uniq, merged = atoms(d, np.ones(t, dtype=np.int64))
         exact = exact_gaffke(uniq, merged, confidence, (-1.0, 1.0))
         if exact is not None:

@@ -159,3 +159,17 @@ def test_with_fewer_tasks_moved_than_student_min_moved_it_is_gaffkes_interval() 
             assert diff.ci is not None
             assert other.ci is not None
             assert diff.ci[1] < other.ci[1]  # narrower where it has the tasks to say so
+
+
+def test_differences_equal_but_for_rounding_are_one_value_never_a_point() -> None:
+    """pass@1 of (10, c + 2) - (10, c) is 0.2 for every c, in exact arithmetic; in floats
+    the last bit differs between tasks. The interval is gaffke's for one value."""
+    base = {f"t{i}": (10, i % 8) for i in range(20)}
+    cand = {t: (10, c + 2) for t, (_, c) in base.items()}
+    d = compare(base, cand, 1, "pass@k", interval="student").differences["pass@k"]
+    same = np.full(20, 0.2)
+    exact = exact_gaffke(*atoms(same, np.ones(20, dtype=np.int64)), 0.95, (-1.0, 1.0))
+    assert exact is not None
+    assert d.ci == pytest.approx((exact.low, exact.high), abs=1e-12)
+    assert d.ci is not None
+    assert d.ci[1] - d.ci[0] > 0.1
