@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 
 # A generator of its own: the process-wide one belongs to the application (a test
 # that seeds or watches it must not see the daemon's loops draw from it).
 _JITTER = random.Random()
+# A forked child draws its own jitter, not its parent's sequence again.
+os.register_at_fork(after_in_child=_JITTER.seed)
 
 
 class Backoff:

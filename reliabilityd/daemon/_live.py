@@ -14,8 +14,9 @@ however many come, and a suite whose snapshot the tick writes at or past
 its due version is no longer due (``written``). So a series changed while
 the tick drains its marks is read once, by the tick, not also by this
 loop, and the tick never waits behind it; a suite is refreshed here only
-when no snapshot already holds its last commit, at most one round after
-the tick that held it back.
+when no snapshot this replica's tick wrote holds its last commit, at most
+one round after the tick that held it back (a hold as long as the tick's
+claim loop: its deadline is checked between batches).
 """
 
 from __future__ import annotations

@@ -71,6 +71,9 @@ __all__ = ["Recompute", "Tick"]
 CLAIM_BATCH = 256
 CLAIM_LIFETIME = 30.0
 TICK_SHARE = 0.8
+# The marks a tick reads at its start to claim first: more than one tick computes
+# (1,500-2,100 series a second on one core), a bounded read however large the backlog.
+FIRST_READ = 16_384
 # A claim is recomputed in batches of LANE_BATCH series (one pipeline per
 # step, one vectorised pass of math), RECOMPUTE_LANES batches at once.
 LANE_BATCH = 128
@@ -405,7 +408,7 @@ class Recompute:
             await self.store.snapshots.release_claims(sorted(self._unfinished))
             self._unfinished.clear()
         deadline = time.monotonic() + TICK_SHARE * self.config.stats.ci_interval
-        first = await self.store.snapshots.changed()
+        first = await self.store.snapshots.some_changed(FIRST_READ)
         self._order.shuffle(first)
         taken = 0
         done: list[str] = []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import time
 from collections import defaultdict
@@ -48,6 +49,8 @@ TREND_REREAD = 60.0
 # Spreads the re-reads; a generator of its own, never the process-wide one an
 # application (or a test running beside the daemon) may seed or watch.
 _JITTER = random.Random()
+# A forked child draws its own jitter, not its parent's sequence again.
+os.register_at_fork(after_in_child=_JITTER.seed)
 SWEEP_EVERY = 60.0
 
 

@@ -333,3 +333,10 @@ class Snapshots:
 
     async def changed(self) -> list[str]:
         return sorted(_text(s) for s in await self.client.smembers(self.keys.changed))
+
+    async def some_changed(self, limit: int) -> list[str]:
+        """At most ``limit`` of the marks, drawn at random when there are more (a bounded
+        read: ``SRANDMEMBER``, not the whole set)."""
+        got = await self.client.srandmember(self.keys.changed, limit)
+        # With a count the reply is a list, empty when there are no marks.
+        return [_text(s) for s in got] if isinstance(got, list) else []

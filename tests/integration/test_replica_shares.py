@@ -132,3 +132,15 @@ async def test_named_marks_are_claimed_where_still_marked_and_not_under_another_
     # Only the named ones, however many are asked for.
     assert await store.snapshots.claim_marks(10, lifetime=30, members=["d"]) == (["d"], 0)
     assert await store.snapshots.changed() == ["a", "c"]
+
+
+async def test_a_ticks_first_read_of_the_marks_is_bounded_and_takes_nothing(store: Store) -> None:
+    """``some_changed``: at most ``limit`` distinct marks, every one when fewer; the marks
+    stay (the claim takes them)."""
+    names = [f"s{i:02d}" for i in range(50)]
+    await store.snapshots.mark_changed(names)
+    some = await store.snapshots.some_changed(10)
+    assert len(some) == len(set(some)) == 10
+    assert set(some) <= set(names)
+    assert sorted(await store.snapshots.some_changed(100)) == names
+    assert await store.snapshots.changed() == names

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,25 @@ def test_a_k_the_snapshot_lacks_is_not_a_missing_suite() -> None:
     )
     with pytest.raises(ValueError, match="metric must be"):
         snap.get("pass_k", 5)
+
+
+def test_a_forked_child_draws_its_own_backoff_jitter() -> None:
+    """Jitter exists so that reconnecting processes spread out: a child forked from a
+    process that imported reliabilityd must not repeat its parent's draws."""
+    script = (
+        "import os\n"
+        "from reliabilityd.backoff import Backoff\n"
+        "r, w = os.pipe()\n"
+        "pid = os.fork()\n"
+        "delay = Backoff(start=1.0, cap=1.0, jitter=0.5).next_delay()\n"
+        "if pid == 0:\n"
+        "    os.write(w, repr(delay).encode())\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "print(delay, float(os.read(r, 64)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    parent, child = map(float, out.stdout.split())
+    assert parent != child
