@@ -120,17 +120,29 @@ class LiveValues:
         await self.store.snapshots.write_snapshots(writes)
 
     async def _round(self, suites: list[str]) -> None:
-        """One round's refresh; each suite alone when the round's state does not compute."""
+        """One round's refresh; each suite alone when the round's state does not compute,
+        and a suite that does not compute alone is logged and left (the tick sets it
+        aside too): the others get theirs, and the loop goes on."""
         try:
             await self.refresh_many(suites)
             return
         except StoreError:
             raise
         except Exception:
-            if len(suites) == 1:
-                raise
+            pass
         for suite in suites:
-            await self.refresh_many([suite])
+            try:
+                await self.refresh_many([suite])
+            except StoreError:
+                raise
+            except Exception as exc:
+                self._failed_log.emit(
+                    logging.WARNING,
+                    "live_refresh_failed",
+                    suite=suite,
+                    suites=1,
+                    error=describe(exc),
+                )
 
     async def loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -141,3 +141,34 @@ async def test_a_round_in_progress_stops_after_its_batch_when_the_tick_begins(
         loop.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await loop
+
+
+async def test_a_suite_that_does_not_compute_is_left_and_the_loop_goes_on(
+    store: Store, rng: np.random.Generator
+) -> None:
+    """A damaged histogram (c > n) in one suite of a round: the others are refreshed, the
+    loop keeps running, and a later commit of a good suite is refreshed too."""
+    suites = ("alpha", "beta", "gamma")
+    versions = await _committed(store, rng, suites)
+    await store.client.hset(store.key("beta", "hist"), "3:7", 1)
+    live = LiveValues(store, lambda _: snapshot.StatsSettings(ks=(1, 3)))
+    stop = asyncio.Event()
+    loop = asyncio.create_task(live.loop(stop))
+    try:
+        live.committed(versions.items())
+
+        async def refreshed(names: Sequence[str]) -> bool:
+            return all(["trials" in await _values(store, s) for s in names])
+
+        await wait_until(lambda: refreshed(["alpha", "gamma"]), 10)
+        assert await _values(store, "beta") == {}
+        assert not loop.done()
+        more = await _committed(store, rng, ["delta"])
+        live.committed(more.items())
+        await wait_until(lambda: refreshed(["delta"]), 10)
+        assert not loop.done()
+    finally:
+        stop.set()
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
