@@ -125,6 +125,9 @@ class Recompute:
         self._unfinished: set[str] = set()
         # The order a tick takes the marks it finds (its own generator: see ci_tick).
         self._order = random.Random()
+        # The marks the last tick found at its start and did not reach before its deadline:
+        # the next tick takes them first, in the same order (oldest first across ticks).
+        self._carried: list[str] = []
         # The canary rules' judge, run after each tick on the suites it recomputed.
         self.canaries: Canaries | None = None
         # The summary rows the list-wide reads page through, after the verdicts.
@@ -390,11 +393,12 @@ class Recompute:
         ``TICK_SHARE`` of a ``ci_interval``: a burst of changed suites drains
         in one tick, and the evaluator still runs every interval. The marks
         there when the claiming begins go first (in an order of this
-        replica's own, so replicas take different ones), then any made
-        meanwhile at random: a change committed before the tick is due in
-        it, one committed during it may wait for the next and still be fresh
-        within one tick, so a tick that runs into its deadline leaves only
-        those.
+        replica's own, so replicas take different ones; those the last tick
+        found and did not reach before all others), then any made meanwhile
+        at random: a change committed before the tick is due in it, one
+        committed during it may wait for the next and still be fresh within
+        one tick, so a tick that runs into its deadline leaves only those,
+        or, under a backlog larger than a tick computes, the oldest it found.
         """
         if time.monotonic() >= self._next_reconcile:
             # The first tick (start-up) and every RECONCILE_EVERY after: data
@@ -408,8 +412,13 @@ class Recompute:
             await self.store.snapshots.release_claims(sorted(self._unfinished))
             self._unfinished.clear()
         deadline = time.monotonic() + TICK_SHARE * self.config.stats.ci_interval
-        first = await self.store.snapshots.some_changed(FIRST_READ)
-        self._order.shuffle(first)
+        found = await self.store.snapshots.some_changed(FIRST_READ)
+        present = set(found)
+        first = [mark for mark in self._carried if mark in present]
+        carried = set(first)
+        fresh = [mark for mark in found if mark not in carried]
+        self._order.shuffle(fresh)
+        first += fresh
         taken = 0
         done: list[str] = []
         wrote: dict[Series, snapshot.Snapshot] = {}
@@ -469,6 +478,7 @@ class Recompute:
                     if not claimed or len(claimed) + held < CLAIM_BATCH:
                         return Tick(done, wrote)
             finally:
+                self._carried = first[taken:]
                 self.live.written(
                     {one.suite: snap.version for one, snap in wrote.items() if one.slice is None}
                 )

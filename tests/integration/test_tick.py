@@ -13,6 +13,7 @@ import pytest
 
 from reliabilityd.alerting.registry import Settled
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
+from reliabilityd.daemon import _recompute
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.daemon._live import LIVE_INTERVAL
 from reliabilityd.events import Outcome, TrialEvent
@@ -180,6 +181,38 @@ async def test_a_tick_takes_the_marks_there_at_its_start_before_those_made_durin
         first_late = next(i for i, got in enumerate(claims) if set(got) & set(late))
         assert sorted(m for got in claims[:first_late] for m in got) == early
         assert await store.snapshots.changed() == []
+    finally:
+        await client.aclose()
+
+
+async def test_marks_a_tick_found_and_did_not_reach_go_first_in_the_next_tick(
+    redis_server: RedisServer,
+    prefix: str,
+    rng: np.random.Generator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A backlog larger than a tick computes: the marks the first tick found and left at
+    its deadline are the next tick's first claims, before marks made in between."""
+    monkeypatch.setattr(_recompute, "TICK_SHARE", 0.0)  # every tick ends after one claim
+    cfg = tick_config(redis_server, prefix, k=[1], ci_interval=3600.0, n_boot=200)
+    client = connect(redis_server.url)
+    store = Store(client, prefix)
+    try:
+        early = [f"e{i:03d}" for i in range(600)]
+        late = [f"l{i:03d}" for i in range(100)]
+        batch = {name: trials(rng, name, 5) for name in early + late}
+        await store.ingest.apply(batch, windows=dict.fromkeys(batch, 0), dedup_ttl=3600)
+        await client.srem(store.keys.changed, *late)
+        daemon = Daemon(cfg, store)
+        daemon.recompute._next_reconcile = float("inf")  # no version scan: only the marks
+        first = await daemon.recompute.ci_tick()
+        assert len(first.marks) == _recompute.CLAIM_BATCH
+        await store.snapshots.mark_changed(late)  # commits between the ticks
+        second = await daemon.recompute.ci_tick()
+        assert set(second.marks) <= set(early) - set(first.marks)
+        third = await daemon.recompute.ci_tick()
+        left = set(early) - set(first.marks) - set(second.marks)
+        assert left <= set(third.marks)
     finally:
         await client.aclose()
 
