@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from reliabilityd.stats.compare import Comparison, Difference, Side, compare
+from reliabilityd.stats.compare import Comparison, Side, compare
 from reliabilityd.stats.estimate import Estimate, estimate, estimate_metrics
 from reliabilityd.stats.estimators import pass_at_k, pass_hat_k
 from reliabilityd.stats.gate import assert_pass_hat_k
 from reliabilityd.stats.histogram import Histogram
 from reliabilityd.stats.intervals import INTERVALS
 from reliabilityd.stats.lottery import LotteryCase, lottery_cases
+from reliabilityd.stats.paired import Difference
 from reliabilityd.stats.snapshot import MissingEstimate, Snapshot
 
 __all__ = [

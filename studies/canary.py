@@ -26,7 +26,7 @@ and each ``for`` in FORS), over ``--days`` simulated days per cell. It
 counts ``firing`` notifications: every one is false. The ``student`` bound
 is computed in batches of ticks; a sample of ticks, and every tick where
 ``student`` is gaffke's (fewer than ``STUDENT_MIN_MOVED`` tasks moved), go
-through ``stats.compare.paired_difference`` itself.
+through ``stats.paired.paired_difference`` itself.
 
     .venv/bin/python -m studies.canary --reps 2000 --days 28   # make study-canary
 """
@@ -45,8 +45,8 @@ import numpy.typing as npt
 
 from reliabilityd.rules.state import AlertState, Verdict, advance
 from reliabilityd.stats.bootstrap import z_value
-from reliabilityd.stats.compare import STUDENT_MIN_MOVED, paired_difference
 from reliabilityd.stats.estimators import metric_cells
+from reliabilityd.stats.paired import STUDENT_MIN_MOVED, paired_difference
 from reliabilityd.stats.student import SAME, student_df, t_quantiles
 
 FloatArray = npt.NDArray[np.float64]
@@ -209,7 +209,7 @@ def upper_bounds(k: int, tasks: int, *, days: float, seed: int, chunk: int = 864
     """The ``student`` upper bound of pass^k(candidate) - pass^k(baseline) at every 5 s tick
     of ``days`` simulated days of two identical agents (the t bound computed in batches
     of ticks; a sample of ticks, and every tick where ``student`` is gaffke's, through
-    ``stats.compare.paired_difference`` itself)."""
+    ``stats.paired.paired_difference`` itself)."""
     rng = np.random.default_rng(seed)
     p = rng.beta(*POPULATION, tasks)
     seconds = days * DAY

@@ -9,7 +9,7 @@ difference ``E[f(q)] - E[f(p)]``, f the per-task pass^k (p^k) or pass@k
 (1 - (1 - p)^k); the study computes it from two million (p, u) draws.
 
 For every cell of populations x effects x T x k x interval it runs
-``reps`` comparisons through ``reliabilityd.stats.compare.paired_difference``
+``reps`` comparisons through ``reliabilityd.stats.paired.paired_difference``
 (the code that ships, B = 2000) and reports, per metric, how often the
 interval contains the truth, the share of "worse" verdicts (upper bound
 below 0; with the ``identical`` effect every one is false) and the median
@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from reliabilityd.stats.compare import paired_difference
 from reliabilityd.stats.estimators import METRICS, Metric
+from reliabilityd.stats.paired import paired_difference
 
 FloatArray = npt.NDArray[np.float64]
 Effect = Callable[[FloatArray, FloatArray], FloatArray]

@@ -39,8 +39,9 @@ from reliabilityd.cli._common import (
 )
 from reliabilityd.cli._runs import find_run
 from reliabilityd.config import Config
-from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, PAIRED_INTERVALS, Comparison, Side
+from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, Comparison, Side
 from reliabilityd.stats.estimators import METRICS
+from reliabilityd.stats.paired import PAIRED_INTERVALS
 
 if TYPE_CHECKING:
     from reliabilityd.client import AsyncClient

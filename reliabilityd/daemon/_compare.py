@@ -18,15 +18,9 @@ from typing import NamedTuple
 
 from reliabilityd.config import Config
 from reliabilityd.daemon._offload import Worker
-from reliabilityd.stats.compare import (
-    DEFAULT_MIN_SHARED,
-    PAIRED_INTERVALS,
-    Comparison,
-    PairedInterval,
-    Side,
-    compare,
-)
+from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, Comparison, Side, compare
 from reliabilityd.stats.estimators import METRICS, Metric
+from reliabilityd.stats.paired import PAIRED_INTERVALS, PairedInterval
 from reliabilityd.store import Store, TaskHashes, task_counts_of
 
 # Comparisons computed at once by one daemon's HTTP port: each one's Python

@@ -48,15 +48,9 @@ from reliabilityd.rules.state import (
     Verdict,
     advance,
 )
-from reliabilityd.stats.compare import (
-    DEFAULT_MIN_SHARED,
-    Comparison,
-    Difference,
-    MovedTask,
-    PairedInterval,
-    Side,
-)
+from reliabilityd.stats.compare import DEFAULT_MIN_SHARED, Comparison, MovedTask, Side
 from reliabilityd.stats.estimators import METRICS, Metric
+from reliabilityd.stats.paired import Difference, PairedInterval
 
 __all__ = [
     "CanaryDetail",
@@ -122,7 +116,7 @@ class CanaryRule(
     repeat: Seconds = 0.0
     on_unknown: Literal["ignore", "alert"] = "ignore"
     severity: Annotated[str, msgspec.Meta(min_length=1)] = "page"
-    # The difference's interval (stats.compare.PAIRED_INTERVALS: a suite's, or "student");
+    # The difference's interval (stats.paired.PAIRED_INTERVALS: a suite's, or "student");
     # None = the candidate suite's.
     interval: PairedInterval | None = None
 

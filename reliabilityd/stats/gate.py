@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, TypeAlias, cast
 
-from reliabilityd.stats.compare import Difference
 from reliabilityd.stats.estimate import Estimate, Tasks, estimate
 from reliabilityd.stats.estimators import metric_cells
+from reliabilityd.stats.paired import Difference
 
 __all__ = [
     "Verdict",

@@ -2,7 +2,7 @@
 
 The comparison's unit is the task: shared tasks are independent draws from
 the suite's population of tasks, and the per-task differences ``d`` in
-[-1, 1] (``stats.compare``) are the sample. The interval is
+[-1, 1] (``stats.paired``) are the sample. The interval is
 
     mean(d) +- t(df, 1 - (1 - confidence) / 2) * s / sqrt(T)
 

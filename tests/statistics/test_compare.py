@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reliabilityd import Comparison, compare
-from reliabilityd.stats.compare import PER_TASK_LIMIT, paired_difference
 from reliabilityd.stats.estimators import (
     METRICS,
     Metric,
@@ -21,6 +20,7 @@ from reliabilityd.stats.estimators import (
     pass_hat_k_exact,
 )
 from reliabilityd.stats.intervals import saddlepoint_level
+from reliabilityd.stats.paired import PER_TASK_LIMIT, paired_difference
 from tests.support.paired import (
     Counts,
     aligned,

@@ -18,7 +18,8 @@ from reliabilityd.config import Config, load
 from reliabilityd.errors import ConfigError
 from reliabilityd.rules import AlertState, Rule, canary
 from reliabilityd.rules.canary import CanaryRule, Compare, Pair, SideRef
-from reliabilityd.stats.compare import Comparison, Difference, Side, compare
+from reliabilityd.stats.compare import Comparison, Side, compare
+from reliabilityd.stats.paired import Difference
 
 RULE = CanaryRule(
     name="canary",

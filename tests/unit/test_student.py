@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reliabilityd.stats import student
-from reliabilityd.stats.compare import STUDENT_MIN_MOVED, compare, paired_difference
+from reliabilityd.stats.compare import compare
 from reliabilityd.stats.intervals import atoms, exact_gaffke
+from reliabilityd.stats.paired import STUDENT_MIN_MOVED, paired_difference
 from reliabilityd.stats.student import student_df, student_interval, t_quantile, t_quantiles
 
 
