@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ from reliabilityd.alerting.watchdog import describe
 from reliabilityd.config import Config
 from reliabilityd.daemon import _build, _series_settings
 from reliabilityd.daemon._canary import Canaries
+from reliabilityd.daemon._claims import Claims
 from reliabilityd.daemon._live import LiveValues
 from reliabilityd.daemon._rows import RowWriter
 from reliabilityd.daemon.metrics import Metrics
@@ -66,17 +66,9 @@ from reliabilityd.store import (
 __all__ = ["Recompute", "Tick"]
 
 # Every Redis error pauses what needs Redis; none of them ends the daemon.
-# Change marks taken per claim (a tick claims again while marks remain, for at
-# most TICK_SHARE of its interval), and how long a claim lasts before it returns.
-CLAIM_BATCH = 256
-CLAIM_LIFETIME = 30.0
+# A tick claims marks (``_claims``) for at most TICK_SHARE of its interval, and
+# computes RECOMPUTE_LANES batches of a claim at once.
 TICK_SHARE = 0.8
-# The marks a tick reads at its start to claim first: more than one tick computes
-# (1,500-2,100 series a second on one core), a bounded read however large the backlog.
-FIRST_READ = 16_384
-# A claim is recomputed in batches of LANE_BATCH series (one pipeline per
-# step, one vectorised pass of math), RECOMPUTE_LANES batches at once.
-LANE_BATCH = 128
 RECOMPUTE_LANES = 2
 # The full version scan that finds what the change marks cannot (see mark_stale).
 RECONCILE_EVERY = 60.0
@@ -122,12 +114,8 @@ class Recompute:
         self._undecodable_log = UndecodableLog()
         self._next_reconcile = 0.0
         self._next_idle_sweep = 0.0
-        self._unfinished: set[str] = set()
-        # The order a tick takes the marks it finds (its own generator: see ci_tick).
-        self._order = random.Random()
-        # The marks the last tick found at its start and did not reach before its deadline:
-        # the next tick takes them first, in the same order (oldest first across ticks).
-        self._carried: list[str] = []
+        # Which change marks each tick takes, and in what order.
+        self.claims = Claims(store)
         # The canary rules' judge, run after each tick on the suites it recomputed.
         self.canaries: Canaries | None = None
         # The summary rows the list-wide reads page through, after the verdicts.
@@ -389,42 +377,25 @@ class Recompute:
         """New snapshots for the series this replica claims: their marks, and the snapshots
         whose write won.
 
-        Claims batch after batch while marks remain, for at most
-        ``TICK_SHARE`` of a ``ci_interval``: a burst of changed suites drains
-        in one tick, and the evaluator still runs every interval. The marks
-        there when the claiming begins go first (in an order of this
-        replica's own, so replicas take different ones; those the last tick
-        found and did not reach before all others), then any made meanwhile
-        at random: a change committed before the tick is due in it, one
-        committed during it may wait for the next and still be fresh within
-        one tick, so a tick that runs into its deadline leaves only those,
-        or, under a backlog larger than a tick computes, the oldest it found.
+        Claims batch after batch while marks remain (``_claims``: the marks there
+        when it begins first), for at most ``TICK_SHARE`` of a ``ci_interval``: a
+        burst of changed suites drains in one tick, and the evaluator still runs
+        every interval.
         """
         if time.monotonic() >= self._next_reconcile:
             # The first tick (start-up) and every RECONCILE_EVERY after: data
             # the marks missed, and snapshots computed under other settings.
             await self.store.snapshots.mark_stale(await self.store.reads.suites(), self.fingerprint)
             self._next_reconcile = time.monotonic() + RECONCILE_EVERY
-        if self._unfinished:
-            # Claims a Redis error interrupted: hand them back now rather than
-            # when they expire.
-            await self.store.snapshots.mark_changed(sorted(self._unfinished))
-            await self.store.snapshots.release_claims(sorted(self._unfinished))
-            self._unfinished.clear()
+        await self.claims.hand_back()
         deadline = time.monotonic() + TICK_SHARE * self.config.stats.ci_interval
-        found = await self.store.snapshots.some_changed(FIRST_READ)
-        present = set(found)
-        first = [mark for mark in self._carried if mark in present]
-        carried = set(first)
-        fresh = [mark for mark in found if mark not in carried]
-        self._order.shuffle(fresh)
-        first += fresh
-        taken = 0
-        done: list[str] = []
         wrote: dict[Series, snapshot.Snapshot] = {}
         lanes = asyncio.Semaphore(RECOMPUTE_LANES)
 
         async def recompute(batch: list[str]) -> None:
+            # Two batches at once: one's Redis round trips overlap the other's math
+            # (numpy releases the GIL in the worker thread). Only Redis errors leave
+            # here (refresh_snapshots logs the rest).
             async with lanes:
                 snaps = await self.refresh_snapshots(batch)
             for mark, snap in zip(batch, snaps, strict=True):
@@ -435,50 +406,8 @@ class Recompute:
         # live refresh, and the rest waits for the tick to end (``_live``).
         with self.live.yielding():
             try:
-                while True:
-                    named = first[taken : taken + CLAIM_BATCH]
-                    taken += len(named)
-                    claimed, held = await self.store.snapshots.claim_marks(
-                        CLAIM_BATCH, CLAIM_LIFETIME, named
-                    )
-                    batches = [
-                        claimed[i : i + LANE_BATCH] for i in range(0, len(claimed), LANE_BATCH)
-                    ]
-                    # Two batches at once: one's Redis round trips overlap the other's
-                    # math (numpy releases the GIL in the worker thread).
-                    results = await asyncio.gather(
-                        *(recompute(batch) for batch in batches), return_exceptions=True
-                    )
-                    failed = [
-                        (b, r) for b, r in zip(batches, results, strict=True) if r is not None
-                    ]
-                    if failed:
-                        # Only Redis errors reach here (refresh_snapshots logs the rest).
-                        self._unfinished.update(s for b, _ in failed for s in b)
-                        await self.store.snapshots.release_claims(
-                            [s for s in claimed if s not in self._unfinished]
-                        )
-                        raise failed[0][1]
-                    # One write for the claims (each write waits for the AOF fsync).
-                    await self.store.snapshots.release_claims(claimed)
-                    done.extend(claimed)
-                    if time.monotonic() >= deadline:
-                        return Tick(done, wrote)
-                    if taken < len(first):
-                        continue
-                    if named:
-                        # The last of the marks found: fewer than a claim's worth end the
-                        # tick as one short claim would; after a burst, go on with those
-                        # made meanwhile.
-                        if len(first) < CLAIM_BATCH:
-                            return Tick(done, wrote)
-                        continue
-                    # Marks held back are series another replica is computing: the claim after
-                    # its release takes them, and more marks may wait behind them.
-                    if not claimed or len(claimed) + held < CLAIM_BATCH:
-                        return Tick(done, wrote)
+                return Tick(await self.claims.drain(deadline, recompute), wrote)
             finally:
-                self._carried = first[taken:]
                 self.live.written(
                     {one.suite: snap.version for one, snap in wrote.items() if one.slice is None}
                 )

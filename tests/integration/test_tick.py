@@ -13,7 +13,7 @@ import pytest
 
 from reliabilityd.alerting.registry import Settled
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
-from reliabilityd.daemon import _recompute
+from reliabilityd.daemon import _claims, _recompute
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.daemon._live import LIVE_INTERVAL
 from reliabilityd.events import Outcome, TrialEvent
@@ -206,7 +206,7 @@ async def test_marks_a_tick_found_and_did_not_reach_go_first_in_the_next_tick(
         daemon = Daemon(cfg, store)
         daemon.recompute._next_reconcile = float("inf")  # no version scan: only the marks
         first = await daemon.recompute.ci_tick()
-        assert len(first.marks) == _recompute.CLAIM_BATCH
+        assert len(first.marks) == _claims.CLAIM_BATCH
         await store.snapshots.mark_changed(late)  # commits between the ticks
         second = await daemon.recompute.ci_tick()
         assert set(second.marks) <= set(early) - set(first.marks)
