@@ -12,11 +12,12 @@ import contextlib
 import os
 import random
 
-# A generator of its own: the process-wide one belongs to the application (a test
-# that seeds or watches it must not see the daemon's loops draw from it).
-_JITTER = random.Random()
-# A forked child draws its own jitter, not its parent's sequence again.
-os.register_at_fork(after_in_child=_JITTER.seed)
+# reliabilityd's one generator for jitter and spread (backoff delays, re-read times, the
+# order a replica claims marks in): the process-wide one belongs to the application,
+# and a test that seeds or watches it must not see the daemon's loops draw from it.
+# A forked child reseeds it: it draws its own jitter, not its parent's sequence again.
+JITTER = random.Random()
+os.register_at_fork(after_in_child=JITTER.seed)
 
 
 class Backoff:
@@ -37,7 +38,7 @@ class Backoff:
         self._next = min(self._next * 2, self.cap)
         self.attempts += 1
         if self.jitter:
-            delay *= 1 + _JITTER.uniform(-self.jitter, self.jitter)
+            delay *= 1 + JITTER.uniform(-self.jitter, self.jitter)
         return delay
 
     def reset(self) -> None:

@@ -47,7 +47,7 @@ from reliabilityd.rules.state import AlertState, Verdict, advance
 from reliabilityd.stats.bootstrap import z_value
 from reliabilityd.stats.estimators import metric_cells
 from reliabilityd.stats.paired import STUDENT_MIN_MOVED, paired_difference
-from reliabilityd.stats.student import SAME, student_df, t_quantiles
+from reliabilityd.stats.student import SAME, student_df, t_quantile
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -216,7 +216,10 @@ def upper_bounds(k: int, tasks: int, *, days: float, seed: int, chunk: int = 864
     sides = [_window_counts(rng, p, seconds) for _ in range(2)]
     n = np.full(TRIALS + 1, TRIALS, dtype=np.int64)
     value = metric_cells("pass^k", n, np.arange(TRIALS + 1), k)
-    quantile = t_quantiles(1.0 - (1.0 - CONFIDENCE) / 2.0, tasks)
+    # Index df: every t quantile a T-task sample's degrees of freedom can take.
+    quantile = np.array(
+        [np.nan] + [t_quantile(1.0 - (1.0 - CONFIDENCE) / 2.0, df) for df in range(1, tasks + 1)]
+    )
     ticks = np.arange(TICK, seconds + TICK / 2, TICK)
     out = np.empty(ticks.size)
     for start in range(0, ticks.size, chunk):

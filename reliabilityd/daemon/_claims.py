@@ -18,10 +18,10 @@ than a tick computes, the oldest it found, which the next tick takes first.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Awaitable, Callable
 
+from reliabilityd.backoff import JITTER
 from reliabilityd.store import Store
 
 __all__ = ["CLAIM_BATCH", "Claims"]
@@ -42,8 +42,6 @@ class Claims:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        # The order a tick takes the marks it finds: a generator of its own.
-        self._order = random.Random()
         # The marks the last tick found and did not reach before its deadline.
         self._carried: list[str] = []
         # Claims a Redis error interrupted, handed back at the next tick.
@@ -63,7 +61,7 @@ class Claims:
         first = [mark for mark in self._carried if mark in present]
         carried = set(first)
         fresh = [mark for mark in found if mark not in carried]
-        self._order.shuffle(fresh)
+        JITTER.shuffle(fresh)  # an order of this replica's own
         return first + fresh
 
     async def drain(

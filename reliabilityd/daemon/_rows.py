@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import random
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -29,6 +27,7 @@ import msgspec
 
 from reliabilityd.alerting import registry
 from reliabilityd.alerting.registry import Settled, Watched
+from reliabilityd.backoff import JITTER
 from reliabilityd.config import Config
 from reliabilityd.daemon.ui import _model
 from reliabilityd.logs import emit
@@ -44,13 +43,9 @@ __all__ = ["RowWriter", "row_of"]
 
 DAY = 86400.0
 FORGET_WRITTEN = 60.0
-# A row's trend is read from its history at most this often (``RowWriter._samples``).
+# A row's trend is read from its history at most this often (``RowWriter._samples``),
+# each re-read spread by ``backoff.JITTER``.
 TREND_REREAD = 60.0
-# Spreads the re-reads; a generator of its own, never the process-wide one an
-# application (or a test running beside the daemon) may seed or watch.
-_JITTER = random.Random()
-# A forked child draws its own jitter, not its parent's sequence again.
-os.register_at_fork(after_in_child=_JITTER.seed)
 SWEEP_EVERY = 60.0
 
 
@@ -213,7 +208,7 @@ class RowWriter:
             wanted, since=now - DAY, until=now, span=DAY / TREND_POINTS
         )
         for (series, k), got in zip(wanted, read, strict=True):
-            until = clock + TREND_REREAD * (1.0 - 0.5 * _JITTER.random())
+            until = clock + TREND_REREAD * (1.0 - 0.5 * JITTER.random())
             self._trends[series] = (until, k, got)
             out[series] = got
         return out

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from reliabilityd.stats.intervals import atoms, exact_gaffke
 
-__all__ = ["student_df", "student_interval", "t_quantile", "t_quantiles"]
+__all__ = ["student_df", "student_interval", "t_quantile"]
 
 FloatArray = npt.NDArray[np.float64]
 # Differences that span no more than this are one value (float rounding of equal ones).
@@ -97,15 +97,6 @@ def t_quantile(p: float, df: int) -> float:
         else:
             hi = mid
     return 0.5 * (lo + hi)
-
-
-def t_quantiles(p: float, max_df: int) -> FloatArray:
-    """``t_quantile(p, df)`` for df = 0 .. max_df (index 0 unused: NaN), for batch callers
-    (the study's; the canary judge computes one interval at a time)."""
-    out = np.full(max_df + 1, np.nan)
-    for df in range(1, max_df + 1):
-        out[df] = t_quantile(p, df)
-    return out
 
 
 def student_df(centred_sq: FloatArray, tasks: int) -> FloatArray:

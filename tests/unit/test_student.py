@@ -15,7 +15,7 @@ from reliabilityd.stats import student
 from reliabilityd.stats.compare import compare
 from reliabilityd.stats.intervals import atoms, exact_gaffke
 from reliabilityd.stats.paired import STUDENT_MIN_MOVED, paired_difference
-from reliabilityd.stats.student import student_df, student_interval, t_quantile, t_quantiles
+from reliabilityd.stats.student import student_df, student_interval, t_quantile
 
 
 def _density_mass(x: float, df: int, steps: int = 20_000) -> float:
@@ -65,9 +65,6 @@ def test_the_series_and_the_closed_form_meet_where_one_hands_over() -> None:
     for p in (0.9, 0.975, 0.995):
         assert t_quantile(p, df) < t_quantile(p, df - 1)  # still falling with df
         assert t_quantile(p, df) == pytest.approx(t_quantile(p, df - 1), abs=2e-4)
-    table = t_quantiles(0.975, 5)
-    assert np.isnan(table[0])
-    assert list(table[1:]) == [t_quantile(0.975, df) for df in range(1, 6)]
 
 
 def test_quantile_arguments_out_of_range_are_refused() -> None:
