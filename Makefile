@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: demo test check fuzz lint typecheck unit integration bench bench-stats bench-ci bench-ingest bench-import bench-http bench-history bench-memory bench-reads \
-	study-pages study-oracle study-coverage study-compare study-looks study-canary soak servers clean
+	study-pages study-oracle study-forecast study-coverage study-compare study-looks study-canary soak servers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -117,6 +117,11 @@ study-pages: $(STAMP)
 ## The oracle table alone (docs/studies.md#the-oracle); about an hour on a shared 2-core machine.
 study-oracle: $(STAMP)
 	$(PY) -m studies.oracle
+
+## The forecast's error table alone (docs/studies.md#the-forecast), also the end of
+## study-pages; about 5 minutes on a shared 2-core machine.
+study-forecast: $(STAMP)
+	$(PY) -m studies.pages --forecast
 
 ## The compare study: coverage of the paired difference interval and false "worse" verdicts
 ## (docs/statistics.md); about 8 minutes on a shared 2-core machine.

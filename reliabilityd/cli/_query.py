@@ -128,7 +128,12 @@ def _query(args: argparse.Namespace) -> int:
                 return status.trials(rows, args.suite, args.task, as_json=args.json)
             if args.command == "forecast":
                 return await forecast_verb.forecast(
-                    client.store, cfg, args.suite, pace=args.pace, hours=args.hours
+                    client.store,
+                    cfg,
+                    args.suite,
+                    pace=args.pace,
+                    hours=args.hours,
+                    level_hours=args.level_hours,
                 )
             if args.command == "reset":
                 deleted = await client.reset(args.suite)

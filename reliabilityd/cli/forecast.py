@@ -1,20 +1,30 @@
 """``reliabilityd forecast``: what each alert rule would cost on-call at a suite's current data.
 
 Computed on demand, never on the daemon's tick: a simulation (``rules.forecast``)
-of the suite at its window's estimate, no task certain, at the pace its trials
-arrive, with an upper bound. The output says what it assumes.
+of the suite at its level (the mean of its history over the last ``--level-hours``,
+else its window's estimate), its tasks' rates drawn from what their counts allow,
+at the pace its trials arrive, with an upper bound. The output says what it
+assumes.
 """
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
+import time
 from collections.abc import Callable
 
 from reliabilityd.config import Config
 from reliabilityd.rules import Rule
-from reliabilityd.rules.forecast import ENOUGH, STAYS_ON, expected_false_pages
+from reliabilityd.rules.forecast import (
+    DRAW_HOURS,
+    ENOUGH,
+    STAYS_ON,
+    expected_false_pages,
+    window_level,
+)
 from reliabilityd.stats.histogram import Histogram
+from reliabilityd.stats.history import Level, label, time_mean
 from reliabilityd.stats.snapshot import Snapshot
 from reliabilityd.store import Store, Undecodable
 
@@ -25,6 +35,9 @@ __all__ = ["add_parser", "forecast"]
 # task: the cost is tasks x rounds.
 HOURS = 48.0
 MAX_ROUNDS = 3000
+# The suite's level is its history's mean over this many hours: a day of hourly points
+# averages out one window's noise, and a change older than that has left it.
+LEVEL_HOURS = 24.0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -45,6 +58,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         help=f"the most simulated hours (default {HOURS:g}; it stops once it has counted "
         f"{ENOUGH} pages)",
     )
+    p.add_argument(
+        "--level-hours",
+        type=float,
+        default=LEVEL_HOURS,
+        help="simulate the suite at the mean of its history over this many hours "
+        f"(default {LEVEL_HOURS:g}; 0: at its window's estimate alone)",
+    )
     return p
 
 
@@ -55,6 +75,7 @@ async def forecast(
     *,
     pace: float | None = None,
     hours: float = HOURS,
+    level_hours: float = LEVEL_HOURS,
     out: Callable[[str], None] = print,
 ) -> int:
     """Print each (suite, rule)'s expected false pages per day; 2 when no rule is configured."""
@@ -77,18 +98,55 @@ async def forecast(
         rate = pace if pace is not None else (snap.pace if isinstance(snap, Snapshot) else None)
         window, _ = config.suite_settings(name)
         state = await store.reads.read_state(name)
+        now = time.time()
+        past = (
+            await store.history.read(name, since=now - level_hours * 3600.0)
+            if level_hours > 0
+            else None
+        )
         for rule in watching:
-            out(_line(name, rule, state.hist, window=window, pace=rate, hours=hours, config=config))
+            level = (
+                time_mean(past.points, label(rule.metric, rule.k), now)
+                if past is not None
+                else None
+            )
+            out(
+                _line(
+                    name,
+                    rule,
+                    state.hist,
+                    window=window,
+                    pace=rate,
+                    hours=hours,
+                    config=config,
+                    level=level,
+                    asked=level_hours > 0,
+                )
+            )
             printed += 1
     if printed:
         out(
-            "(assumes: the suite stays at its window's estimate, each task at its counts with "
-            "half a pass and half a fail added, all moved by one log-odds shift to that level, so "
-            "a task that has not failed yet still may; trials arrive at the pace shown; the rule "
-            "is judged every ci_interval with its own interval and trigger; 'at most' is the "
-            "Poisson upper limit of the pages simulated; a forecast, not a measurement)"
+            "(assumes: the suite stays at the level shown; each task's rate is drawn, afresh "
+            f"every {DRAW_HOURS:g} simulated hours, from what its window's counts allow under a "
+            "Beta prior fitted to every task's counts, so a task that has not failed yet still "
+            "may, and all are moved by one log-odds shift to that level; trials arrive at the "
+            "pace shown; the rule is judged every ci_interval with its own interval and "
+            "trigger; 'at most' is the Poisson upper limit of the pages simulated; a forecast, "
+            "not a measurement)"
         )
     return 0 if printed else 1
+
+
+def _where(rule: Rule, hist: Histogram, level: Level | None, *, asked: bool) -> str:
+    """Which level is simulated and where it comes from (``asked``: from history)."""
+    window = window_level(rule, hist)
+    if level is None:
+        why = "; no history in reach" if asked else ""
+        return f"at {rule.metric} {window:.3f} (the window's estimate{why})"
+    return (
+        f"at {rule.metric} {level.value:.3f} (the mean of {level.seconds / 3600:.2g} h of "
+        f"history; the window now: {window:.3f})"
+    )
 
 
 def _line(
@@ -100,6 +158,8 @@ def _line(
     pace: float | None,
     hours: float,
     config: Config,
+    level: Level | None = None,
+    asked: bool = False,
 ) -> str:
     head = f"{suite}  {rule.name}: "
     if hist.tasks == 0:
@@ -124,17 +184,19 @@ def _line(
         n_boot=config.stats.n_boot,
         interval=config.suite_interval(suite),
         tick=config.stats.ci_interval,
+        level=None if level is None else level.value,
     )
+    where = _where(rule, hist, level, asked=asked)
     if pages.firing_share >= STAYS_ON:
         # One page that never resolves: a rate of pages says nothing, the time firing does.
         return head + (
-            f"firing {pages.firing_share:.0%} of the simulated time at {pace:.3g} "
+            f"firing {pages.firing_share:.0%} of the simulated time {where}, at {pace:.3g} "
             f"trials/task/day ({hist.tasks} tasks, {pages.days * 24:.2g} h simulated): an alert "
             "that stays on, not a rate of pages"
         )
     return head + (
         f"{_rate(pages.per_day)} expected false pages/day, at most {_rate(pages.upper)} "
-        f"({pages.confidence:.0%}), at {pace:.3g} trials/task/day "
+        f"({pages.confidence:.0%}), {where}, at {pace:.3g} trials/task/day "
         f"({hist.tasks} tasks, {pages.days * 24:.2g} h simulated"
         + (f", firing {pages.firing_share:.0%} of it" if pages.firing_share >= 0.25 else "")
         + ")"

@@ -3,14 +3,27 @@
 What a rule would cost on-call if the suite stayed as it is now, so on-call
 sees what a threshold costs before being woken by it (``reliabilityd
 forecast``). Pure: a simulation (``simulator``) of the suite, judged at the
-daemon's cadence with the rule's own interval and trigger. The truth it
-simulates is not the window's c / n per task (a task that has not failed in
-its window would then never fail, and a forecast of 0 would say nothing):
-each task's rate is its counts with half a pass and half a fail added, all
-moved by one log-odds shift until the suite's metric at the rule's k is the
-window's unbiased estimate (``provable.shifted_rates``), so the level is the
-data's and no task is certain. Beside the rate it gives an upper bound: the
-exact Poisson upper limit, at ``confidence``, of the pages simulated.
+daemon's cadence with the rule's own interval and trigger.
+
+The truth it simulates has two parts, each estimated from what the suite
+shows:
+
+* **The level**: the suite's metric at the rule's k. By default the
+  window's unbiased estimate; the CLI passes the mean of the suite's
+  history over the last day instead, which one window's noise does not
+  move (a page rate near ``below`` is steep in the level).
+* **The make-up**: how the tasks' rates differ. Not the window's c / n (its
+  sampling noise adds spread the tasks do not have, and a task that has not
+  failed in its window would never fail): a Beta prior is fitted to every
+  task's counts (``stats.prior``), and each task's rate is drawn from its
+  posterior Beta(c + a, n - c + b), afresh for every ``DRAW_HOURS`` of
+  simulated time, so the forecast averages over the make-ups the counts
+  allow. Each draw is moved by one log-odds shift to the level
+  (``provable.shift_logits``) and simulated after an uncounted
+  ``SETTLE_HOURS`` in which the rule's state settles.
+
+Beside the rate it gives an upper bound: the exact Poisson upper limit, at
+``confidence``, of the pages simulated.
 """
 
 from __future__ import annotations
@@ -20,21 +33,35 @@ import math
 import numpy as np
 
 from reliabilityd.rules.pagerate import Pages
-from reliabilityd.rules.provable import shifted_rates
-from reliabilityd.rules.simulator import steady
+from reliabilityd.rules.provable import shift_logits
+from reliabilityd.rules.simulator import Judging, Path, judge
 from reliabilityd.rules.threshold import Rule
 from reliabilityd.stats.estimators import pass_at_k_cells, pass_hat_k_cells
 from reliabilityd.stats.histogram import Histogram
+from reliabilityd.stats.prior import beta_prior
 
-__all__ = ["STAYS_ON", "expected_false_pages", "poisson_upper"]
+__all__ = [
+    "DRAW_HOURS",
+    "ENOUGH",
+    "STAYS_ON",
+    "expected_false_pages",
+    "poisson_upper",
+    "window_level",
+]
 
 # Past this share of the simulated time firing, a rule stays on: one page that never
 # resolves, where the time firing says what a rate of pages cannot.
 STAYS_ON = 0.9
 # The simulation stops once it has counted this many pages (the rate is then known to
-# about +-45%), checked every CHUNK_HOURS simulated hours, else it runs all its hours.
+# about +-45%) over at least MIN_DRAWS draws of the make-up, checked after each draw,
+# else it runs all its hours.
 ENOUGH = 20
-CHUNK_HOURS = 6.0
+MIN_DRAWS = 4
+# Each draw of the tasks' rates is simulated this long, after this long uncounted.
+DRAW_HOURS = 6.0
+SETTLE_HOURS = 1.0
+# A drawn rate is kept this far from 0 and 1, so its log-odds are finite.
+EDGE = 1e-12
 
 
 def poisson_upper(count: int, confidence: float) -> float:
@@ -62,6 +89,16 @@ def poisson_upper(count: int, confidence: float) -> float:
     return hi
 
 
+def window_level(rule: Rule, window_counts: Histogram) -> float:
+    """The window's unbiased estimate of the rule's metric at its k (tasks with at least
+    k trials; the mean pass rate when none has)."""
+    n = np.repeat(window_counts.n, window_counts.count)
+    c = np.repeat(window_counts.c, window_counts.count)
+    cells = pass_hat_k_cells if rule.metric == "pass^k" else pass_at_k_cells
+    kept = n >= rule.k
+    return float(np.mean(cells(n[kept], c[kept], rule.k))) if kept.any() else float(np.mean(c / n))
+
+
 def expected_false_pages(
     rule: Rule,
     window_counts: Histogram,
@@ -75,21 +112,25 @@ def expected_false_pages(
     tick: float = 5.0,
     confidence: float = 0.9,
     enough: int | None = ENOUGH,
+    level: float | None = None,
 ) -> Pages:
     """What this rule would cost on-call if the suite stayed as it is now.
 
-    The suite is simulated for at most ``hours`` (stopping, checked every
-    ``CHUNK_HOURS``, once ``enough`` pages are counted) at the rates ``shifted_rates``
-    gives from ``window_counts`` (the suite's windowed histogram) and the
-    window's unbiased estimate of the rule's metric, with its window, trials
-    arriving at ``rounds_per_day`` per task per day (the suite's own pace,
-    as Poisson streams), the rule judged every ``tick`` seconds (the
-    daemon's ``ci_interval``) with ``rules.step`` on its own interval
-    (``rule.interval``, else ``interval``, the suite's) and trigger.
-    ``per_day`` is the pages counted over the simulated days; ``upper`` the
-    Poisson upper limit of that rate at ``confidence``. A forecast under
-    those assumptions, not a measurement (``make study-pages`` states its
-    error against long simulations at the truth).
+    The suite is simulated for at most ``hours`` counted hours, in draws of
+    ``DRAW_HOURS`` (stopping after a draw once ``enough`` pages are counted
+    over at least ``MIN_DRAWS`` draws): in each, every task's rate is drawn
+    from its posterior under the Beta prior fitted to ``window_counts`` (the
+    suite's windowed histogram), and all are moved by one log-odds shift to
+    ``level`` (default: ``window_level``), the rule's metric at its k. Its
+    window is ``window`` trials; trials arrive at ``rounds_per_day`` per
+    task per day (the suite's own pace, as Poisson streams); the rule is
+    judged every ``tick`` seconds (the daemon's ``ci_interval``) with
+    ``rules.step`` on its own interval (``rule.interval``, else
+    ``interval``, the suite's) and trigger. ``per_day`` is the pages counted
+    over the counted days; ``upper`` the Poisson upper limit of that rate
+    at ``confidence``. A forecast under those assumptions, not a
+    measurement (``make study-pages`` states its error against long
+    simulations at the truth).
     """
     if window < rule.k:
         raise ValueError(f"the simulation needs a window of at least k={rule.k} trials")
@@ -97,33 +138,54 @@ def expected_false_pages(
         raise ValueError("rounds_per_day and hours must be positive")
     if window_counts.tasks == 0:
         raise ValueError("no tasks to simulate")
+    if level is not None and not 0.0 <= level <= 1.0:
+        raise ValueError("level must be in [0, 1]")
     n = np.repeat(window_counts.n, window_counts.count)
     c = np.repeat(window_counts.c, window_counts.count)
-    cells = pass_hat_k_cells if rule.metric == "pass^k" else pass_at_k_cells
-    kept = n >= rule.k
-    level = float(np.mean(cells(n[kept], c[kept], rule.k))) if kept.any() else float(np.mean(c / n))
-    p = shifted_rates(rule, n, c, min(max(level, 1e-6), 1.0 - 1e-6))
-    got = steady(
-        [rule],
-        p,
-        np.full(n.size, rounds_per_day / 86400.0),
-        window=window,
-        k=rule.k,
-        duration=hours * 3600.0,
-        chunk=min(hours, CHUNK_HOURS) * 3600.0,
-        enough=enough,
-        rng=np.random.default_rng(seed),
-        tick=tick,
-        interval=interval,
-        n_boot=n_boot,
-    )
-    days = got.ticks * tick / 86400.0
-    (pages,), (firing,) = got.pages, got.firing
+    truth = window_level(rule, window_counts) if level is None else level
+    truth = min(max(truth, 1e-6), 1.0 - 1e-6)
+    a, b = beta_prior(n, c)
+    rng = np.random.default_rng(seed)
+    rates = np.full(n.size, rounds_per_day / 86400.0)
+    judging: Judging = {
+        "window": window,
+        "k": rule.k,
+        "rng": rng,
+        "tick": tick,
+        "interval": interval,
+        "n_boot": n_boot,
+    }
+    pages = firing = ticks = draws = 0
+    counted = 0.0
+    while counted < hours * 3600.0 - 1e-9:
+        span = min(DRAW_HOURS * 3600.0, hours * 3600.0 - counted)
+        q = np.clip(rng.beta(c + a, n - c + b), EDGE, 1.0 - EDGE)
+        path = Path(shift_logits(rule, np.log(q / (1.0 - q)), truth), rule.k)
+        settle = SETTLE_HOURS * 3600.0
+        lead = judge([rule], path, rates, duration=settle, **judging)
+        got = judge(
+            [rule],
+            path,
+            rates,
+            duration=span,
+            offset=settle,
+            states=lead.states,
+            prefill=lead.tail,
+            **judging,
+        )
+        pages += got.fired[0].size
+        firing += int(got.firing[0].sum())
+        ticks += got.firing[0].size
+        counted += span
+        draws += 1
+        if enough is not None and pages >= enough and draws >= MIN_DRAWS:
+            break
+    days = ticks * tick / 86400.0
     return Pages(
         per_day=pages / days,
         pages=pages,
         days=days,
-        firing_share=firing / max(got.ticks, 1),
+        firing_share=firing / max(ticks, 1),
         upper=poisson_upper(pages, confidence) / days,
         confidence=confidence,
     )

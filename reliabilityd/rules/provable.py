@@ -89,7 +89,12 @@ def _metric(rule: Rule, rates: FloatArray) -> float:
 def shifted_rates(rule: Rule, n: IntArray, c: IntArray, truth: float) -> FloatArray:
     """Each task's pass rate from its counts (half a pass and half a fail added), all moved
     by one log-odds shift so that the suite's metric at the rule's k is ``truth``."""
-    logit = np.log((c + 0.5) / (n - c + 0.5))
+    return shift_logits(rule, np.log((c + 0.5) / (n - c + 0.5)), truth)
+
+
+def shift_logits(rule: Rule, logit: FloatArray, truth: float) -> FloatArray:
+    """The pass rates of tasks at log-odds ``logit``, all moved by one shift so that the
+    suite's metric at the rule's k is ``truth`` (bisection on the shift)."""
     lo, hi = -40.0, 40.0
     for _ in range(100):  # bisection: the metric grows with the shift
         mid = (lo + hi) / 2.0

@@ -58,6 +58,7 @@ __all__ = [
     "UNKNOWN_CODE",
     "Estimate3",
     "History",
+    "Level",
     "Point",
     "Tier",
     "Transition",
@@ -69,6 +70,7 @@ __all__ = [
     "merge",
     "point_of",
     "readable",
+    "time_mean",
 ]
 
 Estimate3: TypeAlias = tuple[float | None, float | None, float | None]
@@ -148,6 +150,42 @@ _COUNTS = struct.Struct(">HH")
 def label(metric: str, k: int) -> str:
     """The key of ``Point.values`` for ``metric`` ("pass@k" or "pass^k") at ``k``."""
     return f"{metric}@{k}"
+
+
+class Level(msgspec.Struct, frozen=True):
+    """A series' time-weighted mean of one value over a span of its history."""
+
+    value: float
+    points: int  # the points with a known value in the span
+    seconds: float  # from the first such point to the span's end
+
+
+def time_mean(points: Sequence[Point], key: str, until: float) -> Level | None:
+    """The mean of ``values[key]``'s point estimate over time, each point holding until
+    the next (or ``until``), from the first point with a known value; None when no point
+    has one or they span no time. An UNKNOWN point holds no value: its time is left
+    out."""
+    known = [(p.t, p.values.get(key, (None, None, None))[0]) for p in sorted(points, key=_t)]
+    if not known:
+        return None
+    total = weight = 0.0
+    counted = 0
+    first: float | None = None
+    for (t, v), nxt in zip(known, [*(t for t, _ in known[1:]), until], strict=True):
+        if v is None:
+            continue
+        first = t if first is None else first
+        span = max(0.0, min(nxt, until) - t)
+        total += v * span
+        weight += span
+        counted += 1
+    if first is None or weight <= 0.0:
+        return None
+    return Level(total / weight, counted, until - first)
+
+
+def _t(point: Point) -> float:
+    return point.t
 
 
 def point_of(estimates: Iterable[Estimate], t: float) -> Point:

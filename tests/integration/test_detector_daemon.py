@@ -104,7 +104,14 @@ async def test_detector_fires_on_a_drop_resolves_and_reports_its_page_rate(
         # simulated, and the upper bound says what so short a quiet stretch can prove.
         assert row.startswith(f"{suite}  {RULE.name}: 0 expected false pages/day, at most "), row
         assert "(90%)" in row
+        # At the level its history shows (every point so far at 1.0), beside the window's.
+        assert f"at {RULE.metric} 1.000 (the mean of " in row, row
+        assert "h of history; the window now: 1.000)" in row, row
         assert "assumes" in lines[-1]
+        # --level-hours 0: the window's estimate alone.
+        alone: list[str] = []
+        assert await forecast(store, cfg, suite, hours=1.0, level_hours=0, out=alone.append) == 0
+        assert "(the window's estimate)" in alone[0], alone
         assert (await stored_state(store, suite, RULE.name)).state == "inactive"
         # And `reliabilityd status` shows the rule's state.
         status_lines: list[str] = []

@@ -250,3 +250,23 @@ def test_the_rows_pass_hat_samples_are_merges_pass_hat_values(
             last[int((sample[0] - start) // 3600)] = sample
         spans = history.pass_hat_samples(raw, 5, since=start, until=float(now), span=3600.0)
         assert spans == [last[b] for b in sorted(last)]
+
+
+def test_the_time_mean_weights_each_point_by_how_long_it_held() -> None:
+    key = label("pass^k", 5)
+    points = [
+        Point(t=100.0, values={key: (0.9, 0.8, 0.95)}),
+        Point(t=400.0, values={key: (None, None, None)}),  # UNKNOWN: its time is left out
+        Point(t=500.0, values={key: (0.6, 0.5, 0.7)}),
+        Point(t=600.0, values={label("pass@k", 5): (0.99, 0.9, 1.0)}),  # another key only
+    ]
+    got = history.time_mean(list(reversed(points)), key, until=700.0)
+    assert got is not None
+    # 0.9 held 300 s, 0.6 held 100 s; the point without the key holds nothing either.
+    assert got.value == pytest.approx((0.9 * 300 + 0.6 * 100) / 400)
+    assert got.points == 2
+    assert got.seconds == 600.0
+    assert history.time_mean(points, label("pass^k", 3), until=700.0) is None
+    assert history.time_mean([], key, until=700.0) is None
+    # A single point as new as the span's end spans no time.
+    assert history.time_mean([Point(t=700.0, values={key: (0.9, 0.8, 1.0)})], key, 700.0) is None

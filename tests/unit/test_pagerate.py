@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 
 from reliabilityd.rules import Rule
-from reliabilityd.rules.forecast import expected_false_pages, poisson_upper
-from reliabilityd.rules.pagerate import MAKE_UPS, SHAPES, Shape, pass_hat, window_estimates
+from reliabilityd.rules.forecast import STAYS_ON, expected_false_pages, poisson_upper
+from reliabilityd.rules.pagerate import (
+    MAKE_UPS,
+    SHAPES,
+    Pages,
+    Shape,
+    pass_hat,
+    window_estimates,
+)
 from reliabilityd.rules.simulator import RATES, Path, false_pages_per_day, regressions
 from reliabilityd.stats.estimate import estimate_metrics
 from reliabilityd.stats.histogram import Histogram
@@ -200,9 +207,12 @@ def test_the_forecast_simulates_the_rules_own_interval_and_trigger() -> None:
     # Gaffke's lower bound sits lower: that rule spends more of its time firing.
     assert gaffke.firing_share > pct.firing_share
     assert pct.per_day > det.per_day
-    # A suite whose windows are well under `below`: the detector's level fires.
+    # A suite whose windows are well under `below`: the detector's level fires in the
+    # uncounted settling hour and stays on, which the time firing says.
     low = Histogram.from_pairs([(20, 17)] * 50)
-    assert expected_false_pages(DETECTOR, low, window=20, rounds_per_day=1440, hours=1).pages >= 1
+    on = expected_false_pages(DETECTOR, low, window=20, rounds_per_day=1440, hours=1)
+    assert on.firing_share >= STAYS_ON
+    assert on.pages == 0
     # A suite whose tasks have not failed in their windows still may, and the upper
     # bound says how far a quiet simulation goes: 2.3 pages (90%) in an hour.
     perfect = Histogram.from_pairs([(20, 20)] * 50)
@@ -236,3 +246,39 @@ def test_the_forecast_stops_once_it_has_counted_enough_pages() -> None:
     )
     assert full.days == pytest.approx(2.0)
     assert full.pages > short.pages
+
+
+def test_the_forecast_simulates_the_level_it_is_given_and_repeats_with_its_seed() -> None:
+    rng = np.random.default_rng(8)
+    p = MAKE_UPS["alike"].rates(20, 0.85, 5)
+    hist = Histogram.from_pairs(np.c_[np.full(20, 20), rng.binomial(20, p)])
+
+    def forecast(rule: Rule, *, seed: int = 0, level: float | None = None) -> Pages:
+        return expected_false_pages(
+            rule, hist, window=20, rounds_per_day=1440.0, hours=6.0, seed=seed, level=level
+        )
+
+    # The same window at a level well under `below` stays on; well above, it is quiet.
+    low = forecast(DETECTOR, level=0.5)
+    high = forecast(DETECTOR, level=0.99)
+    assert low.firing_share >= STAYS_ON
+    assert high.pages == 0
+    assert high.firing_share == 0.0
+    # Seeded: the same inputs give the same forecast, another seed another draw.
+    again = forecast(PERCENTILE, seed=3)
+    assert again == forecast(PERCENTILE, seed=3)
+    assert again != forecast(PERCENTILE, seed=4)
+    with pytest.raises(ValueError, match="level"):
+        forecast(DETECTOR, level=1.5)
+
+
+def test_each_draw_of_the_make_up_is_counted_after_it_settles() -> None:
+    """A rule that stays on pages once as the simulation starts; that page falls in
+    the uncounted settling hour of each draw, so a day of draws counts no page."""
+    rng = np.random.default_rng(9)
+    p = MAKE_UPS["mix"].rates(10, 0.85, 5)
+    hist = Histogram.from_pairs(np.c_[np.full(10, 20), rng.binomial(20, p)])
+    got = expected_false_pages(TODAY, hist, window=20, rounds_per_day=1440.0, hours=24.0)
+    assert got.days == pytest.approx(1.0)
+    assert got.firing_share >= STAYS_ON
+    assert got.pages <= 1
