@@ -47,7 +47,7 @@ from reliabilityd.rules.state import AlertState, Verdict, advance
 from reliabilityd.stats.bootstrap import z_value
 from reliabilityd.stats.estimators import metric_cells
 from reliabilityd.stats.paired import STUDENT_MIN_MOVED, paired_difference
-from reliabilityd.stats.student import SAME, student_df, t_quantile
+from reliabilityd.stats.student import SAME, student_bounds
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -64,9 +64,9 @@ SIGMA_DRAWS = 2_000_000
 TICK = 5.0
 RATE_PER_MINUTE = 1.0
 DAY = 86_400.0
-# The canary's ``for`` in the false-page cells: none, a minute, and the default for
-# a canary judged on ``student``.
-FORS = (0.0, 60.0, 300.0)
+# The canary's ``for`` in the false-page cells: none, a minute, five minutes, and the
+# ten minutes docs/alerts.md writes beside ``student``.
+FORS = (0.0, 60.0, 300.0, 600.0)
 
 
 def beta_moment(s: float, a: float = POPULATION[0], b: float = POPULATION[1]) -> float:
@@ -216,10 +216,6 @@ def upper_bounds(k: int, tasks: int, *, days: float, seed: int, chunk: int = 864
     sides = [_window_counts(rng, p, seconds) for _ in range(2)]
     n = np.full(TRIALS + 1, TRIALS, dtype=np.int64)
     value = metric_cells("pass^k", n, np.arange(TRIALS + 1), k)
-    # Index df: every t quantile a T-task sample's degrees of freedom can take.
-    quantile = np.array(
-        [np.nan] + [t_quantile(1.0 - (1.0 - CONFIDENCE) / 2.0, df) for df in range(1, tasks + 1)]
-    )
     ticks = np.arange(TICK, seconds + TICK / 2, TICK)
     out = np.empty(ticks.size)
     for start in range(0, ticks.size, chunk):
@@ -232,10 +228,7 @@ def upper_bounds(k: int, tasks: int, *, days: float, seed: int, chunk: int = 864
             for side in sides
         ]
         d = value[passes[1]] - value[passes[0]]
-        mean = d.mean(axis=1)
-        sq = (d - mean[:, None]) ** 2
-        df = student_df(sq, tasks).astype(np.int64)
-        hi = np.minimum(1.0, mean + quantile[df] * np.sqrt(sq.sum(axis=1) / (tasks - 1) / tasks))
+        _, hi = student_bounds(d, CONFIDENCE)
         # Identical differences, or too few tasks moved for a t interval: what ships,
         # through the shipped function (its gaffke draw at the daemon's seed, 0).
         odd = (np.ptp(d, axis=1) <= SAME) | (np.count_nonzero(d, axis=1) < STUDENT_MIN_MOVED)

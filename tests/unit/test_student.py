@@ -15,7 +15,7 @@ from reliabilityd.stats import student
 from reliabilityd.stats.compare import compare
 from reliabilityd.stats.intervals import atoms, exact_gaffke
 from reliabilityd.stats.paired import STUDENT_MIN_MOVED, paired_difference
-from reliabilityd.stats.student import student_df, student_interval, t_quantile
+from reliabilityd.stats.student import SKEW_LIMIT, student_df, student_interval, t_quantile
 
 
 def _density_mass(x: float, df: int, steps: int = 20_000) -> float:
@@ -89,19 +89,69 @@ def test_degrees_of_freedom_follow_the_kurtosis() -> None:
     assert float(student_df(sq[None, :], t)[0]) == np.floor(2 * (t - 1) / (kappa - 1))
 
 
+def _johnson(d: np.ndarray, mu: float) -> float:
+    """Johnson's (1978) skewness-corrected t statistic of the sample ``d`` at ``mu``."""
+    t = d.size
+    s2 = d.var(ddof=1)
+    m3 = float(((d - d.mean()) ** 3).sum()) * t / ((t - 1) * (t - 2))
+    x = d.mean() - mu
+    return float((x + m3 / (6 * s2 * t) + m3 / (3 * s2 * s2) * x * x) / sqrt(s2 / t))
+
+
 def test_the_interval_is_the_textbook_t_interval_with_those_degrees_of_freedom(
     rng: np.random.Generator,
 ) -> None:
+    """Symmetric differences (no skewness to correct): Student's interval at the
+    kurtosis-matched degrees of freedom."""
     for _ in range(50):
-        t = int(rng.integers(2, 300))
-        d = np.clip(rng.normal(rng.uniform(-0.3, 0.3), rng.uniform(0.01, 0.4), t), -1, 1)
+        t = int(rng.integers(1, 150))
+        centre = rng.uniform(-0.3, 0.3)
+        half_sample = rng.normal(0.0, rng.uniform(0.01, 0.3), t)
+        d = np.clip(centre + np.r_[half_sample, -half_sample], -1, 1)
+        if abs(centre) + np.abs(half_sample).max() > 1:
+            continue  # clipped: no longer symmetric
         sq = (d - d.mean()) ** 2
-        df = int(student_df(sq[None, :], t)[0])
-        half = t_quantile(0.975, df) * d.std(ddof=1) / sqrt(t)
+        df = int(student_df(sq[None, :], d.size)[0])
+        half = t_quantile(0.975, df) * d.std(ddof=1) / sqrt(d.size)
         lo, hi, method = student_interval(d, 0.95)
         assert method == "student-t"
         assert lo == pytest.approx(max(-1.0, d.mean() - half), abs=1e-12)
         assert hi == pytest.approx(min(1.0, d.mean() + half), abs=1e-12)
+
+
+def test_skewed_differences_get_johnsons_corrected_interval(rng: np.random.Generator) -> None:
+    """Within SKEW_LIMIT each bound is where Johnson's statistic is at -+t(df); past it,
+    or where its quadratic has no root for a bound, Student's interval. Skewed one way,
+    the interval moves that way."""
+    corrected = plain = 0
+    for i in range(200):
+        t = int(rng.integers(8, 200))
+        shape = rng.uniform(0.1, 1.0) if i % 2 else rng.uniform(10.0, 60.0)  # skew 2-6; 0.3-0.6
+        d = np.clip(rng.gamma(shape, 0.01, t) * rng.choice([-1, 1]), -1, 1)
+        sq = (d - d.mean()) ** 2
+        q = t_quantile(0.975, int(student_df(sq[None, :], t)[0]))
+        lo, hi, _ = student_interval(d, 0.95)
+        s2 = d.var(ddof=1)
+        m3 = float(((d - d.mean()) ** 3).sum()) * t / ((t - 1) * (t - 2))
+        skew = m3 / s2**1.5
+        half = q * sqrt(s2 / t)
+        # The quadratic in (mean - bound) at either bound has a real root.
+        rooted = all(
+            1 - 4 * m3 / (3 * s2 * s2) * (m3 / (6 * s2 * t) + side * half) >= 0 for side in (-1, 1)
+        )
+        if abs(skew) <= SKEW_LIMIT and rooted:
+            corrected += 1
+            assert hi == 1.0 or _johnson(d, hi) == pytest.approx(-q, abs=1e-9)
+            assert lo == -1.0 or _johnson(d, lo) == pytest.approx(q, abs=1e-9)
+            # It leans the way the differences do.
+            centre = (lo + hi) / 2 - d.mean()
+            assert centre * skew >= 0
+        else:
+            plain += 1
+            expected = (max(-1.0, d.mean() - half), min(1.0, d.mean() + half))
+            assert (lo, hi) == pytest.approx(expected, abs=1e-12)
+    assert corrected > 40
+    assert plain > 40
 
 
 def test_identical_differences_get_gaffkes_exact_interval_never_a_point() -> None:
