@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import math
 import time
 from collections.abc import Callable
 
@@ -19,6 +20,7 @@ from reliabilityd.rules import Rule
 from reliabilityd.rules.forecast import (
     DRAW_HOURS,
     ENOUGH,
+    MIN_DRAWS,
     STAYS_ON,
     expected_false_pages,
     window_level,
@@ -40,6 +42,17 @@ MAX_ROUNDS = 3000
 LEVEL_HOURS = 24.0
 
 
+def _hours(text: str) -> float:
+    """A finite number of hours, 0 or more (argparse's ``type``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of hours: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"hours must be finite and at least 0, got {text!r}")
+    return value
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "forecast",
@@ -56,11 +69,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         type=float,
         default=HOURS,
         help=f"the most simulated hours (default {HOURS:g}; it stops once it has counted "
-        f"{ENOUGH} pages)",
+        f"{ENOUGH} pages over at least {MIN_DRAWS} draws of {DRAW_HOURS:g} h)",
     )
     p.add_argument(
         "--level-hours",
-        type=float,
+        type=_hours,
         default=LEVEL_HOURS,
         help="simulate the suite at the mean of its history over this many hours "
         f"(default {LEVEL_HOURS:g}; 0: at its window's estimate alone)",
@@ -141,10 +154,10 @@ def _where(rule: Rule, hist: Histogram, level: Level | None, *, asked: bool) -> 
     """Which level is simulated and where it comes from (``asked``: from history)."""
     window = window_level(rule, hist)
     if level is None:
-        why = "; no history in reach" if asked else ""
+        why = f"; no history of {label(rule.metric, rule.k)} in reach" if asked else ""
         return f"at {rule.metric} {window:.3f} (the window's estimate{why})"
     return (
-        f"at {rule.metric} {level.value:.3f} (the mean of {level.seconds / 3600:.2g} h of "
+        f"at {rule.metric} {level.value:.3f} (the mean of {level.seconds / 3600:.3g} h of "
         f"history; the window now: {window:.3f})"
     )
 
@@ -191,13 +204,13 @@ def _line(
         # One page that never resolves: a rate of pages says nothing, the time firing does.
         return head + (
             f"firing {pages.firing_share:.0%} of the simulated time {where}, at {pace:.3g} "
-            f"trials/task/day ({hist.tasks} tasks, {pages.days * 24:.2g} h simulated): an alert "
+            f"trials/task/day ({hist.tasks} tasks, {pages.days * 24:.3g} h simulated): an alert "
             "that stays on, not a rate of pages"
         )
     return head + (
         f"{_rate(pages.per_day)} expected false pages/day, at most {_rate(pages.upper)} "
         f"({pages.confidence:.0%}), {where}, at {pace:.3g} trials/task/day "
-        f"({hist.tasks} tasks, {pages.days * 24:.2g} h simulated"
+        f"({hist.tasks} tasks, {pages.days * 24:.3g} h simulated"
         + (f", firing {pages.firing_share:.0%} of it" if pages.firing_share >= 0.25 else "")
         + ")"
     )

@@ -20,7 +20,9 @@ shows:
   simulated time, so the forecast averages over the make-ups the counts
   allow. Each draw is moved by one log-odds shift to the level
   (``provable.shift_logits``) and simulated after an uncounted
-  ``SETTLE_HOURS`` in which the rule's state settles.
+  ``SETTLE_HOURS`` in which the windows and the rule's state, carried on
+  from the draw before, settle to it (the first draw settles for the
+  rule's ``for`` as well).
 
 Beside the rate it gives an upper bound: the exact Poisson upper limit, at
 ``confidence``, of the pages simulated.
@@ -35,6 +37,7 @@ import numpy as np
 from reliabilityd.rules.pagerate import Pages
 from reliabilityd.rules.provable import shift_logits
 from reliabilityd.rules.simulator import Judging, Path, judge
+from reliabilityd.rules.state import AlertState
 from reliabilityd.rules.threshold import Rule
 from reliabilityd.stats.estimators import pass_at_k_cells, pass_hat_k_cells
 from reliabilityd.stats.histogram import Histogram
@@ -156,23 +159,29 @@ def expected_false_pages(
         "n_boot": n_boot,
     }
     pages = firing = ticks = draws = 0
-    counted = 0.0
+    counted = clock = 0.0
+    states: list[AlertState] | None = None
     while counted < hours * 3600.0 - 1e-9:
         span = min(DRAW_HOURS * 3600.0, hours * 3600.0 - counted)
         q = np.clip(rng.beta(c + a, n - c + b), EDGE, 1.0 - EDGE)
         path = Path(shift_logits(rule, np.log(q / (1.0 - q)), truth), rule.k)
-        settle = SETTLE_HOURS * 3600.0
-        lead = judge([rule], path, rates, duration=settle, **judging)
+        # The rule's state runs on from one draw to the next on one clock; the first
+        # settles for its `for` as well, so an alert that stays on is on when counting
+        # starts whatever its `for`.
+        settle = SETTLE_HOURS * 3600.0 + (rule.for_seconds if states is None else 0.0)
+        lead = judge([rule], path, rates, duration=settle, offset=clock, states=states, **judging)
         got = judge(
             [rule],
             path,
             rates,
             duration=span,
-            offset=settle,
+            offset=clock + settle,
             states=lead.states,
             prefill=lead.tail,
             **judging,
         )
+        states = got.states
+        clock += settle + span
         pages += got.fired[0].size
         firing += int(got.firing[0].sum())
         ticks += got.firing[0].size

@@ -157,7 +157,7 @@ class Level(msgspec.Struct, frozen=True):
 
     value: float
     points: int  # the points with a known value in the span
-    seconds: float  # from the first such point to the span's end
+    seconds: float  # the time those points held their values (UNKNOWN stretches left out)
 
 
 def time_mean(points: Sequence[Point], key: str, until: float) -> Level | None:
@@ -181,7 +181,7 @@ def time_mean(points: Sequence[Point], key: str, until: float) -> Level | None:
         counted += 1
     if first is None or weight <= 0.0:
         return None
-    return Level(total / weight, counted, until - first)
+    return Level(total / weight, counted, weight)
 
 
 def _t(point: Point) -> float:

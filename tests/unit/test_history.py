@@ -265,7 +265,7 @@ def test_the_time_mean_weights_each_point_by_how_long_it_held() -> None:
     # 0.9 held 300 s, 0.6 held 100 s; the point without the key holds nothing either.
     assert got.value == pytest.approx((0.9 * 300 + 0.6 * 100) / 400)
     assert got.points == 2
-    assert got.seconds == 600.0
+    assert got.seconds == 400.0  # the time with a value: UNKNOWN's 100 s left out
     assert history.time_mean(points, label("pass^k", 3), until=700.0) is None
     assert history.time_mean([], key, until=700.0) is None
     # A single point as new as the span's end spans no time.

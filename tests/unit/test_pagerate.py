@@ -20,6 +20,7 @@ from reliabilityd.rules.pagerate import (
 from reliabilityd.rules.simulator import RATES, Path, false_pages_per_day, regressions
 from reliabilityd.stats.estimate import estimate_metrics
 from reliabilityd.stats.histogram import Histogram
+from tests.support.query import cli
 
 TODAY = Rule(name="r", k=5, below=0.75, resolve_above=0.8, trigger="ci-low")
 PERCENTILE = Rule(
@@ -282,3 +283,28 @@ def test_each_draw_of_the_make_up_is_counted_after_it_settles() -> None:
     assert got.days == pytest.approx(1.0)
     assert got.firing_share >= STAYS_ON
     assert got.pages <= 1
+    # A `for` longer than the settling hour: the rule's state runs on from draw to
+    # draw, and the first draw settles for its `for` too, so it is still on.
+    low = Histogram.from_pairs([(20, 12)] * 10)
+    held = Rule(
+        name="h",
+        k=5,
+        below=0.75,
+        resolve_above=0.8,
+        interval="percentile",
+        trigger="ci-low",
+        for_seconds=7200.0,
+    )
+    on = expected_false_pages(held, low, window=20, rounds_per_day=1440.0, hours=24.0, tick=60.0)
+    assert on.firing_share >= STAYS_ON
+    assert on.pages == 0
+
+
+@pytest.mark.parametrize("hours", ["-1", "nan", "inf", "a day"])
+def test_a_level_span_that_is_not_a_finite_number_of_hours_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], hours: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli(capsys, "forecast", "s", "--level-hours", hours)
+    assert exited.value.code == 2
+    assert "argument --level-hours: " in capsys.readouterr().err
