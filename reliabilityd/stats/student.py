@@ -129,7 +129,8 @@ def student_bounds(d: FloatArray, confidence: float) -> tuple[FloatArray, FloatA
 
     The t statistic corrected for the skewness of the differences (Johnson, 1978),
     ``(x + m3 / (6 s^2 T) + m3 / (3 s^4) x^2) / (s / sqrt(T))`` with ``x`` the mean
-    minus the true difference and ``m3`` the sample third central moment, is held
+    minus the true difference and ``m3`` the unbiased third cumulant
+    ``T sum((d - mean)^3) / ((T - 1)(T - 2))``, is held
     to +-t(df): a sample skewed to one side moves its interval that way, where the
     mean's own sampling distribution leans. The correction is an Edgeworth
     expansion, accurate for moderate skewness: a row whose sample skewness is past

@@ -131,6 +131,8 @@ def test_skewed_differences_get_johnsons_corrected_interval(rng: np.random.Gener
         sq = (d - d.mean()) ** 2
         q = t_quantile(0.975, int(student_df(sq[None, :], t)[0]))
         lo, hi, _ = student_interval(d, 0.95)
+        assert lo <= d.mean() <= hi
+        assert lo < hi
         s2 = d.var(ddof=1)
         m3 = float(((d - d.mean()) ** 3).sum()) * t / ((t - 1) * (t - 2))
         skew = m3 / s2**1.5
@@ -143,9 +145,12 @@ def test_skewed_differences_get_johnsons_corrected_interval(rng: np.random.Gener
             corrected += 1
             assert hi == 1.0 or _johnson(d, hi) == pytest.approx(-q, abs=1e-9)
             assert lo == -1.0 or _johnson(d, lo) == pytest.approx(q, abs=1e-9)
-            # It leans the way the differences do.
+            # It leans the way the differences do, by about the correction's shift: the
+            # root on the branch through the plain t bound, not the far one.
             centre = (lo + hi) / 2 - d.mean()
             assert centre * skew >= 0
+            shift = m3 / (6 * s2 * t)
+            assert abs(centre) <= abs(shift) + abs(skew) * half
         else:
             plain += 1
             expected = (max(-1.0, d.mean() - half), min(1.0, d.mean() + half))
