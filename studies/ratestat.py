@@ -36,6 +36,8 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 DAY = 86400.0
+# The thresholds (nats) a calibration considers.
+HS = np.arange(0.5, 60.0, 0.05)
 _SHIFT_BOUND = 30.0
 
 
@@ -233,29 +235,23 @@ def advance(
     return Running(s, w, alarms)
 
 
-def calibrate(
+def first_passages(
     p0: FloatArray,
     rates: FloatArray,
     wt: Weights,
-    budget: float,
     rng: np.random.Generator,
     *,
-    share: float = 0.0,
-    chains: int = 6,
-) -> tuple[float, float]:
-    """(h_g, h_l): the least thresholds on a 0.05-nat grid whose mean run length from 0,
-    each statistic alone, under the reference ``p0`` is at least twice ``budget`` seconds.
-
-    ``chains`` paths of four budgets each (no restarts); the run length at each h is
-    an exponential's with censoring (as ``oracle.threshold``), one standard error under
-    its estimate.
-    """
-    hs = np.arange(0.5, 60.0, 0.05)
-    length = 4.0 * budget
+    share: float,
+    chains: int,
+    seconds: float,
+) -> tuple[npt.NDArray[np.int64], int]:
+    """Per statistic (global, local), chain and threshold in ``HS``: the tick at which a
+    path under the reference ``p0`` first reached it (-1: not within ``seconds``), each
+    statistic run alone from 0 without restarts; and the ticks each path ran."""
     span = int(DAY / TICK)
-    total = int(np.ceil(length / TICK))
+    total = int(np.ceil(seconds / TICK))
     path = Path(p0, K)
-    out = []
+    hs = HS
     first = np.full((2, chains, hs.size), -1, dtype=np.int64)
     for ch in range(chains):
         s, w = 0.0, np.zeros(wt.up_l.shape)
@@ -272,6 +268,30 @@ def calibrate(
                 first[j, ch, fresh] = done + np.searchsorted(run, hs[fresh], side="left") + 1
                 top[j] = run[-1]
             s, w, done = float(sg[-1]), sl[-1].copy(), done + n
+    return first, total
+
+
+def calibrate(
+    p0: FloatArray,
+    rates: FloatArray,
+    wt: Weights,
+    budget: float,
+    rng: np.random.Generator,
+    *,
+    share: float = 0.0,
+    chains: int = 6,
+) -> tuple[float, float]:
+    """(h_g, h_l): the least thresholds on a 0.05-nat grid whose mean run length from 0,
+    each statistic alone, under the reference ``p0`` is at least twice ``budget`` seconds.
+
+    ``chains`` paths of four budgets each (``first_passages``); the run length at each
+    h is an exponential's with censoring (as ``oracle.threshold``), one standard error
+    under its estimate.
+    """
+    first, total = first_passages(
+        p0, rates, wt, rng, share=share, chains=chains, seconds=4.0 * budget
+    )
+    out = []
     for j in range(2):
         seen = first[j] >= 0
         events = seen.sum(axis=0)
@@ -282,5 +302,5 @@ def calibrate(
         # Never crossed in any chain: the run length is longer than all the paths.
         low = np.where(events == 0, np.inf, low)
         ok = np.flatnonzero(low >= 2.0 * budget)
-        out.append(float(hs[ok[0]]) if ok.size else float(hs[-1]))
+        out.append(float(HS[ok[0]]) if ok.size else float(HS[-1]))
     return out[0], out[1]

@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from studies.oracle import TICK
+from studies.ratecalib import fitted
 from studies.ratestat import (
+    DAY,
+    HS,
     Design,
     Running,
     Weights,
@@ -116,3 +120,19 @@ def test_no_local_alternative_leaves_the_local_statistic_at_0() -> None:
     assert isinstance(wt, Weights)
     assert wt.up_l.shape == (2, 0)
     assert combine(np.zeros((3, 2, 0)), 0.3).shape == (3,)
+
+
+def test_the_short_path_calibration_follows_the_fitted_line_to_the_budget() -> None:
+    """First passages whose mean grows exactly as 40 e^h ticks: the fitted line is that
+    law, and the threshold it gives is where 40 e^h ticks reach the target."""
+    chains = 3
+    mean = 40.0 * np.exp(HS)
+    ticks = np.where(mean < 10_000_000, np.rint(np.minimum(mean, 1e7)), -1).astype(np.int64)
+    first = ticks[None, None, :].repeat(chains, axis=1).repeat(2, axis=0)
+    target = 14 * DAY
+    h_g, h_l = fitted(first, 10_000_000, target)
+    expected = float(np.log(target / TICK / 40.0))
+    assert h_g == pytest.approx(expected, abs=0.01)
+    assert h_l == pytest.approx(expected, abs=0.01)
+    # Too few thresholds crossed on every path: no line.
+    assert np.isnan(fitted(np.full_like(first, -1), 10, target)[0])
