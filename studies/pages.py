@@ -329,9 +329,10 @@ def forecast_error(
     does, each at the level of a day of ``history``). A cell
     meets the goal when the median forecast is within 2x of the truth where
     the truth is at least one page a day, and elsewhere when no window's
-    upper bound (90%) is under the truth.
+    upper bound (90%) is under the truth. Each cell draws from a generator
+    of its own, seeded by ``seed`` and its size, make-up and rule, so a part
+    of the grid gives the whole grid's rows for it.
     """
-    rng = np.random.default_rng(seed)
     named = rules()
     chosen = [named[0], named[REFERENCE], named[DETECTOR]]
     rates_of = RATES["uniform"][1]
@@ -340,10 +341,11 @@ def forecast_error(
         "|---|---|---|---|---|---|---|",
     ]
     for tasks in sizes:
-        for make_up in MAKE_UPS:
+        for m, make_up in enumerate(MAKE_UPS):
             p = MAKE_UPS[make_up].rates(tasks, 0.85, K)
             rates = rates_of(p) * PER_MINUTE
-            for label, rule in chosen:
+            for r, (label, rule) in enumerate(chosen):
+                rng = np.random.default_rng([seed, tasks, m, r])
                 long = steady(
                     [rule],
                     p,
