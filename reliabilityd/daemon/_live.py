@@ -51,7 +51,6 @@ class LiveValues:
         # Clear while the CI tick recomputes (``yielding``): no round begins.
         self._open = asyncio.Event()
         self._open.set()
-        self._holds = 0
         self._failed_log = RateLimited()
 
     @property
@@ -75,15 +74,12 @@ class LiveValues:
     @contextlib.contextmanager
     def yielding(self) -> Iterator[None]:
         """While the CI tick recomputes: no round begins, and one in progress stops after
-        its current batch (its other suites stay due)."""
-        self._holds += 1
+        its current batch (its other suites stay due). One tick at a time holds it."""
         self._open.clear()
         try:
             yield
         finally:
-            self._holds -= 1
-            if not self._holds:
-                self._open.set()
+            self._open.set()
 
     def _due(self, applied: Iterable[tuple[str, int]]) -> None:
         for suite, version in applied:

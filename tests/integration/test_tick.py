@@ -146,15 +146,20 @@ async def test_the_live_loop_leaves_alone_what_the_tick_wrote_and_refreshes_what
         await client.aclose()
 
 
-async def _backlog(store: Store, rng: np.random.Generator) -> tuple[list[str], list[str]]:
-    """600 suites committed and marked (``early``) and 100 committed but not marked yet
-    (``late``: their marks are made when a test says)."""
+async def _backlog(
+    store: Store, cfg: Config, rng: np.random.Generator
+) -> tuple[Daemon, list[str], list[str]]:
+    """A daemon that takes only change marks (no version scan), with 600 suites committed
+    and marked (``early``) and 100 committed but not marked yet (``late``: their marks
+    are made when a test says)."""
     early = [f"e{i:03d}" for i in range(600)]
     late = [f"l{i:03d}" for i in range(100)]
     batch = {name: trials(rng, name, 5) for name in early + late}
     await store.ingest.apply(batch, windows=dict.fromkeys(batch, 0), dedup_ttl=3600)
     await store.client.srem(store.keys.changed, *late)
-    return early, late
+    daemon = Daemon(cfg, store)
+    daemon.recompute._next_reconcile = float("inf")  # no version scan: only the marks
+    return daemon, early, late
 
 
 async def test_a_tick_takes_the_marks_there_at_its_start_before_those_made_during_it(
@@ -167,9 +172,7 @@ async def test_a_tick_takes_the_marks_there_at_its_start_before_those_made_durin
     client = connect(redis_server.url)
     store = Store(client, prefix)
     try:
-        early, late = await _backlog(store, rng)
-        daemon = Daemon(cfg, store)
-        daemon.recompute._next_reconcile = float("inf")  # no version scan: only the marks
+        daemon, early, late = await _backlog(store, cfg, rng)
         claims: list[list[str]] = []
         claim = store.snapshots.claim_marks
 
@@ -205,9 +208,7 @@ async def test_marks_a_tick_found_and_did_not_reach_go_first_in_the_next_tick(
     client = connect(redis_server.url)
     store = Store(client, prefix)
     try:
-        early, late = await _backlog(store, rng)
-        daemon = Daemon(cfg, store)
-        daemon.recompute._next_reconcile = float("inf")  # no version scan: only the marks
+        daemon, early, late = await _backlog(store, cfg, rng)
         first = await daemon.recompute.ci_tick()
         assert len(first.marks) == _claims.CLAIM_BATCH
         await store.snapshots.mark_changed(late)  # commits between the ticks

@@ -2,12 +2,12 @@
 -- tag). ARGV: claim lifetime (ms), how many, how long a release is remembered
 -- (ms), then optionally the marks to take. Claims whose replica died
 -- (deadline passed) go back to the set first; then up to ARGV[2] marks are
--- taken, at random, or, when marks are named, those of them still marked. A mark whose series another replica is
--- computing right now (a live claim: new data came meanwhile) stays in the
--- set until that claim is released, so no two replicas compute a series at
--- once; the rest move into the claims with a deadline. The caller releases
--- its claims once the snapshots are written (release_claims.lua). Returns
--- {marks held back, {marks taken...}}.
+-- taken at random or, when marks are named, those of them still marked. A
+-- mark whose series another replica is computing right now (a live claim: new
+-- data came meanwhile) stays in the set until that claim is released, so no
+-- two replicas compute a series at once; the rest move into the claims with a
+-- deadline. The caller releases its claims once the snapshots are written
+-- (release_claims.lua). Returns {marks held back, {marks taken...}}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
