@@ -82,11 +82,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 p0 = reference(n, c, design.prior)
                 rates = _rates_estimate(n, design.history)
                 began = time.process_time()
-                full = calibrate(p0, rates, wt, BUDGET, rng, share=design.share)
+                full = calibrate(p0, rates, wt, BUDGET, rng, share=wt.share)
                 full_cpu = time.process_time() - began
                 began = time.process_time()
                 first, total = first_passages(
-                    p0, rates, wt, rng, share=design.share, chains=CHAINS, seconds=a.days * DAY
+                    p0, rates, wt, rng, share=wt.share, chains=CHAINS, seconds=a.days * DAY
                 )
                 short = fitted(first, total, 2.0 * BUDGET)
                 short_cpu = time.process_time() - began

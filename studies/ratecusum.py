@@ -104,7 +104,7 @@ def prepare(
     if thresholds is None:
         p0 = reference(n, c, design.prior)
         thresholds = calibrate(
-            p0, _rates_estimate(n, design.history), wt, budget, rng, share=design.share
+            p0, _rates_estimate(n, design.history), wt, budget, rng, share=wt.share
         )
     return Suite(n, c, wt, *thresholds)
 
@@ -127,7 +127,7 @@ def false_pages(
     for chunk in range(int(np.ceil(days * DAY / design.refresh))):
         g, loc, dn, dc = increments(path, rates, wt, offset=0.0, ticks=per, rng=rng)
         state = advance(
-            state, g, loc, h_g=suite.h_g, h_l=suite.h_l, first=chunk * per, share=design.share
+            state, g, loc, h_g=suite.h_g, h_l=suite.h_l, first=chunk * per, share=wt.share
         )
         n, c = n + dn, c + dc
         wt = weights(n, c, design)
@@ -157,7 +157,7 @@ def delays(
         suite = prepare(path.before, rates, design, rng, budget=0.0, thresholds=thresholds)
         g, loc, _, _ = increments(path, rates, suite.wt, offset=0.0, ticks=ticks, rng=rng)
         start = Running(0.0, np.zeros(suite.wt.up_l.shape), [])
-        got = advance(start, g, loc, h_g=suite.h_g, h_l=suite.h_l, first=0, share=design.share)
+        got = advance(start, g, loc, h_g=suite.h_g, h_l=suite.h_l, first=0, share=suite.wt.share)
         alarms = [a for a in got.alarms if a + 1 >= first]
         if alarms:
             out[r] = max((alarms[0] + 1) * TICK, path.start) - since
@@ -223,7 +223,9 @@ def cell(
                 design,
                 thresholds,
                 reps=grid.reps,
-                horizon=STEP_HORIZON,
+                # A mean needs every delay: the hour, or 8x the oracle's mean where
+                # that is longer (a regression not caught by then is a miss).
+                horizon=max(STEP_HORIZON, 8.0 * orc.mean),
                 since=LEAD,
                 rng=rng,
             )
@@ -256,14 +258,17 @@ def cell(
 
 
 def run(grid: Grid, design: Design, seed: int = SEED) -> list[str]:
-    """The table's rows, printed as they come; one generator for the whole grid, in order."""
-    rng = np.random.default_rng(seed)
+    """The table's rows, printed as they come. Each cell draws from a generator of its
+    own, seeded by (seed, tasks, make-up, rates), so a part of the grid gives the same
+    rows as the whole."""
     lines = list(HEAD)
     print("\n".join(HEAD), flush=True)
     for tasks in grid.sizes:
         for mname in grid.make_ups:
             for rname in grid.rates:
                 started = time.perf_counter()
+                key = [seed, tasks, list(MAKE_UPS).index(mname), list(RATES).index(rname)]
+                rng = np.random.default_rng(key)
                 row = cell(tasks, mname, rname, design=design, grid=grid, rng=rng)
                 lines.append(row)
                 print(row, f"<!-- {time.perf_counter() - started:.0f} s -->", flush=True)
@@ -289,8 +294,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, help="14-day steady runs per cell")
     parser.add_argument("--prior", type=float, help="pseudo-trials toward the suite")
     parser.add_argument("--history", type=float, help="seconds of history before")
-    parser.add_argument("--local-odds", type=floats, help="failure-odds factors ('': none)")
     parser.add_argument("--share", type=float, help="the local mixture's share (0: sum)")
+    parser.add_argument("--local-kill", type=floats, help="new failure modes' shares ('': none)")
+    parser.add_argument("--local-odds", type=floats, help="failure-odds factors")
+    parser.add_argument("--share-by", choices=("flat", "passk"), help="the shares' make-up")
     parser.add_argument("--spread", type=lambda s: s == "yes", help="yes / no: the global")
     a = vars(parser.parse_args(argv))
     given = {k: v for k, v in a.items() if v is not None}

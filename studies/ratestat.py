@@ -10,9 +10,10 @@ ticks in closed form):
   outcome has an infinite log-likelihood ratio). Alternative: every reference
   moved by one common log-odds shift until the suite's pass^k is at the
   rule's ``below`` (``shifted``): the drop spread over all tasks.
-* ``local``: a CUSUM per task and alternative (its failure odds times each of
-  ``local_odds``), the best alternative per task, read as the mixture
-  ``sum_i log(1 - share + share e^{w_i})`` over tasks (``combine``; Xie and
+* ``local``: a CUSUM per task and alternative (by default one: a new failure
+  mode that fails 30% of the task's trials, ``p1 = 0.7 p0``; also the failure
+  odds times a factor), the best alternative per task, read as the mixture
+  ``sum_i log(1 - share_i + share_i e^{w_i})`` over tasks (``combine``; Xie and
   Siegmund's mixture with per-task CUSUMs, Mei's SUM at ``share = 0``). A task
   that did not change stays at 0 instead of dragging the statistic down, which
   a drop carried by a few tasks needs and the global CUSUM lacks.
@@ -43,14 +44,20 @@ _SHIFT_BOUND = 30.0
 
 @dataclass(frozen=True)
 class Design:
-    """The prototype's settings; ``local_odds = ()`` drops the local statistic, and
+    """The prototype's settings; no local alternative drops the local statistic, and
     ``spread = False`` the global one."""
 
-    prior: float = 20.0
+    prior: float = 5.0
     history: float = DAY
-    local_odds: tuple[float, ...] = (100.0,)
+    # The local alternatives: a new failure mode that fails this share of the task's
+    # trials, ``p1 = p0 (1 - q)``, and the task's failure odds times each factor.
+    local_kill: tuple[float, ...] = (0.3,)
+    local_odds: tuple[float, ...] = ()
     # The share of tasks the local mixture expects to change (0: the plain sum).
     share: float = 0.3
+    # "flat": every task ``share``; "passk": each task's share in proportion to the
+    # pass^k it can lose (its reference's p^k), with ``share`` the mean.
+    share_by: str = "flat"
     spread: bool = True
     quiet: float = 900.0
     refresh: float = 3600.0
@@ -102,6 +109,8 @@ class Weights:
     down_g: FloatArray
     up_l: FloatArray
     down_l: FloatArray
+    # Per task, the local mixture's prior share (0: the plain sum).
+    share: FloatArray
 
 
 def weights(
@@ -113,26 +122,38 @@ def weights(
     if not design.spread:
         up_g, down_g = np.zeros_like(p0), np.zeros_like(p0)
     lp = np.log(p0) - np.log1p(-p0)
-    pairs = [llr(p0, _sigmoid(lp - np.log(f))) for f in design.local_odds]
+    pairs = [llr(p0, p0 * (1.0 - q)) for q in design.local_kill]
+    pairs += [llr(p0, _sigmoid(lp - np.log(f))) for f in design.local_odds]
     if pairs:
         up_l = np.stack([u for u, _ in pairs], axis=-1)
         down_l = np.stack([d for _, d in pairs], axis=-1)
     else:
         up_l, down_l = np.zeros((p0.size, 0)), np.zeros((p0.size, 0))
-    return Weights(up_g, down_g, up_l, down_l)
+    return Weights(up_g, down_g, up_l, down_l, shares(p0, design, k))
 
 
-def combine(w: FloatArray, share: float) -> FloatArray:
+def shares(p0: FloatArray, design: Design, k: int = K) -> FloatArray:
+    """Per task, the local mixture's prior share of being among the changed tasks."""
+    if design.share_by == "flat" or design.share <= 0:
+        return np.full(p0.shape, design.share)
+    lose = p0**k
+    out: FloatArray = np.clip(design.share * lose * lose.size / lose.sum(), 1e-4, 0.95)
+    return out
+
+
+def combine(w: FloatArray, share: FloatArray | float) -> FloatArray:
     """The local statistic from per-task, per-alternative CUSUMs ``w`` (..., T, A): each
     task's best alternative, then the sum over tasks (``share = 0``) or the mixture
     ``sum_i log(1 - share + share e^{w_i})`` (Xie and Siegmund's, with per-task CUSUMs)."""
     if w.shape[-1] == 0:
         return np.zeros(w.shape[:-2])
     best = w.max(axis=-1)
-    if share <= 0:
+    pi = np.broadcast_to(np.asarray(share, dtype=np.float64), best.shape[-1:])
+    if not np.any(pi > 0):
         out: FloatArray = best.sum(axis=-1)
     else:
-        out = np.logaddexp(np.log1p(-share), np.log(share) + best).sum(axis=-1)
+        with np.errstate(divide="ignore"):  # a task with share 0 adds log 1 = 0
+            out = np.logaddexp(np.log1p(-pi), np.log(pi) + best).sum(axis=-1)
     return out
 
 
@@ -214,7 +235,7 @@ def advance(
     h_g: float,
     h_l: float,
     first: int,
-    share: float,
+    share: FloatArray | float,
 ) -> Running:
     """Run both statistics over a chunk (closed form), restarting at 0 after each alarm.
 
@@ -241,7 +262,7 @@ def first_passages(
     wt: Weights,
     rng: np.random.Generator,
     *,
-    share: float,
+    share: FloatArray | float,
     chains: int,
     seconds: float,
 ) -> tuple[npt.NDArray[np.int64], int]:
@@ -278,7 +299,7 @@ def calibrate(
     budget: float,
     rng: np.random.Generator,
     *,
-    share: float = 0.0,
+    share: FloatArray | float = 0.0,
     chains: int = 6,
 ) -> tuple[float, float]:
     """(h_g, h_l): the least thresholds on a 0.05-nat grid whose mean run length from 0,

@@ -58,20 +58,21 @@ def test_the_spread_alternative_puts_pass_k_at_below(rng: np.random.Generator) -
 def test_a_tick_adds_the_log_likelihood_ratio_of_its_outcomes(rng: np.random.Generator) -> None:
     """The global statistic's step is log P1(outcomes) - log P0(outcomes), trial by trial,
     with P0 the shrunk references and P1 the spread alternative; each local CUSUM's is
-    that task's own ratio under its odds-shifted alternative."""
+    that task's own ratio under its alternative: a new failure mode failing 30% of its
+    trials, then its failure odds times 4 and times 100."""
     n, c = _suite(rng)
-    design = Design(local_odds=(4.0, 100.0))
+    design = Design(local_kill=(0.3,), local_odds=(4.0, 100.0))
     wt = weights(n, c, design)
     p0 = reference(n, c, design.prior)
     p1 = shifted(p0, 5, 0.75)
     passes = rng.integers(0, 4, size=n.size)
     fails = rng.integers(0, 3, size=n.size)
     direct = _bernoulli_loglik(p1, passes, fails) - _bernoulli_loglik(p0, passes, fails)
-    s, w = tick(0.5, np.zeros((n.size, 2)), passes, fails, wt)
+    s, w = tick(0.5, np.zeros((n.size, 3)), passes, fails, wt)
     assert s == pytest.approx(max(0.0, 0.5 + direct), abs=1e-9)
     lp = np.log(p0 / (1 - p0))
-    for j, odds in enumerate((4.0, 100.0)):
-        q = 1.0 / (1.0 + np.exp(-(lp - np.log(odds))))
+    alternatives = [0.7 * p0] + [1.0 / (1.0 + np.exp(-(lp - np.log(f)))) for f in (4.0, 100.0)]
+    for j, q in enumerate(alternatives):
         for i in range(n.size):
             one = _bernoulli_loglik(q[i : i + 1], passes[i : i + 1], fails[i : i + 1])
             zero = _bernoulli_loglik(p0[i : i + 1], passes[i : i + 1], fails[i : i + 1])
@@ -84,6 +85,21 @@ def test_the_mixture_is_its_formula(rng: np.random.Generator) -> None:
     assert combine(w, 0.0) == pytest.approx(best.sum())
     direct = sum(np.log(1 - 0.3 + 0.3 * np.exp(b)) for b in best.tolist())
     assert combine(w, 0.3) == pytest.approx(direct)
+    shares = rng.uniform(0.0, 0.9, size=6)
+    shares[0] = 0.0  # a task the mixture does not expect to change adds nothing
+    direct = sum(
+        np.log(1 - a + a * np.exp(b)) for a, b in zip(shares.tolist(), best.tolist(), strict=True)
+    )
+    assert combine(w, shares) == pytest.approx(direct)
+
+
+def test_shares_by_pass_k_follow_what_each_task_can_lose(rng: np.random.Generator) -> None:
+    n, c = _suite(rng, tasks=12)
+    p0 = reference(n, c, Design().prior)
+    assert np.allclose(weights(n, c, Design(share=0.3)).share, 0.3)
+    got = weights(n, c, Design(share=0.3, share_by="passk")).share
+    # 0.3 on average, each task in proportion to its p0^k, inside [1e-4, 0.95].
+    assert np.allclose(got, np.clip(0.3 * p0**5 / np.mean(p0**5), 1e-4, 0.95))
 
 
 @pytest.mark.parametrize("share", [0.0, 0.3])
@@ -92,7 +108,7 @@ def test_the_closed_form_chunk_is_the_tick_recursion(
 ) -> None:
     """``advance`` (closed form, restarting at 0 after an alarm) against ``tick`` in a loop."""
     n, c = _suite(rng, tasks=5)
-    design = Design(local_odds=(10.0,), share=share)
+    design = Design(local_kill=(0.5,), share=share)
     wt = weights(n, c, design)
     ticks = 600
     passes = rng.poisson(0.5, size=(ticks, n.size))
@@ -116,7 +132,7 @@ def test_the_closed_form_chunk_is_the_tick_recursion(
 
 
 def test_no_local_alternative_leaves_the_local_statistic_at_0() -> None:
-    wt = weights(np.array([100, 100]), np.array([99, 90]), Design(local_odds=()))
+    wt = weights(np.array([100, 100]), np.array([99, 90]), Design(local_kill=(), local_odds=()))
     assert isinstance(wt, Weights)
     assert wt.up_l.shape == (2, 0)
     assert combine(np.zeros((3, 2, 0)), 0.3).shape == (3,)
