@@ -77,6 +77,15 @@ def _rates_estimate(n: IntArray, seconds: float) -> FloatArray:
     return out
 
 
+def step_horizon(oracle_mean: float) -> float:
+    """How long a step's delays are followed: a mean needs every delay, so the hour, or
+    8x the oracle's mean where that is longer (a regression not caught by then is a
+    miss); the hour where the oracle's own mean is not finite."""
+    if not np.isfinite(oracle_mean):
+        return STEP_HORIZON
+    return max(STEP_HORIZON, 8.0 * oracle_mean)
+
+
 @dataclass(frozen=True)
 class Suite:
     """One simulated suite's detector: its counts, weights and thresholds."""
@@ -223,9 +232,7 @@ def cell(
                 design,
                 thresholds,
                 reps=grid.reps,
-                # A mean needs every delay: the hour, or 8x the oracle's mean where
-                # that is longer (a regression not caught by then is a miss).
-                horizon=max(STEP_HORIZON, 8.0 * orc.mean),
+                horizon=step_horizon(orc.mean),
                 since=LEAD,
                 rng=rng,
             )

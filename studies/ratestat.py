@@ -56,7 +56,7 @@ class Design:
     # The share of tasks the local mixture expects to change (0: the plain sum).
     share: float = 0.3
     # "flat": every task ``share``; "passk": each task's share in proportion to the
-    # pass^k it can lose (its reference's p^k), with ``share`` the mean.
+    # pass^k it can lose (its reference's p^k), ``share`` on average (``shares``).
     share_by: str = "flat"
     spread: bool = True
     quiet: float = 900.0
@@ -133,7 +133,11 @@ def weights(
 
 
 def shares(p0: FloatArray, design: Design, k: int = K) -> FloatArray:
-    """Per task, the local mixture's prior share of being among the changed tasks."""
+    """Per task, the local mixture's prior share of being among the changed tasks:
+    ``share`` each (``flat``), or in proportion to each task's ``p0^k`` with ``share`` the
+    mean before each is held inside [1e-4, 0.95] (``passk``)."""
+    if design.share_by not in ("flat", "passk"):
+        raise ValueError(f"share_by: {design.share_by!r} is neither 'flat' nor 'passk'")
     if design.share_by == "flat" or design.share <= 0:
         return np.full(p0.shape, design.share)
     lose = p0**k
@@ -143,8 +147,9 @@ def shares(p0: FloatArray, design: Design, k: int = K) -> FloatArray:
 
 def combine(w: FloatArray, share: FloatArray | float) -> FloatArray:
     """The local statistic from per-task, per-alternative CUSUMs ``w`` (..., T, A): each
-    task's best alternative, then the sum over tasks (``share = 0``) or the mixture
-    ``sum_i log(1 - share + share e^{w_i})`` (Xie and Siegmund's, with per-task CUSUMs)."""
+    task's best alternative, then the plain sum over tasks (every share 0: Mei's SUM) or
+    the mixture ``sum_i log(1 - share_i + share_i e^{w_i})`` (Xie and Siegmund's, with
+    per-task CUSUMs), in which a task whose own share is 0 adds nothing."""
     if w.shape[-1] == 0:
         return np.zeros(w.shape[:-2])
     best = w.max(axis=-1)

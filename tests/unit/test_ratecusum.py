@@ -102,13 +102,16 @@ def test_shares_by_pass_k_follow_what_each_task_can_lose(rng: np.random.Generato
     assert np.allclose(got, np.clip(0.3 * p0**5 / np.mean(p0**5), 1e-4, 0.95))
 
 
-@pytest.mark.parametrize("share", [0.0, 0.3])
+@pytest.mark.parametrize(
+    "share", [0.0, 0.3, np.array([0.0, 0.2, 0.5, 0.0, 0.9])], ids=["sum", "0.3", "per-task"]
+)
 def test_the_closed_form_chunk_is_the_tick_recursion(
-    rng: np.random.Generator, share: float
+    rng: np.random.Generator, share: float | np.ndarray
 ) -> None:
-    """``advance`` (closed form, restarting at 0 after an alarm) against ``tick`` in a loop."""
+    """``advance`` (closed form, restarting at 0 after an alarm) against ``tick`` in a loop;
+    with one share for all tasks, none (the plain sum), or one per task, some 0."""
     n, c = _suite(rng, tasks=5)
-    design = Design(local_kill=(0.5,), share=share)
+    design = Design(local_kill=(0.5,))
     wt = weights(n, c, design)
     ticks = 600
     passes = rng.poisson(0.5, size=(ticks, n.size))
