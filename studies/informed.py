@@ -71,6 +71,7 @@ from studies.ratestat import (
     advance,
     calibrate,
     increments,
+    least_threshold,
     shifted,
 )
 
@@ -183,9 +184,8 @@ def calibrate_common(
     days: int = 56,
 ) -> float:
     """The least threshold on ``ratestat.HS`` whose mean run length from the start under
-    ``p0`` is at least ``budget`` seconds: ``chains`` null paths of ``days`` days, the run
-    length at each threshold an exponential's with censoring, one standard error under
-    it (as ``ratestat.calibrate``)."""
+    ``p0`` is at least ``budget`` seconds, from ``chains`` null paths of ``days`` days
+    (``ratestat.least_threshold``)."""
     span = int(DAY / TICK)
     total = days * span
     hs = HS
@@ -205,15 +205,7 @@ def calibrate_common(
             hit = at[np.searchsorted(run, hs[fresh], side="left")] - (both.shape[0] - span)
             first[ch, fresh] = d * span + hit + 1
             top = float(run[-1])
-    seen = first >= 0
-    events = seen.sum(axis=0)
-    exposure = np.where(seen, first, total).sum(axis=0) * TICK
-    low = np.where(events > 1, exposure / np.maximum(events, 1), 0.0) * (
-        1.0 - 1.0 / np.sqrt(np.maximum(events, 1))
-    )
-    low = np.where(events == 0, np.inf, low)
-    ok = np.flatnonzero(low >= budget)
-    return float(HS[ok[0]]) if ok.size else float(HS[-1])
+    return least_threshold(first, total, budget)
 
 
 def common_delays(

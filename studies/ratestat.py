@@ -317,16 +317,23 @@ def calibrate(
     first, total = first_passages(
         p0, rates, wt, rng, share=share, chains=chains, seconds=4.0 * budget
     )
-    out = []
-    for j in range(2):
-        seen = first[j] >= 0
-        events = seen.sum(axis=0)
-        exposure = np.where(seen, first[j], total).sum(axis=0) * TICK
-        low = np.where(events > 1, exposure / np.maximum(events, 1), 0.0) * (
-            1.0 - 1.0 / np.sqrt(np.maximum(events, 1))
-        )
-        # Never crossed in any chain: the run length is longer than all the paths.
-        low = np.where(events == 0, np.inf, low)
-        ok = np.flatnonzero(low >= 2.0 * budget)
-        out.append(float(HS[ok[0]]) if ok.size else float(HS[-1]))
-    return out[0], out[1]
+    return least_threshold(first[0], total, 2.0 * budget), least_threshold(
+        first[1], total, 2.0 * budget
+    )
+
+
+def least_threshold(first: npt.NDArray[np.int64], total: int, target: float) -> float:
+    """The least threshold in ``HS`` whose mean run length is at least ``target`` seconds,
+    from each chain's first passage (ticks; -1: none in ``total`` ticks) at each threshold
+    (chains, len(HS)): an exponential's with censoring (as ``oracle.threshold``), one
+    standard error under its estimate. The last threshold if none reaches it."""
+    seen = first >= 0
+    events = seen.sum(axis=0)
+    exposure = np.where(seen, first, total).sum(axis=0) * TICK
+    low = np.where(events > 1, exposure / np.maximum(events, 1), 0.0) * (
+        1.0 - 1.0 / np.sqrt(np.maximum(events, 1))
+    )
+    # Never crossed in any chain: the run length is longer than all the paths.
+    low = np.where(events == 0, np.inf, low)
+    ok = np.flatnonzero(low >= target)
+    return float(HS[ok[0]]) if ok.size else float(HS[-1])
