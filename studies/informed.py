@@ -29,9 +29,9 @@ judged each 5 s tick like the prototype.
 Beside the oracle, the informed mixture's delay is a measured figure of what
 the subset costs a detector of this form; it is not a lower bound over all
 detectors. ``--form common`` measures another form with the same knowledge:
-the mixture over a common change point (``common_mixture``), one change
+the mixture over a common change point (``commonpoint.common_mixture``), one change
 point for all tasks in place of one per task, its threshold calibrated for
-the budget by ``calibrate_common``.
+the budget by ``commonpoint.calibrate_common``.
 
     python -m studies.informed                 # per-task CUSUMs: 27 cells, about 40 minutes
     python -m studies.informed --form common   # a common change point: about 15 minutes
@@ -49,6 +49,7 @@ import numpy.typing as npt
 
 from reliabilityd.rules.pagerate import MAKE_UPS, SHAPES
 from reliabilityd.rules.simulator import RATES, Path
+from studies.commonpoint import calibrate_common, common_mixture
 from studies.oracle import (
     BELOW,
     BUDGET_DAYS,
@@ -65,13 +66,11 @@ from studies.oracle import (
 )
 from studies.ratestat import (
     DAY,
-    HS,
     Running,
     Weights,
     advance,
     calibrate,
     increments,
-    least_threshold,
     shifted,
 )
 
@@ -136,76 +135,6 @@ def delays(
         if alarms:
             out[r] = max((alarms[0] + 1) * TICK, path.start) - path.start
     return out
-
-
-# --- the mixture over a common change point ----------------------------------
-
-WINDOW = int(3600 / TICK)
-
-
-def common_mixture(
-    loc: FloatArray, share: FloatArray, *, window: int = WINDOW, since: int = 0
-) -> tuple[npt.NDArray[np.int64], FloatArray]:
-    """The mixture over a common change point, at every tick from ``since`` on where it
-    can reach a new high: (those ticks, its values there).
-
-    ``loc`` (ticks, T) is each task's log-likelihood ratio per tick. For a change point
-    ``e`` the statistic is ``sum_i log(1 - share_i + share_i e^{L_i})``, with ``L_i`` task
-    i's ratio summed over ticks ``e .. t``: the likelihood ratio of "each task changed with
-    probability share_i at e" against "none changed". A pass lowers every ``L_i`` it
-    touches, so the statistic can rise only at a tick where some task's ratio is
-    positive (a failure), and for a fixed ``t`` its best ``e`` is such a tick: only those
-    are searched, over the last ``window`` ticks.
-    """
-    cum = np.vstack([np.zeros(loc.shape[1]), np.cumsum(loc, axis=0)])
-    events = np.flatnonzero((loc > 0).any(axis=1))
-    with np.errstate(divide="ignore"):  # a task with share 0 adds log 1 = 0
-        stay, move = np.log1p(-share), np.log(share)
-    at = events[events >= since]
-    values = np.empty(at.size)
-    lo = 0
-    for j, t in enumerate(at.tolist()):
-        hi = int(np.searchsorted(events, t, side="right"))
-        while events[lo] < t - window:
-            lo += 1
-        ratios = cum[t + 1][None, :] - cum[events[lo:hi]]
-        values[j] = float(np.logaddexp(stay, move + ratios).sum(axis=1).max())
-    return at, values
-
-
-def calibrate_common(
-    p0: FloatArray,
-    rates: FloatArray,
-    mix: Informed,
-    budget: float,
-    rng: np.random.Generator,
-    *,
-    chains: int = 6,
-    days: int = 56,
-) -> float:
-    """The least threshold on ``ratestat.HS`` whose mean run length from the start under
-    ``p0`` is at least ``budget`` seconds, from ``chains`` null paths of ``days`` days
-    (``ratestat.least_threshold``)."""
-    span = int(DAY / TICK)
-    total = days * span
-    hs = HS
-    first = np.full((chains, hs.size), -1, dtype=np.int64)
-    path = Path(p0, K)
-    for ch in range(chains):
-        top, tail = 0.0, np.zeros((0, p0.size))
-        for d in range(days):
-            _, loc, _, _ = increments(path, rates, mix.weights, offset=0.0, ticks=span, rng=rng)
-            both = np.vstack([tail, loc[:, :, 0]])
-            at, values = common_mixture(both, mix.weights.share, since=tail.shape[0])
-            tail = both[-WINDOW:]
-            if values.size == 0:
-                continue
-            run = np.maximum.accumulate(np.maximum(values, top))
-            fresh = (hs > top) & (hs <= run[-1])
-            hit = at[np.searchsorted(run, hs[fresh], side="left")] - (both.shape[0] - span)
-            first[ch, fresh] = d * span + hit + 1
-            top = float(run[-1])
-    return least_threshold(first, total, budget)
 
 
 def common_delays(
@@ -296,7 +225,7 @@ def common_cell(tasks: int, mname: str, rname: str, *, reps: int, rng: np.random
     rates = RATES[rname][1](before) * PER_MINUTE
     after = SHAPES["concentrated"].after(before, K)
     mix = informed(before, after)
-    h = calibrate_common(before, rates, mix, budget, rng)
+    h = calibrate_common(before, rates, mix.weights, budget, rng)
     _, orc = oracle_step(before, after, rates, budget=budget, reps=400, rng=rng)
     path = Path(before, K, SHAPES["concentrated"], start=LEAD)
     horizon = max(STEP_HORIZON, 8.0 * orc.mean)

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from reliabilityd.rules.pagerate import MAKE_UPS, SHAPES, Shape
 from reliabilityd.rules.simulator import RATES, Path
+from studies.commonpoint import advance_common, calibrate_common
 from studies.oracle import (
     BELOW,
     BUDGET_DAYS,
@@ -112,10 +113,40 @@ def prepare(
     wt = weights(n, c, design)
     if thresholds is None:
         p0 = reference(n, c, design.prior)
-        thresholds = calibrate(
-            p0, _rates_estimate(n, design.history), wt, budget, rng, share=wt.share
-        )
+        rates = _rates_estimate(n, design.history)
+        if design.form == "common":
+            # The global threshold alone, then the local one over a common change point,
+            # each for twice the budget.
+            none = np.zeros((n.size, 0))
+            alone = replace(wt, up_l=none, down_l=none)
+            h_g, _ = calibrate(p0, rates, alone, budget, rng, share=wt.share)
+            thresholds = (h_g, calibrate_common(p0, rates, wt, 2.0 * budget, rng))
+        else:
+            thresholds = calibrate(p0, rates, wt, budget, rng, share=wt.share)
     return Suite(n, c, wt, *thresholds)
+
+
+def _start(design: Design, wt: Weights) -> Running:
+    """Both statistics at rest: per-task CUSUMs at 0, or no ticks since a change point."""
+    if design.form == "common":
+        if wt.up_l.shape[1] != 1:
+            raise ValueError("a common change point takes one local alternative")
+        return Running(0.0, np.zeros((0, wt.up_l.shape[0])), [])
+    return Running(0.0, np.zeros(wt.up_l.shape), [])
+
+
+def _advance(
+    design: Design,
+    state: Running,
+    g: FloatArray,
+    loc: FloatArray,
+    *,
+    suite: Suite,
+    share: FloatArray,
+    first: int,
+) -> Running:
+    step = advance_common if design.form == "common" else advance
+    return step(state, g, loc, h_g=suite.h_g, h_l=suite.h_l, first=first, share=share)
 
 
 def false_pages(
@@ -131,13 +162,11 @@ def false_pages(
     one before. The reference is refreshed every ``refresh`` seconds from the counts."""
     path = Path(p, K)
     n, c, wt = suite.n.copy(), suite.c.copy(), suite.wt
-    state = Running(0.0, np.zeros(wt.up_l.shape), [])
+    state = _start(design, wt)
     per = int(design.refresh / TICK)
     for chunk in range(int(np.ceil(days * DAY / design.refresh))):
         g, loc, dn, dc = increments(path, rates, wt, offset=0.0, ticks=per, rng=rng)
-        state = advance(
-            state, g, loc, h_g=suite.h_g, h_l=suite.h_l, first=chunk * per, share=wt.share
-        )
+        state = _advance(design, state, g, loc, suite=suite, share=wt.share, first=chunk * per)
         n, c = n + dn, c + dc
         wt = weights(n, c, design)
     gaps = np.diff(np.asarray([-(10**12), *state.alarms], dtype=np.float64)) * TICK
@@ -165,8 +194,9 @@ def delays(
     for r in range(reps):
         suite = prepare(path.before, rates, design, rng, budget=0.0, thresholds=thresholds)
         g, loc, _, _ = increments(path, rates, suite.wt, offset=0.0, ticks=ticks, rng=rng)
-        start = Running(0.0, np.zeros(suite.wt.up_l.shape), [])
-        got = advance(start, g, loc, h_g=suite.h_g, h_l=suite.h_l, first=0, share=suite.wt.share)
+        got = _advance(
+            design, _start(design, suite.wt), g, loc, suite=suite, share=suite.wt.share, first=0
+        )
         alarms = [a for a in got.alarms if a + 1 >= first]
         if alarms:
             out[r] = max((alarms[0] + 1) * TICK, path.start) - since
@@ -305,6 +335,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--local-kill", type=floats, help="new failure modes' shares ('': none)")
     parser.add_argument("--local-odds", type=floats, help="failure-odds factors")
     parser.add_argument("--share-by", choices=("flat", "passk"), help="the shares' make-up")
+    parser.add_argument("--form", choices=("cusums", "common"), help="the local statistic")
     parser.add_argument("--spread", type=lambda s: s == "yes", help="yes / no: the global")
     a = vars(parser.parse_args(argv))
     given = {k: v for k, v in a.items() if v is not None}

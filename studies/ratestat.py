@@ -59,6 +59,9 @@ class Design:
     # pass^k it can lose (its reference's p^k), ``share`` on average (``shares``).
     share_by: str = "flat"
     spread: bool = True
+    # The local statistic: a mixture of per-task CUSUMs ("cusums") or over a common
+    # change point ("common", ``studies.commonpoint``; one local alternative).
+    form: str = "cusums"
     quiet: float = 900.0
     refresh: float = 3600.0
 

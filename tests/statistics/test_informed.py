@@ -8,13 +8,8 @@ import numpy as np
 
 from reliabilityd.rules.pagerate import MAKE_UPS, SHAPES
 from reliabilityd.rules.simulator import RATES, Path
-from studies.informed import (
-    calibrate_common,
-    common_delays,
-    common_mixture,
-    delays,
-    informed,
-)
+from studies.commonpoint import calibrate_common, common_mixture
+from studies.informed import common_delays, delays, informed
 from studies.oracle import BUDGET_DAYS, LEAD, PER_MINUTE, TICK, K, oracle_step
 from studies.ratestat import DAY, Running, advance, calibrate, increments
 
@@ -59,7 +54,7 @@ def test_the_common_change_point_keeps_its_budget_and_is_no_faster_than_the_orac
     rates = RATES["uniform"][1](before) * PER_MINUTE
     after = SHAPES["concentrated"].after(before, K)
     mix = informed(before, after)
-    h = calibrate_common(before, rates, mix, budget, rng)
+    h = calibrate_common(before, rates, mix.weights, budget, rng)
 
     # False alarms over 8 weeks at the healthy rates, restarting after each (later change
     # points only): calibrated for one in 14 days, so 4 expected; 9 or more has

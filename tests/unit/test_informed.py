@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from reliabilityd.rules.pagerate import MAKE_UPS, SHAPES
-from studies.informed import common_mixture, informed
+from studies.commonpoint import common_mixture
+from studies.informed import informed
 from studies.oracle import BELOW, K, llr
 from studies.ratestat import shifted
 

@@ -1,0 +1,120 @@
+"""The local mixture over a common change point: one change point for all tasks.
+
+Where ``studies.ratestat``'s local statistic is a mixture of per-task CUSUMs (each
+task its own change point), this one is Xie and Siegmund's form: at each tick, the
+largest over change points ``e`` in the last hour of
+``sum_i log(1 - share_i + share_i e^{L_i})``, ``L_i`` task i's log-likelihood ratio
+since ``e``. A task that keeps passing after ``e`` pulls it down, so the rare failures
+of unchanged tasks do not pile up. ``studies.informed --form common`` measures it with
+every rate known; ``studies.ratecusum --form common`` on estimated rates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from reliabilityd.rules.simulator import Path
+from studies.oracle import TICK, K, cusum
+from studies.ratestat import DAY, HS, Running, Weights, increments, least_threshold
+
+FloatArray = npt.NDArray[np.float64]
+
+WINDOW = int(3600 / TICK)
+
+
+def common_mixture(
+    loc: FloatArray, share: FloatArray, *, window: int = WINDOW, since: int = 0
+) -> tuple[npt.NDArray[np.int64], FloatArray]:
+    """The mixture over a common change point, at every tick from ``since`` on where it
+    can reach a new high: (those ticks, its values there).
+
+    ``loc`` (ticks, T) is each task's log-likelihood ratio per tick. For a change point
+    ``e`` the statistic is ``sum_i log(1 - share_i + share_i e^{L_i})``, with ``L_i`` task
+    i's ratio summed over ticks ``e .. t``: the likelihood ratio of "each task changed with
+    probability share_i at e" against "none changed". A pass lowers every ``L_i`` it
+    touches, so the statistic can rise only at a tick where some task's ratio is
+    positive (a failure), and for a fixed ``t`` its best ``e`` is such a tick: only those
+    are searched, over the last ``window`` ticks.
+    """
+    cum = np.vstack([np.zeros(loc.shape[1]), np.cumsum(loc, axis=0)])
+    events = np.flatnonzero((loc > 0).any(axis=1))
+    with np.errstate(divide="ignore"):  # a task with share 0 adds log 1 = 0
+        stay, move = np.log1p(-share), np.log(share)
+    at = events[events >= since]
+    values = np.empty(at.size)
+    lo = 0
+    for j, t in enumerate(at.tolist()):
+        hi = int(np.searchsorted(events, t, side="right"))
+        while events[lo] < t - window:
+            lo += 1
+        ratios = cum[t + 1][None, :] - cum[events[lo:hi]]
+        values[j] = float(np.logaddexp(stay, move + ratios).sum(axis=1).max())
+    return at, values
+
+
+def calibrate_common(
+    p0: FloatArray,
+    rates: FloatArray,
+    wt: Weights,
+    budget: float,
+    rng: np.random.Generator,
+    *,
+    chains: int = 6,
+    days: int = 56,
+) -> float:
+    """The least threshold on ``ratestat.HS`` whose mean run length from the start under
+    ``p0`` is at least ``budget`` seconds, from ``chains`` null paths of ``days`` days
+    (``ratestat.least_threshold``)."""
+    span = int(DAY / TICK)
+    total = days * span
+    hs = HS
+    first = np.full((chains, hs.size), -1, dtype=np.int64)
+    path = Path(p0, K)
+    for ch in range(chains):
+        top, tail = 0.0, np.zeros((0, p0.size))
+        for d in range(days):
+            _, loc, _, _ = increments(path, rates, wt, offset=0.0, ticks=span, rng=rng)
+            both = np.vstack([tail, loc[:, :, 0]])
+            at, values = common_mixture(both, wt.share, since=tail.shape[0])
+            tail = both[-WINDOW:]
+            if values.size == 0:
+                continue
+            run = np.maximum.accumulate(np.maximum(values, top))
+            fresh = (hs > top) & (hs <= run[-1])
+            hit = at[np.searchsorted(run, hs[fresh], side="left")] - (both.shape[0] - span)
+            first[ch, fresh] = d * span + hit + 1
+            top = float(run[-1])
+    return least_threshold(first, total, budget)
+
+
+def advance_common(
+    state: Running,
+    g: FloatArray,
+    loc: FloatArray,
+    *,
+    h_g: float,
+    h_l: float,
+    first: int,
+    share: FloatArray,
+) -> Running:
+    """``ratestat.advance`` with the local statistic over a common change point: the
+    global CUSUM at ``h_g`` or the mixture at ``h_l``, both restarted after an alarm (the
+    mixture's change points after it only). ``state.w`` holds the last ``WINDOW`` ticks of
+    per-task ratios since the last alarm, (ticks, T); ``loc`` is (ticks, T, 1)."""
+    s, tail, at = state.s, state.w, 0
+    alarms = list(state.alarms)
+    local = loc[:, :, 0]
+    while at < g.size:
+        sg = cusum(g[at:], s)
+        both = np.vstack([tail, local[at:]])
+        ev, values = common_mixture(both, share, since=tail.shape[0])
+        hits = [int(x) for x in np.flatnonzero(sg >= h_g)[:1]]
+        hits += [int(x) - tail.shape[0] for x in ev[values >= h_l][:1]]
+        if not hits:
+            s, tail = float(sg[-1]), both[-WINDOW:]
+            break
+        alarm = min(hits)
+        alarms.append(first + at + alarm)
+        s, tail, at = 0.0, np.zeros((0, local.shape[1])), at + alarm + 1
+    return Running(s, tail, alarms)
