@@ -49,7 +49,7 @@ import numpy.typing as npt
 
 from reliabilityd.rules.pagerate import MAKE_UPS, SHAPES
 from reliabilityd.rules.simulator import RATES, Path
-from studies.commonpoint import calibrate_common, common_mixture
+from studies.commonpoint import advance_common, calibrate_common
 from studies.oracle import (
     BELOW,
     BUDGET_DAYS,
@@ -153,19 +153,14 @@ def common_delays(
     out = np.full(reps, np.inf)
     ticks = int(np.ceil((path.start + horizon) / TICK))
     first = int(np.ceil(path.start / TICK))
+    wt = mix.weights
     for r in range(reps):
-        _, loc, _, _ = increments(path, rates, mix.weights, offset=0.0, ticks=ticks, rng=rng)
-        start = 0
-        while True:
-            at, values = common_mixture(loc[start:, :, 0], mix.weights.share)
-            hit = np.flatnonzero(values >= h)
-            if hit.size == 0:
-                break
-            alarm = start + int(at[hit[0]])
-            if alarm + 1 >= first:
-                out[r] = max((alarm + 1) * TICK, path.start) - path.start
-                break
-            start = alarm + 1
+        _, loc, _, _ = increments(path, rates, wt, offset=0.0, ticks=ticks, rng=rng)
+        rest = Running(0.0, np.zeros((0, loc.shape[1])), [])
+        got = advance_common(rest, np.zeros(ticks), loc, h_g=np.inf, h_l=h, first=0, share=wt.share)
+        alarms = [a for a in got.alarms if a + 1 >= first]
+        if alarms:
+            out[r] = max((alarms[0] + 1) * TICK, path.start) - path.start
     return out
 
 
