@@ -21,10 +21,17 @@ from studies.ratestat import DAY, HS, Running, Weights, increments, least_thresh
 FloatArray = npt.NDArray[np.float64]
 
 WINDOW = int(3600 / TICK)
+BLOCK = 16  # change points bounded together before any is searched
 
 
 def common_mixture(
-    loc: FloatArray, share: FloatArray, *, window: int = WINDOW, since: int = 0
+    loc: FloatArray,
+    share: FloatArray,
+    *,
+    window: int = WINDOW,
+    since: int = 0,
+    floor: float = -np.inf,
+    running: bool = False,
 ) -> tuple[npt.NDArray[np.int64], FloatArray]:
     """The mixture over a common change point, at every tick from ``since`` on where it
     can reach a new high: (those ticks, its values there).
@@ -36,20 +43,52 @@ def common_mixture(
     touches, so the statistic can rise only at a tick where some task's ratio is
     positive (a failure), and for a fixed ``t`` its best ``e`` is such a tick: only those
     are searched, over the last ``window`` ticks.
+
+    The search is exact, and pruned by upper bounds that put a task's largest ``L_i``
+    over several change points in place of its ``L_i`` at one:
+
+    * A value under ``floor`` is not searched for: it is reported as its bound with
+      each task at its own best change point (its CUSUM since the first row), which is
+      itself under ``floor``. With ``running`` the floor rises to each value found,
+      which is all a running maximum needs.
+    * Change points are bounded ``BLOCK`` at a time, and a block is searched only where
+      its bound reaches the floor or the best value found so far.
     """
     cum = np.vstack([np.zeros(loc.shape[1]), np.cumsum(loc, axis=0)])
     events = np.flatnonzero((loc > 0).any(axis=1))
     with np.errstate(divide="ignore"):  # a task with share 0 adds log 1 = 0
         stay, move = np.log1p(-share), np.log(share)
+
+    def mixture(ratios: FloatArray) -> FloatArray:
+        out: FloatArray = np.logaddexp(stay, move + ratios).sum(axis=-1)
+        return out
+
     at = events[events >= since]
-    values = np.empty(at.size)
-    lo = 0
+    values = mixture(cusum(loc.T)[:, at].T)  # each task at its own best change point
+    starts = cum[events]  # each change point's cumulative ratios, (events, T)
+    blocks = events.size // BLOCK
+    lows = np.minimum.reduceat(starts[: blocks * BLOCK], np.arange(0, blocks * BLOCK, BLOCK))
     for j, t in enumerate(at.tolist()):
+        if values[j] < floor:
+            continue
+        now = cum[t + 1]
+        lo = int(np.searchsorted(events, t - window, side="left"))
         hi = int(np.searchsorted(events, t, side="right"))
-        while events[lo] < t - window:
-            lo += 1
-        ratios = cum[t + 1][None, :] - cum[events[lo:hi]]
-        values[j] = float(np.logaddexp(stay, move + ratios).sum(axis=1).max())
+        b0, b1 = -(-lo // BLOCK), hi // BLOCK  # the whole blocks inside lo .. hi
+        if b0 >= b1:
+            values[j] = float(mixture(now - starts[lo:hi]).max())
+        else:
+            edges = np.r_[lo : b0 * BLOCK, b1 * BLOCK : hi]
+            best = float(mixture(now - starts[edges]).max()) if edges.size else -np.inf
+            bounds = mixture(now - lows[b0:b1])  # a block's change points, each task at its best
+            promising = bounds >= max(floor, best)
+            if promising.any():
+                rows = (b0 + np.flatnonzero(promising))[:, None] * BLOCK + np.arange(BLOCK)
+                best = max(best, float(mixture(now - starts[rows.ravel()]).max()))
+            skipped = bounds[~promising]
+            values[j] = best if best >= floor or skipped.size == 0 else max(best, skipped.max())
+        if running:
+            floor = max(floor, float(values[j]))
     return at, values
 
 
@@ -76,7 +115,9 @@ def calibrate_common(
         for d in range(days):
             _, loc, _, _ = increments(path, rates, wt, offset=0.0, ticks=span, rng=rng)
             both = np.vstack([tail, loc[:, :, 0]])
-            at, values = common_mixture(both, wt.share, since=tail.shape[0])
+            at, values = common_mixture(
+                both, wt.share, since=tail.shape[0], floor=top, running=True
+            )
             tail = both[-WINDOW:]
             if values.size == 0:
                 continue
@@ -108,7 +149,7 @@ def advance_common(
     while at < g.size:
         sg = cusum(g[at:], s)
         both = np.vstack([tail, local[at:]])
-        ev, values = common_mixture(both, share, since=tail.shape[0])
+        ev, values = common_mixture(both, share, since=tail.shape[0], floor=h_l)
         hits = [int(x) for x in np.flatnonzero(sg >= h_g)[:1]]
         hits += [int(x) - tail.shape[0] for x in ev[values >= h_l][:1]]
         if not hits:

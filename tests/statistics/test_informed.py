@@ -68,7 +68,7 @@ def test_the_common_change_point_keeps_its_budget_and_is_no_faster_than_the_orac
     )[:, :, 0]
     alarms, start = 0, 0
     while True:
-        at, values = common_mixture(loc[start:], mix.weights.share)
+        at, values = common_mixture(loc[start:], mix.weights.share, floor=h)
         hit = np.flatnonzero(values >= h)
         if hit.size == 0:
             break

@@ -1,11 +1,12 @@
 """The common-change-point mixture's chunked run (``studies.commonpoint.advance_common``)
-against a tick-by-tick search over every change point."""
+against a tick-by-tick search over every change point, and its search under a floor
+against the search everywhere."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from studies.commonpoint import WINDOW, advance_common
+from studies.commonpoint import BLOCK, WINDOW, advance_common, common_mixture
 from studies.ratestat import Running
 
 
@@ -43,3 +44,28 @@ def test_chunks_with_restarts_are_the_tick_by_tick_search(rng: np.random.Generat
     assert state.alarms == alarms
     assert len(alarms) >= 2  # the test means something: both restarts and chunk edges
     assert abs(state.s - s) < 1e-9
+
+
+def test_a_floor_skips_only_values_under_it(rng: np.random.Generator) -> None:
+    """Under a floor every value at or above it is the full search's and every other is
+    under it; with ``running`` the running maximum is the full search's."""
+    ticks, tasks = 2 * WINDOW, 8
+    fails = rng.random((ticks, tasks)) < 0.05
+    passes = rng.poisson(0.6, size=(ticks, tasks))
+    local = passes * np.log(0.7) + fails * 2.4
+    share = np.full(tasks, 0.3)
+    at, exact = common_mixture(local, share)
+    assert at.size > 4 * BLOCK  # whole blocks of change points in a window
+    floor = float(np.quantile(exact, 0.9))
+    _, values = common_mixture(local, share, floor=floor)
+    high = exact >= floor
+    assert np.allclose(values[high], exact[high], atol=1e-9)
+    assert (values[~high] < floor).all()
+    assert (values >= exact - 1e-9).all()  # an upper bound where it is not the value
+    start = float(np.quantile(exact, 0.5))
+    _, rising = common_mixture(local, share, floor=start, running=True)
+    assert np.allclose(
+        np.maximum.accumulate(np.maximum(rising, start)),
+        np.maximum.accumulate(np.maximum(exact, start)),
+        atol=1e-9,
+    )

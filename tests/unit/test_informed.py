@@ -60,13 +60,17 @@ def _brute(loc: np.ndarray, share: np.ndarray, t: int, window: int) -> float:
     return best
 
 
+@pytest.mark.parametrize(
+    ("window", "fail"),
+    [(40, 0.03), (200, 0.1)],  # the second has several whole blocks of change points a window
+)
 def test_the_common_change_point_searches_only_where_the_maximum_can_be(
-    rng: np.random.Generator,
+    rng: np.random.Generator, window: int, fail: float
 ) -> None:
     """At each tick with a failure it equals the maximum over every change point in the
     window; at every other tick that maximum is no higher than at the last failure's."""
-    ticks, tasks, window = 300, 6, 40
-    fails = rng.random((ticks, tasks)) < 0.03
+    ticks, tasks = 300, 6
+    fails = rng.random((ticks, tasks)) < fail
     passes = rng.poisson(0.4, size=(ticks, tasks))
     loc = passes * np.log(0.7) + fails * 2.5
     share = np.array([0.3, 0.3, 0.6, 0.1, 0.3, 0.0])
