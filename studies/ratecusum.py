@@ -62,6 +62,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 SEED = 20261204
+CHUNK = 120  # ticks a regression's statistics advance at a time: ten minutes
 
 
 def history(
@@ -194,12 +195,21 @@ def delays(
     for r in range(reps):
         suite = prepare(path.before, rates, design, rng, budget=0.0, thresholds=thresholds)
         g, loc, _, _ = increments(path, rates, suite.wt, offset=0.0, ticks=ticks, rng=rng)
-        got = _advance(
-            design, _start(design, suite.wt), g, loc, suite=suite, share=suite.wt.share, first=0
-        )
-        alarms = [a for a in got.alarms if a + 1 >= first]
-        if alarms:
-            out[r] = max((alarms[0] + 1) * TICK, path.start) - since
+        state = _start(design, suite.wt)
+        for at in range(0, ticks, CHUNK):  # run until the first alarm after the change
+            state = _advance(
+                design,
+                state,
+                g[at : at + CHUNK],
+                loc[at : at + CHUNK],
+                suite=suite,
+                share=suite.wt.share,
+                first=at,
+            )
+            alarms = [a for a in state.alarms if a + 1 >= first]
+            if alarms:
+                out[r] = max((alarms[0] + 1) * TICK, path.start) - since
+                break
     return out
 
 
