@@ -32,6 +32,8 @@ def common_mixture(
     since: int = 0,
     floor: float = -np.inf,
     running: bool = False,
+    grid: int = 1,
+    origin: int = 0,
 ) -> tuple[npt.NDArray[np.int64], FloatArray]:
     """The mixture over a common change point, at every tick from ``since`` on where it
     can reach a new high: (those ticks, its values there).
@@ -42,7 +44,9 @@ def common_mixture(
     probability share_i at e" against "none changed". A pass lowers every ``L_i`` it
     touches, so the statistic can rise only at a tick where some task's ratio is
     positive (a failure), and for a fixed ``t`` its best ``e`` is such a tick: only those
-    are searched, over the last ``window`` ticks.
+    are searched, over the last ``window`` ticks. With ``grid`` > 1 the change points
+    are the ticks whose number (``origin`` for the first row) is a multiple of ``grid``
+    instead: fewer to keep and to search, and a lower threshold (``ratestat.ville``).
 
     The search is exact, and pruned by upper bounds that put a task's largest ``L_i``
     over several change points in place of its ``L_i`` at one:
@@ -65,18 +69,19 @@ def common_mixture(
 
     at = events[events >= since]
     values = mixture(cusum(loc.T)[:, at].T)  # each task at its own best change point
-    starts = cum[events]  # each change point's cumulative ratios, (events, T)
-    blocks = events.size // BLOCK
+    points = events if grid == 1 else np.flatnonzero((origin + np.arange(loc.shape[0])) % grid == 0)
+    starts = cum[points]  # each change point's cumulative ratios, (points, T)
+    blocks = points.size // BLOCK
     lows = np.minimum.reduceat(starts[: blocks * BLOCK], np.arange(0, blocks * BLOCK, BLOCK))
     for j, t in enumerate(at.tolist()):
         if values[j] < floor:
             continue
         now = cum[t + 1]
-        lo = int(np.searchsorted(events, t - window, side="left"))
-        hi = int(np.searchsorted(events, t, side="right"))
+        lo = int(np.searchsorted(points, t - window, side="left"))
+        hi = int(np.searchsorted(points, t, side="right"))
         b0, b1 = -(-lo // BLOCK), hi // BLOCK  # the whole blocks inside lo .. hi
         if b0 >= b1:
-            values[j] = float(mixture(now - starts[lo:hi]).max())
+            values[j] = float(mixture(now - starts[lo:hi]).max()) if hi > lo else -np.inf
         else:
             edges = np.r_[lo : b0 * BLOCK, b1 * BLOCK : hi]
             best = float(mixture(now - starts[edges]).max()) if edges.size else -np.inf
@@ -90,6 +95,19 @@ def common_mixture(
         if running:
             floor = max(floor, float(values[j]))
     return at, values
+
+
+def grid_cusum(x: FloatArray, start: float, *, grid: int, origin: int) -> FloatArray:
+    """``oracle.cusum`` with its change points every ``grid`` ticks: ``S_t = S_{t-1} +
+    x_t``, where at a tick whose number (``origin`` for ``x[0]``) is a multiple of
+    ``grid`` ``S_{t-1}`` is first raised to 0. Between change points it can be negative."""
+    if grid == 1:
+        return cusum(x, start)
+    w = start + np.cumsum(x)
+    before = np.concatenate([[start], w[:-1]])  # the sum just before each tick
+    base = np.where((origin + np.arange(x.size)) % grid == 0, before, np.inf)
+    out: FloatArray = w - np.minimum(np.minimum.accumulate(base), 0.0)
+    return out
 
 
 def calibrate_common(
@@ -138,18 +156,27 @@ def advance_common(
     h_l: float,
     first: int,
     share: FloatArray,
+    grid: int = 1,
 ) -> Running:
     """``ratestat.advance`` with the local statistic over a common change point: the
     global CUSUM at ``h_g`` or the mixture at ``h_l``, both restarted after an alarm (the
-    mixture's change points after it only). ``state.w`` holds the last ``WINDOW`` ticks of
-    per-task ratios since the last alarm, (ticks, T); ``loc`` is (ticks, T, 1)."""
+    mixture's change points after it only), both with change points every ``grid``
+    ticks. ``state.w`` holds the last ``WINDOW`` ticks of per-task ratios since the last
+    alarm, (ticks, T); ``loc`` is (ticks, T, 1); ``first`` is the number of its first tick."""
     s, tail, at = state.s, state.w, 0
     alarms = list(state.alarms)
     local = loc[:, :, 0]
     while at < g.size:
-        sg = cusum(g[at:], s)
+        sg = grid_cusum(g[at:], s, grid=grid, origin=first + at)
         both = np.vstack([tail, local[at:]])
-        ev, values = common_mixture(both, share, since=tail.shape[0], floor=h_l)
+        ev, values = common_mixture(
+            both,
+            share,
+            since=tail.shape[0],
+            floor=h_l,
+            grid=grid,
+            origin=first + at - tail.shape[0],
+        )
         hits = [int(x) for x in np.flatnonzero(sg >= h_g)[:1]]
         hits += [int(x) - tail.shape[0] for x in ev[values >= h_l][:1]]
         if not hits:

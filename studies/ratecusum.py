@@ -55,6 +55,7 @@ from studies.ratestat import (
     calibrate,
     increments,
     reference,
+    ville,
     weights,
 )
 
@@ -112,6 +113,17 @@ def prepare(
     calibrated on the reference and the trial rates the history shows."""
     n, c = history(p, rates, design.history, rng)
     wt = weights(n, c, design)
+    if design.grid != 1 and (design.form, design.threshold_by) != ("common", "ville"):
+        raise ValueError("a grid of change points needs the 'common' form and 'ville'")
+    if thresholds is None and design.threshold_by == "ville":
+        if design.form != "common":
+            raise ValueError("threshold_by 'ville' needs the 'common' form (ratestat.ville)")
+        h = ville(2.0 * budget, TICK * design.grid)
+        thresholds = (h, h)
+    elif thresholds is None and design.threshold_by != "simulation":
+        raise ValueError(
+            f"threshold_by: {design.threshold_by!r} is neither 'simulation' nor 'ville'"
+        )
     if thresholds is None:
         p0 = reference(n, c, design.prior)
         rates = _rates_estimate(n, design.history)
@@ -146,8 +158,11 @@ def _advance(
     share: FloatArray,
     first: int,
 ) -> Running:
-    step = advance_common if design.form == "common" else advance
-    return step(state, g, loc, h_g=suite.h_g, h_l=suite.h_l, first=first, share=share)
+    if design.form == "common":
+        return advance_common(
+            state, g, loc, h_g=suite.h_g, h_l=suite.h_l, first=first, share=share, grid=design.grid
+        )
+    return advance(state, g, loc, h_g=suite.h_g, h_l=suite.h_l, first=first, share=share)
 
 
 def false_pages(
@@ -346,6 +361,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--local-odds", type=floats, help="failure-odds factors")
     parser.add_argument("--share-by", choices=("flat", "passk"), help="the shares' make-up")
     parser.add_argument("--form", choices=("cusums", "common"), help="the local statistic")
+    parser.add_argument(
+        "--threshold-by", choices=("simulation", "ville"), help="calibrated, or log(budget/tick)"
+    )
+    parser.add_argument("--grid", type=int, help="ticks between change points (with ville)")
     parser.add_argument("--spread", type=lambda s: s == "yes", help="yes / no: the global")
     a = vars(parser.parse_args(argv))
     given = {k: v for k, v in a.items() if v is not None}

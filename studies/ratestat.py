@@ -62,6 +62,11 @@ class Design:
     # The local statistic: a mixture of per-task CUSUMs ("cusums") or over a common
     # change point ("common", ``studies.commonpoint``; one local alternative).
     form: str = "cusums"
+    # How the thresholds are set: "simulation" (calibrated per suite on simulated null
+    # paths) or "ville" (``ville``: no simulation; the "common" form only).
+    threshold_by: str = "simulation"
+    # Ticks between the change points the "common" form considers (with "ville").
+    grid: int = 1
     quiet: float = 900.0
     refresh: float = 3600.0
 
@@ -323,6 +328,26 @@ def calibrate(
     return least_threshold(first[0], total, 2.0 * budget), least_threshold(
         first[1], total, 2.0 * budget
     )
+
+
+def ville(budget: float, spacing: float = TICK) -> float:
+    """The threshold that keeps a statistic's mean run length at ``budget`` seconds or
+    more, for any suite, without a simulation: ``log(budget / spacing)`` nats, with
+    ``spacing`` the seconds between the change points it considers (a tick, or a grid).
+
+    It holds for a statistic that alarms when, for some change point ``e``, a likelihood
+    ratio ``M_e(t)`` of the outcomes since ``e`` (alternative over null) reaches
+    ``e^h``, and restarts after the alarm with change points after it only. Under the
+    null each ``M_e`` is a nonnegative martingale of mean 1, so by Ville's inequality it
+    ever reaches ``e^h`` with probability at most ``e^-h``. Each alarm needs a change
+    point of its own whose ratio got there, so ``N`` change points bring at most
+    ``N e^-h`` alarms in expectation. The global CUSUM is such
+    a statistic (Lorden's bound), and so is the mixture over a common change point: the
+    product over tasks of ``1 - share_i + share_i e^{L_i}`` has mean 1 under the null
+    when the tasks' outcomes are independent. A mixture of per-task CUSUMs is not one.
+    The null is the reference rates: an error in them is outside the bound.
+    """
+    return float(np.log(budget / spacing))
 
 
 def least_threshold(first: npt.NDArray[np.int64], total: int, target: float) -> float:

@@ -5,12 +5,17 @@ against the search everywhere."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from studies.commonpoint import BLOCK, WINDOW, advance_common, common_mixture
 from studies.ratestat import Running
 
 
-def test_chunks_with_restarts_are_the_tick_by_tick_search(rng: np.random.Generator) -> None:
+@pytest.mark.parametrize("grid", [1, 3])
+def test_chunks_with_restarts_are_the_tick_by_tick_search(
+    rng: np.random.Generator, grid: int
+) -> None:
+    """Change points at every tick, or at every third (ticks numbered from 0)."""
     ticks, tasks = 3 * WINDOW, 5
     fails = rng.random((ticks, tasks)) < 0.02
     passes = rng.poisson(0.5, size=(ticks, tasks))
@@ -29,13 +34,16 @@ def test_chunks_with_restarts_are_the_tick_by_tick_search(rng: np.random.Generat
             h_l=h_l,
             first=at,
             share=share,
+            grid=grid,
         )
 
     s, last, alarms = 0.0, -1, []
     for t in range(ticks):
-        s = max(0.0, s + g[t])
+        s = max(0.0, s + g[t]) if grid == 1 else (max(0.0, s) if t % grid == 0 else s) + g[t]
         best = -np.inf
         for e in range(max(last + 1, t - WINDOW), t + 1):
+            if e % grid:
+                continue
             ratios = local[e : t + 1].sum(axis=0)
             best = max(best, float(np.log(1 - share + share * np.exp(ratios)).sum()))
         if s >= h_g or best >= h_l:
