@@ -157,11 +157,12 @@ def advance_common(
     first: int,
     share: FloatArray,
     grid: int = 1,
+    window: int = WINDOW,
 ) -> Running:
     """``ratestat.advance`` with the local statistic over a common change point: the
     global CUSUM at ``h_g`` or the mixture at ``h_l``, both restarted after an alarm (the
     mixture's change points after it only), both with change points every ``grid``
-    ticks. ``state.w`` holds the last ``WINDOW`` ticks of per-task ratios since the last
+    ticks. ``state.w`` holds the last ``window`` ticks of per-task ratios since the last
     alarm, (ticks, T); ``loc`` is (ticks, T, 1); ``first`` is the number of its first tick."""
     s, tail, at = state.s, state.w, 0
     alarms = list(state.alarms)
@@ -176,13 +177,63 @@ def advance_common(
             floor=h_l,
             grid=grid,
             origin=first + at - tail.shape[0],
+            window=window,
         )
         hits = [int(x) for x in np.flatnonzero(sg >= h_g)[:1]]
         hits += [int(x) - tail.shape[0] for x in ev[values >= h_l][:1]]
         if not hits:
-            s, tail = float(sg[-1]), both[-WINDOW:]
+            s, tail = float(sg[-1]), both[-window:]
             break
         alarm = min(hits)
         alarms.append(first + at + alarm)
         s, tail, at = 0.0, np.zeros((0, local.shape[1])), at + alarm + 1
     return Running(s, tail, alarms)
+
+
+class Tracker:
+    """Both statistics of ``advance_common`` one tick at a time, as a daemon would keep
+    them: the global CUSUM, each task's cumulative local ratio since the last alarm,
+    and that ratio at each change point of the last ``window`` ticks (one every ``grid``
+    ticks), so ``window / grid`` rows of T floats. A tick's cost is O(T) plus, only where
+    the bound (each task at its own CUSUM) reaches ``h_l``, a search of those rows."""
+
+    def __init__(
+        self, wt: Weights, *, h_g: float, h_l: float, grid: int, window: int = WINDOW
+    ) -> None:
+        self.wt, self.h_g, self.h_l, self.grid, self.window = wt, h_g, h_l, grid, window
+        tasks = wt.share.size
+        with np.errstate(divide="ignore"):
+            self._stay, self._move = np.log1p(-wt.share), np.log(wt.share)
+        self.s = 0.0
+        self.cum = np.zeros(tasks)
+        self.own = np.zeros(tasks)
+        self.points: list[int] = []
+        self.starts = np.zeros((0, tasks))
+
+    def _mixture(self, ratios: FloatArray) -> FloatArray:
+        out: FloatArray = np.logaddexp(self._stay, self._move + ratios).sum(axis=-1)
+        return out
+
+    def tick(
+        self, number: int, passes: npt.NDArray[np.int64], fails: npt.NDArray[np.int64]
+    ) -> bool:
+        """Tick ``number`` with each task's passes and fails in it: is it an alarm?"""
+        if number % self.grid == 0:
+            self.s = max(self.s, 0.0)
+            keep = len(self.points) - int(np.searchsorted(self.points, number - self.window))
+            self.points = [*self.points[len(self.points) - keep :], number]
+            self.starts = np.vstack([self.starts[self.starts.shape[0] - keep :], self.cum])
+        x = passes * self.wt.up_l[:, 0] + fails * self.wt.down_l[:, 0]
+        self.s += float(passes @ self.wt.up_g + fails @ self.wt.down_g)
+        self.cum = self.cum + x
+        self.own = np.maximum(0.0, self.own + x)
+        alarm = self.s >= self.h_g
+        if not alarm and (x > 0).any() and float(self._mixture(self.own)) >= self.h_l:
+            live = int(np.searchsorted(self.points, number - self.window))
+            rows = self.starts[live:]
+            alarm = rows.shape[0] > 0 and float(self._mixture(self.cum - rows).max()) >= self.h_l
+        if alarm:
+            self.s, self.points = 0.0, []
+            self.cum, self.own = np.zeros_like(self.cum), np.zeros_like(self.own)
+            self.starts = np.zeros((0, self.cum.size))
+        return bool(alarm)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from studies.commonpoint import BLOCK, WINDOW, advance_common, common_mixture
-from studies.ratestat import Running
+from studies.commonpoint import BLOCK, WINDOW, Tracker, advance_common, common_mixture
+from studies.ratestat import Design, Running, weights
 
 
 @pytest.mark.parametrize("grid", [1, 3])
@@ -77,3 +77,39 @@ def test_a_floor_skips_only_values_under_it(rng: np.random.Generator) -> None:
         np.maximum.accumulate(np.maximum(exact, start)),
         atol=1e-9,
     )
+
+
+@pytest.mark.parametrize("grid", [1, 3])
+def test_the_tracker_is_the_chunked_run_a_tick_at_a_time(
+    rng: np.random.Generator, grid: int
+) -> None:
+    """``Tracker``, the daemon-shaped form, alarms at the same ticks as ``advance_common``."""
+    tasks, ticks = 12, 4 * WINDOW
+    n = rng.integers(200, 2000, size=tasks)
+    c = rng.binomial(n, rng.uniform(0.95, 0.999, size=tasks))  # pass^5 above 0.75: a global
+    wt = weights(n, c, Design(form="common"))
+    p = np.clip(c / n - 0.05, 0.5, 1.0)  # a little worse than the reference, so alarms come
+    trials = rng.poisson(0.3, size=(ticks, tasks))
+    passes = rng.binomial(trials, p)
+    fails = trials - passes
+    h_g, h_l, window = 4.0, 5.0, 12  # a short window, so that its edge matters
+    tracker = Tracker(wt, h_g=h_g, h_l=h_l, grid=grid, window=window)
+    alarms = [t for t in range(ticks) if tracker.tick(t, passes[t], fails[t])]
+    g = passes @ wt.up_g + fails @ wt.down_g
+    local = passes * wt.up_l[:, 0] + fails * wt.down_l[:, 0]
+    got = advance_common(
+        Running(0.0, np.zeros((0, tasks)), []),
+        g,
+        local[:, :, None],
+        h_g=h_g,
+        h_l=h_l,
+        first=0,
+        share=wt.share,
+        grid=grid,
+        window=window,
+    )
+    assert alarms == got.alarms
+    assert len(alarms) >= 3  # both statistics restart along the way
+    for h in ((h_g, np.inf), (np.inf, h_l)):  # and each alarms on its own
+        alone = Tracker(wt, h_g=h[0], h_l=h[1], grid=grid, window=window)
+        assert any(alone.tick(t, passes[t], fails[t]) for t in range(ticks))
