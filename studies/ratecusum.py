@@ -16,6 +16,11 @@ docs/studies.md#the-oracle):
   0.90 to 0.65, a 2-hour drift to 0.70), each with its own history at 0.90 and
   thresholds calibrated on a history of the cell, run from 0 at time 0 and
   the change ``LEAD`` seconds later, as the triggers are in ``studies.oracle``.
+
+``--form common`` puts the local statistic over a common change point
+(``studies.commonpoint``); ``--threshold-by ville`` sets both thresholds from
+Ville's inequality instead of calibrating them (``ratestat.ville``), with change
+points every ``--grid`` ticks.
 """
 
 from __future__ import annotations
