@@ -205,6 +205,8 @@ class Tracker:
         with np.errstate(divide="ignore"):
             self._stay, self._move = np.log1p(-wt.share), np.log(wt.share)
         self.s = 0.0
+        self.last = -1  # the last tick judged
+        self.searches = 0  # ticks whose bound reached h_l, so that the rows were searched
         self.cum = np.zeros(tasks)
         self.own = np.zeros(tasks)
         self.points: list[int] = []
@@ -217,11 +219,19 @@ class Tracker:
     def tick(
         self, number: int, passes: npt.NDArray[np.int64], fails: npt.NDArray[np.int64]
     ) -> bool:
-        """Tick ``number`` with each task's passes and fails in it: is it an alarm?"""
-        if number % self.grid == 0:
+        """Tick ``number`` with each task's passes and fails in it: is it an alarm?
+
+        Ticks with no outcome may be skipped: the ratios since a change point on a
+        skipped tick are those since the next tick judged, so it is kept there, under
+        its own number for the window.
+        """
+        crossed = self.last < 0 or number // self.grid > self.last // self.grid
+        self.last = number
+        if crossed:  # the latest change point at or before this tick
+            point = number - number % self.grid
             self.s = max(self.s, 0.0)
             keep = len(self.points) - int(np.searchsorted(self.points, number - self.window))
-            self.points = [*self.points[len(self.points) - keep :], number]
+            self.points = [*self.points[len(self.points) - keep :], point]
             self.starts = np.vstack([self.starts[self.starts.shape[0] - keep :], self.cum])
         x = passes * self.wt.up_l[:, 0] + fails * self.wt.down_l[:, 0]
         self.s += float(passes @ self.wt.up_g + fails @ self.wt.down_g)
@@ -229,6 +239,7 @@ class Tracker:
         self.own = np.maximum(0.0, self.own + x)
         alarm = self.s >= self.h_g
         if not alarm and (x > 0).any() and float(self._mixture(self.own)) >= self.h_l:
+            self.searches += 1
             live = int(np.searchsorted(self.points, number - self.window))
             rows = self.starts[live:]
             alarm = rows.shape[0] > 0 and float(self._mixture(self.cum - rows).max()) >= self.h_l

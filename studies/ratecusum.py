@@ -121,8 +121,8 @@ def prepare(
     if design.grid != 1 and (design.form, design.threshold_by) != ("common", "ville"):
         raise ValueError("a grid of change points needs the 'common' form and 'ville'")
     if thresholds is None and design.threshold_by == "ville":
-        if design.form != "common":
-            raise ValueError("threshold_by 'ville' needs the 'common' form (ratestat.ville)")
+        if design.form != "common" or design.share_by != "flat":
+            raise ValueError("threshold_by 'ville' needs the 'common' form and flat shares")
         h = ville(2.0 * budget, TICK * design.grid)
         thresholds = (h, h)
     elif thresholds is None and design.threshold_by != "simulation":

@@ -331,8 +331,8 @@ def calibrate(
 
 
 def ville(budget: float, spacing: float = TICK) -> float:
-    """The threshold that keeps a statistic's mean run length at ``budget`` seconds or
-    more, for any suite, without a simulation: ``log(budget / spacing)`` nats, with
+    """The threshold that keeps a statistic's false alarms at one per ``budget`` seconds
+    or fewer in expectation, without a simulation: ``log(budget / spacing)`` nats, with
     ``spacing`` the seconds between the change points it considers (a tick, or a grid).
 
     It holds for a statistic that alarms when, for some change point ``e``, a likelihood
@@ -340,12 +340,14 @@ def ville(budget: float, spacing: float = TICK) -> float:
     ``e^h``, and restarts after the alarm with change points after it only. Under the
     null each ``M_e`` is a nonnegative martingale of mean 1, so by Ville's inequality it
     ever reaches ``e^h`` with probability at most ``e^-h``. Each alarm needs a change
-    point of its own whose ratio got there, so ``N`` change points bring at most
-    ``N e^-h`` alarms in expectation. The global CUSUM is such
-    a statistic (Lorden's bound), and so is the mixture over a common change point: the
-    product over tasks of ``1 - share_i + share_i e^{L_i}`` has mean 1 under the null
-    when the tasks' outcomes are independent. A mixture of per-task CUSUMs is not one.
-    The null is the reference rates: an error in them is outside the bound.
+    point of its own whose ratio got there (a restart adds one), so ``N`` change points
+    bring at most ``N e^-h`` alarms in expectation. The global CUSUM is such a statistic
+    (Lorden's bound), and so is the mixture over a common change point: the product over
+    tasks of ``1 - share_i + share_i e^{L_i}`` has mean 1 under the null when the
+    outcomes are independent, across tasks and within one. Weights set before each tick
+    (the hourly refresh) keep that; shares that change after a change point
+    (``share_by = "passk"``) do not, nor is a mixture of per-task CUSUMs such a
+    statistic. The null is the reference rates: an error in them is outside the bound.
     """
     return float(np.log(budget / spacing))
 

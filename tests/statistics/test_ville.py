@@ -19,15 +19,15 @@ SEED = 20261208
 
 def test_ville_thresholds_keep_the_budget_they_promise() -> None:
     rng = np.random.default_rng(SEED)
-    design = Design(form="common", threshold_by="ville")
+    grid = 12  # change points every minute, as the study's recommended design
+    design = Design(form="common", threshold_by="ville", grid=grid)
     p = MAKE_UPS["mix"].rates(20, 0.85, K)
     rates = RATES["uniform"][1](p) * PER_MINUTE
-    # A budget of 10 minutes, so that two days hold alarms to count: the bound is loose
-    # (a few alarms where it allows hundreds) and holds at any budget.
-    budget = 600.0
+    # A budget of an hour, so that two days hold alarms to count: the bound is loose
+    # (about 10 alarms where it allows 48) and holds at any budget.
+    budget = 3600.0
     suite = prepare(p, rates, design, rng, budget=budget)
-    assert suite.h_g == suite.h_l == pytest.approx(ville(2.0 * budget))
-    assert ville(budget) == pytest.approx(np.log(budget / TICK))
+    assert suite.h_g == suite.h_l == pytest.approx(ville(2.0 * budget, grid * TICK))
     # The null the bound is about: every task at its reference, the weights fixed.
     p0 = reference(suite.n, suite.c, design.prior)
     wt = suite.wt
@@ -40,8 +40,15 @@ def test_ville_thresholds_keep_the_budget_they_promise() -> None:
     for day in range(days):
         g, loc, _, _ = increments(Path(p0, K), rates, wt, offset=0.0, ticks=per, rng=rng)
         state = advance_common(
-            state, g, loc, h_g=suite.h_g, h_l=suite.h_l, first=day * per, share=wt.share
+            state,
+            g,
+            loc,
+            h_g=suite.h_g,
+            h_l=suite.h_l,
+            first=day * per,
+            share=wt.share,
+            grid=grid,
         )
-    # Each statistic alarms at most once per 2 x budget in expectation: 288 in two days.
+    # Each statistic alarms at most once per 2 x budget in expectation: 48 in two days.
     allowed = 2 * days * DAY / (2.0 * budget)
     assert 1 <= len(state.alarms) < allowed

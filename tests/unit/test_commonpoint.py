@@ -83,31 +83,38 @@ def test_a_floor_skips_only_values_under_it(rng: np.random.Generator) -> None:
 def test_the_tracker_is_the_chunked_run_a_tick_at_a_time(
     rng: np.random.Generator, grid: int
 ) -> None:
-    """``Tracker``, the daemon-shaped form, alarms at the same ticks as ``advance_common``."""
+    """``Tracker``, the daemon-shaped form, alarms at the same ticks as ``advance_common``
+    run in chunks, and the same when it judges only the ticks that have outcomes."""
     tasks, ticks = 12, 4 * WINDOW
     n = rng.integers(200, 2000, size=tasks)
     c = rng.binomial(n, rng.uniform(0.95, 0.999, size=tasks))  # pass^5 above 0.75: a global
     wt = weights(n, c, Design(form="common"))
     p = np.clip(c / n - 0.05, 0.5, 1.0)  # a little worse than the reference, so alarms come
     trials = rng.poisson(0.3, size=(ticks, tasks))
+    trials[rng.random(ticks) < 0.3] = 0  # quiet ticks, which a daemon need not judge
     passes = rng.binomial(trials, p)
     fails = trials - passes
     h_g, h_l, window = 4.0, 5.0, 12  # a short window, so that its edge matters
     tracker = Tracker(wt, h_g=h_g, h_l=h_l, grid=grid, window=window)
     alarms = [t for t in range(ticks) if tracker.tick(t, passes[t], fails[t])]
+    judged = Tracker(wt, h_g=h_g, h_l=h_l, grid=grid, window=window)
+    busy = [t for t in range(ticks) if trials[t].any()]
+    assert [t for t in busy if judged.tick(t, passes[t], fails[t])] == alarms
     g = passes @ wt.up_g + fails @ wt.down_g
     local = passes * wt.up_l[:, 0] + fails * wt.down_l[:, 0]
-    got = advance_common(
-        Running(0.0, np.zeros((0, tasks)), []),
-        g,
-        local[:, :, None],
-        h_g=h_g,
-        h_l=h_l,
-        first=0,
-        share=wt.share,
-        grid=grid,
-        window=window,
-    )
+    got = Running(0.0, np.zeros((0, tasks)), [])
+    for at in range(0, ticks, 250):  # chunks that cut the window
+        got = advance_common(
+            got,
+            g[at : at + 250],
+            local[at : at + 250, :, None],
+            h_g=h_g,
+            h_l=h_l,
+            first=at,
+            share=wt.share,
+            grid=grid,
+            window=window,
+        )
     assert alarms == got.alarms
     assert len(alarms) >= 3  # both statistics restart along the way
     for h in ((h_g, np.inf), (np.inf, h_l)):  # and each alarms on its own
