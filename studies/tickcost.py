@@ -5,9 +5,9 @@ grid of change points, with Ville's thresholds) beside the per-task CUSUMs' tick
 (``ratestat.tick`` and the mixture ``ratestat.combine`` that decides an alarm), each
 fed the same ticks of a healthy suite at a pass^5 of 0.85 (the ``mix`` make-up, every
 task one trial a minute), measured in the same run so that their ratio holds on a
-busy machine. The common form searches its change points only at ticks where its
-bound reaches the threshold; the share of such ticks is printed beside the cost, and
-a tick that searches costs about what the 1,000-task row shows.
+busy machine. The common form searches its change points only at ticks with a
+failure where its bound reaches the threshold; the share of ticks searched is printed
+beside the cost.
 
     python -m studies.tickcost                 # 50 and 1,000 tasks
 """

@@ -1,6 +1,7 @@
 """Thresholds without a simulation (``studies.ratestat.ville``): the rate CUSUM with its
-local statistic over a common change point keeps the run length ``log(budget / tick)``
-promises, on a 20-task suite at its reference rates. A seeded simulation."""
+local statistic over a common change point, on a minute's grid of change points, alarms
+no more often than ``log(budget / spacing)`` allows, on a 20-task suite at its reference
+rates. A seeded simulation."""
 
 from __future__ import annotations
 
