@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from reliabilityd.rules.simulator import Path
 from studies.oracle import TICK, K, cusum
-from studies.ratestat import DAY, HS, Running, Weights, increments, least_threshold
+from studies.ratestat import DAY, HS, Mixture, Running, Weights, increments, least_threshold
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -60,13 +60,7 @@ def common_mixture(
     """
     cum = np.vstack([np.zeros(loc.shape[1]), np.cumsum(loc, axis=0)])
     events = np.flatnonzero((loc > 0).any(axis=1))
-    with np.errstate(divide="ignore"):  # a task with share 0 adds log 1 = 0
-        stay, move = np.log1p(-share), np.log(share)
-
-    def mixture(ratios: FloatArray) -> FloatArray:
-        out: FloatArray = np.logaddexp(stay, move + ratios).sum(axis=-1)
-        return out
-
+    mixture = Mixture(share)
     at = events[events >= since]
     values = mixture(cusum(loc.T)[:, at].T)  # each task at its own best change point
     points = events if grid == 1 else np.flatnonzero((origin + np.arange(loc.shape[0])) % grid == 0)
@@ -202,8 +196,7 @@ class Tracker:
     ) -> None:
         self.wt, self.h_g, self.h_l, self.grid, self.window = wt, h_g, h_l, grid, window
         tasks = wt.share.size
-        with np.errstate(divide="ignore"):
-            self._stay, self._move = np.log1p(-wt.share), np.log(wt.share)
+        self._mixture = Mixture(wt.share)
         self.s = 0.0
         self.last = -1  # the last tick judged
         self.searches = 0  # ticks whose bound reached h_l, so that the rows were searched
@@ -211,10 +204,6 @@ class Tracker:
         self.own = np.zeros(tasks)
         self.points: list[int] = []
         self.starts = np.zeros((0, tasks))
-
-    def _mixture(self, ratios: FloatArray) -> FloatArray:
-        out: FloatArray = np.logaddexp(self._stay, self._move + ratios).sum(axis=-1)
-        return out
 
     def tick(
         self, number: int, passes: npt.NDArray[np.int64], fails: npt.NDArray[np.int64]

@@ -153,6 +153,21 @@ def shares(p0: FloatArray, design: Design, k: int = K) -> FloatArray:
     return out
 
 
+class Mixture:
+    """``sum_i log(1 - share_i + share_i e^{x_i})`` over the last axis: the likelihood
+    ratio of "each task changed with probability share_i" against "none changed", given
+    each task's log-likelihood ratio ``x_i``. A task whose share is 0 adds log 1 = 0."""
+
+    def __init__(self, share: FloatArray | float) -> None:
+        with np.errstate(divide="ignore"):
+            self.stay = np.log1p(-np.asarray(share, dtype=np.float64))
+            self.move = np.log(np.asarray(share, dtype=np.float64))
+
+    def __call__(self, x: FloatArray) -> FloatArray:
+        out: FloatArray = np.logaddexp(self.stay, self.move + x).sum(axis=-1)
+        return out
+
+
 def combine(w: FloatArray, share: FloatArray | float) -> FloatArray:
     """The local statistic from per-task, per-alternative CUSUMs ``w`` (..., T, A): each
     task's best alternative, then the plain sum over tasks (every share 0: Mei's SUM) or
@@ -165,8 +180,7 @@ def combine(w: FloatArray, share: FloatArray | float) -> FloatArray:
     if not np.any(pi > 0):
         out: FloatArray = best.sum(axis=-1)
     else:
-        with np.errstate(divide="ignore"):  # a task with share 0 adds log 1 = 0
-            out = np.logaddexp(np.log1p(-pi), np.log(pi) + best).sum(axis=-1)
+        out = Mixture(pi)(best)
     return out
 
 

@@ -5,10 +5,38 @@ against the search everywhere."""
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from studies.commonpoint import BLOCK, WINDOW, Tracker, advance_common, common_mixture
 from studies.ratestat import Design, Running, weights
+
+
+def _in_chunks(
+    g: npt.NDArray[np.float64],
+    local: npt.NDArray[np.float64],
+    share: npt.NDArray[np.float64],
+    *,
+    h_g: float,
+    h_l: float,
+    grid: int,
+    window: int = WINDOW,
+) -> Running:
+    """``advance_common`` over chunks of 250 ticks, which cut the window."""
+    state = Running(0.0, np.zeros((0, local.shape[1])), [])
+    for at in range(0, g.size, 250):
+        state = advance_common(
+            state,
+            g[at : at + 250],
+            local[at : at + 250, :, None],
+            h_g=h_g,
+            h_l=h_l,
+            first=at,
+            share=share,
+            grid=grid,
+            window=window,
+        )
+    return state
 
 
 @pytest.mark.parametrize("grid", [1, 3])
@@ -24,18 +52,7 @@ def test_chunks_with_restarts_are_the_tick_by_tick_search(
     share = np.array([0.3, 0.0, 0.5, 0.3, 0.9])
     h_g, h_l = 4.0, 3.0
 
-    state = Running(0.0, np.zeros((0, tasks)), [])
-    for at in range(0, ticks, 250):  # chunks that cut the window
-        state = advance_common(
-            state,
-            g[at : at + 250],
-            local[at : at + 250, :, None],
-            h_g=h_g,
-            h_l=h_l,
-            first=at,
-            share=share,
-            grid=grid,
-        )
+    state = _in_chunks(g, local, share, h_g=h_g, h_l=h_l, grid=grid)
 
     s, last, alarms = 0.0, -1, []
     for t in range(ticks):
@@ -102,19 +119,7 @@ def test_the_tracker_is_the_chunked_run_a_tick_at_a_time(
     assert [t for t in busy if judged.tick(t, passes[t], fails[t])] == alarms
     g = passes @ wt.up_g + fails @ wt.down_g
     local = passes * wt.up_l[:, 0] + fails * wt.down_l[:, 0]
-    got = Running(0.0, np.zeros((0, tasks)), [])
-    for at in range(0, ticks, 250):  # chunks that cut the window
-        got = advance_common(
-            got,
-            g[at : at + 250],
-            local[at : at + 250, :, None],
-            h_g=h_g,
-            h_l=h_l,
-            first=at,
-            share=wt.share,
-            grid=grid,
-            window=window,
-        )
+    got = _in_chunks(g, local, wt.share, h_g=h_g, h_l=h_l, grid=grid, window=window)
     assert alarms == got.alarms
     assert len(alarms) >= 3  # both statistics restart along the way
     for h in ((h_g, np.inf), (np.inf, h_l)):  # and each alarms on its own
