@@ -170,6 +170,7 @@ class Evaluator:
             last_trial_at=parse_time(snap.last_trial_at),
             evidence=None if view is None else view.evidence,
             level=None if view is None else view.level,
+            alarmed_at=None if view is None else view.alarmed_at,
         )
         t = step(rule, current, obs, now)
         failing: list[TrialRecord] = []

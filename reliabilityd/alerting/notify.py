@@ -56,7 +56,7 @@ class Notification(msgspec.Struct, frozen=True, kw_only=True):
     suite: str
     metric: str
     k: int
-    # What the rule breaches on: "detector", "ci-low", or "canary" (a compare rule).
+    # What the rule breaches on: "detector", "rate", "ci-low", or "canary" (a compare rule).
     trigger: Trigger | Literal["canary"]
     state: Literal["firing", "resolved"]
     repeat: bool = False
@@ -281,6 +281,8 @@ def describe(n: Notification) -> str:
         return f"{head}: the value is UNKNOWN (too few trials for k={n.k})"
     if n.trigger == "ci-low":
         return f"{head}: lower bound below {n.below:.3f}"
+    if n.trigger == "rate":
+        return f"{head}: the tasks' failure rates say below {n.below:.3f}"
     return f"{head}: the change detector says below {n.below:.3f}"
 
 

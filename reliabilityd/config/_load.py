@@ -94,6 +94,12 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
                 'the detector (the default trigger) watches pass^k; set trigger = "ci-low" '
                 "for a pass@k rule",
             )
+        if alert.trigger == "rate" and alert.metric != "pass^k":
+            raise ConfigError(
+                path,
+                f"$.alerts[{i}].trigger",
+                'the rate trigger watches pass^k; set trigger = "ci-low" for a pass@k rule',
+            )
         windowed = config.stats.window > 0 or any(o.window for o in config.suites)
         if alert.trigger == "detector" and not windowed:
             raise ConfigError(

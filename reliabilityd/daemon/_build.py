@@ -31,9 +31,11 @@ async def snapshot_of(
     now: float,
     slices: int,
     lottery_k: int,
+    alarms: dict[str, float | None] | None = None,
 ) -> snapshot.Snapshot:
     """The series' snapshot; ``slices`` is how many slices a suite as a whole has (0 for a
-    slice). The rules' views are computed in a worker thread."""
+    slice); ``alarms``, by rule name, each rate rule's last alarm
+    (``_rate``). The rules' views are computed in a worker thread."""
     c = state.counters
     suite_pace = views.pace(
         c.trials,
@@ -51,6 +53,7 @@ async def snapshot_of(
             state.windows,
             window=settings.window,
             settings=settings,
+            alarms=alarms,
         )
         if rules
         else []

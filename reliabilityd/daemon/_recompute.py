@@ -45,6 +45,7 @@ from reliabilityd.daemon import _build, _series_settings
 from reliabilityd.daemon._canary import Canaries
 from reliabilityd.daemon._claims import Claims
 from reliabilityd.daemon._live import LiveValues
+from reliabilityd.daemon._rate import RateStates
 from reliabilityd.daemon._rows import RowWriter
 from reliabilityd.daemon.metrics import Metrics
 from reliabilityd.logs import RateLimited, emit, kv, log
@@ -120,6 +121,8 @@ class Recompute:
         self.canaries: Canaries | None = None
         # The summary rows the list-wide reads page through, after the verdicts.
         self.rows = RowWriter(store)
+        # The rate rules' states, advanced on each snapshot of their series.
+        self.rates = RateStates(store)
 
     def configure(self, config: Config) -> None:
         """Settings and rules from ``config`` (a reload, between ticks); the next tick
@@ -282,6 +285,9 @@ class Recompute:
                     rows=rows[i],
                     now=now,
                     slices=0 if one.slice is not None else len(slice_ids.get(one.suite, [])),
+                    alarms=await self.rates.advance(
+                        one, rules[i], windowed=settings[i].window > 0, now=now
+                    ),
                 )
             )
         writes: list[SnapshotWrite] = []
@@ -350,6 +356,7 @@ class Recompute:
         rows: list[LotteryCase],
         now: float,
         slices: int = 0,
+        alarms: dict[str, float | None] | None = None,
     ) -> snapshot.Snapshot | None:
         """The series' snapshot from its computed parts; None (logged, marked) when it fails.
 
@@ -367,6 +374,7 @@ class Recompute:
                 now=now,
                 slices=slices,
                 lottery_k=max(self.config.stats.k),
+                alarms=alarms,
             )
         except Exception:
             log.exception("%s", kv("snapshot_failed", suite=series.label))

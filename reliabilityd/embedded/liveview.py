@@ -143,9 +143,10 @@ def note_line(note: Note | str) -> str:
             )
         return f"{head} lower bound {pct(note.ci_low)} >= {pct(note.resolve_above)}"
     if note.state == "firing":
+        says = "the failure rates say" if note.trigger == "rate" else "the detector says"
         return (
-            f"{head} {pct(note.value)} [{pct(note.ci_low)}, {pct(note.ci_high)}], the detector "
-            f"says under {pct(note.below)} ({note.tasks} tasks, {note.runs} runs)"
+            f"{head} {pct(note.value)} [{pct(note.ci_low)}, {pct(note.ci_high)}], {says} "
+            f"under {pct(note.below)} ({note.tasks} tasks, {note.runs} runs)"
         )
     return f"{head} {pct(note.value)} >= {pct(note.resolve_above)}"
 
@@ -176,6 +177,11 @@ def rule_line(rule: Rule) -> str:
         return (
             f"alert {rule.name} on {rule.suite}: fires when the {metric} lower bound stays "
             f"< {pct(rule.below)} for {rule.for_seconds:g} s; resolves at >= {pct(rule.resolve_at)}"
+        )
+    if rule.trigger == "rate":
+        return (
+            f"alert {rule.name} on {rule.suite}: fires when the failure rates say {metric} < "
+            f"{pct(rule.below)}; resolves at {metric} >= {pct(rule.resolve_at)}"
         )
     return (
         f"alert {rule.name} on {rule.suite}: fires when the detector says {metric} < "

@@ -148,6 +148,15 @@ def describe(watch: Watch | Rule | CanaryRule) -> str:
             f"Fires when the lower bound of {metric}'s interval is under {_pct(rule.below)}, "
             f"resolves when it is back at {_pct(rule.resolve_at)} or above."
         )
+    elif rule.trigger == "rate":
+        text = (
+            f"Fires when each task's outcomes, against its reference rate from counts with a "
+            f"{rule.half_life / 3600:g} h half-life, say {metric} fell toward "
+            f"{_pct(rule.below)} (at most one false alarm in {rule.budget_days:g} days at "
+            f"those rates), or the interval's upper bound is "
+            f"under {_pct(rule.below)}; an alarm holds {rule.hold:g} s; resolves when the "
+            f"estimate is back at {_pct(rule.resolve_at)} or above."
+        )
     else:
         level = (
             f", the whole windows' evidence that it is under {_pct(rule.below)} reaches "

@@ -8,7 +8,10 @@ outcomes. Every ``tick`` seconds (the daemon's ``ci_interval``) the rules
 are judged by the real state machine (``rules.step``) on what the daemon
 would see: the window's value and CI in the rule's own interval
 (``pagerate.window_estimates``, percentile or gaffke), the detector's CUSUM
-evidence and its level statistic (``detector.evidence``, ``detector.level``).
+evidence and its level statistic (``detector.evidence``, ``detector.level``),
+and a rate rule's last alarm (``ratecusum.Tracker`` fed each task's lifetime
+counts at every tick that brought a trial, its references from a day of
+counts drawn at the rates at the start, ``reference_counts``).
 A tick in which no trial arrived sees the same numbers as the one before
 (they are computed once) and is still judged, so ``for`` runs on the clock.
 """
@@ -25,11 +28,15 @@ import numpy.typing as npt
 from reliabilityd.rules.pagerate import Shape, Window, window_estimates
 from reliabilityd.rules.state import AlertState
 from reliabilityd.rules.threshold import Observation, Rule, step
+from reliabilityd.stats import ratecusum
 from reliabilityd.stats.detector import RecentCounts, evidence, level
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+
+# The history a rate rule's references come from when a simulation starts.
+REFERENCE_SECONDS = 86400.0
 
 # Per-task trial rates relative to the suite's mean, from the tasks' base rates.
 BUSY = 10.0
@@ -124,6 +131,8 @@ class Judged:
     firing: list[BoolArray]
     states: list[AlertState]
     tail: list[BoolArray]
+    # Per rule: a rate rule's statistics at the end (None for the others).
+    trackers: list[ratecusum.Tracker | None] = field(default_factory=list)
 
 
 def _windows(
@@ -137,12 +146,15 @@ def _windows(
     offset: float,
     rng: np.random.Generator,
     prefill: Sequence[BoolArray] | None,
-) -> tuple[IntArray, IntArray, list[BoolArray]]:
-    """(ticks, T) passes in each window and (ticks, T, recent) in its last outcomes."""
+) -> tuple[IntArray, IntArray, list[BoolArray], IntArray, IntArray]:
+    """(ticks, T) passes in each window and (ticks, T, recent) in its last outcomes; each
+    window's last outcomes; and (ticks, T) trials and passes since ``offset``."""
     t = rates.size
     ends = offset + tick * np.arange(1, ticks + 1)
     c = np.empty((ticks, t), dtype=np.int64)
     rec = np.empty((ticks, t, recent), dtype=np.int64)
+    since_n = np.empty((ticks, t), dtype=np.int64)
+    since_c = np.empty((ticks, t), dtype=np.int64)
     tails: list[BoolArray] = []
     for j in range(t):
         m = rng.poisson(rates[j] * tick * ticks)
@@ -159,8 +171,50 @@ def _windows(
         c[:, j] = cs[idx] - cs[idx - window]
         for r in range(1, recent + 1):
             rec[:, j, r - 1] = cs[idx] - cs[idx - r]
+        since_n[:, j] = idx - window
+        since_c[:, j] = cs[idx] - cs[window]
         tails.append(seq[-window:].copy())
-    return c, rec, tails
+    return c, rec, tails, since_n, since_c
+
+
+def reference_counts(
+    path: Path, rates: FloatArray, rng: np.random.Generator, *, at: float = 0.0
+) -> tuple[IntArray, IntArray]:
+    """Each task's trials and passes over ``REFERENCE_SECONDS`` at its rates at ``at``:
+    the history a rate rule's references come from."""
+    n = rng.poisson(rates * REFERENCE_SECONDS).astype(np.int64)
+    p = np.array([path.rates_at(np.array([at]), j)[0] for j in range(rates.size)])
+    return n, rng.binomial(n, p).astype(np.int64)
+
+
+def _rate_alarms(
+    rule: Rule,
+    tracker: ratecusum.Tracker | None,
+    path: Path,
+    rates: FloatArray,
+    since: tuple[IntArray, IntArray],
+    *,
+    tick: float,
+    offset: float,
+    rng: np.random.Generator,
+) -> tuple[list[float | None], ratecusum.Tracker]:
+    """A rate rule's last alarm at each tick, and its statistics after the last."""
+    names = [str(j) for j in range(rates.size)]
+    if tracker is None:
+        base_n, base_c = reference_counts(path, rates, rng, at=offset)
+        tracker = ratecusum.Tracker(rule.knobs(), names, base_n, base_c, now=offset)
+    base_n, base_c = tracker.seen_n.copy(), tracker.seen_c.copy()
+    since_n, since_c = since
+    out: list[float | None] = []
+    before = np.zeros(rates.size, dtype=np.int64)
+    for i in range(since_n.shape[0]):
+        if (since_n[i] != before).any():
+            tracker.tick(
+                names, base_n + since_n[i], base_c + since_c[i], now=offset + (i + 1) * tick
+            )
+            before = since_n[i]
+        out.append(tracker.alarmed_at)
+    return out, tracker
 
 
 def judge(
@@ -178,17 +232,19 @@ def judge(
     offset: float = 0.0,
     states: Sequence[AlertState] | None = None,
     prefill: Sequence[BoolArray] | None = None,
+    trackers: Sequence[ratecusum.Tracker | None] | None = None,
 ) -> Judged:
     """Every rule judged every ``tick`` seconds for ``duration`` seconds from ``offset``.
 
     ``rates`` are trials per task per second; ``interval`` is the suite's
     (a rule's own ``interval`` wins). The window starts full (drawn at the
     rates at ``offset``) unless ``prefill`` carries each task's last outcomes
-    on from an earlier call, as ``states`` carries the rules' states.
+    on from an earlier call, as ``states`` carries the rules' states and
+    ``trackers`` the rate rules' statistics.
     """
     ticks = max(1, round(duration / tick))
     recent = max([r.recent for r in rules if r.trigger == "detector"], default=1)
-    c, rec, tails = _windows(
+    c, rec, tails, since_n, since_c = _windows(
         path,
         rates,
         window=window,
@@ -206,7 +262,7 @@ def judge(
     uc, urec = c[moved], rec[moved]
     wins: dict[str, Window] = {}
     stats: dict[tuple[float, int], tuple[FloatArray, FloatArray]] = {}
-    out = Judged([], [], [], tails)
+    out = Judged([], [], [], tails, [])
     for j, rule in enumerate(rules):
         name = rule.interval or interval
         if name not in wins:
@@ -221,6 +277,20 @@ def judge(
                 )
                 stats[key] = (evidence(counts, k, rule.below), level(counts, k, rule.below))
             ev, lv = stats[key]
+        alarms: list[float | None] | None = None
+        tracker = None
+        if rule.trigger == "rate":
+            alarms, tracker = _rate_alarms(
+                rule,
+                None if trackers is None else trackers[j],
+                path,
+                rates,
+                (since_n, since_c),
+                tick=tick,
+                offset=offset,
+                rng=rng,
+            )
+        out.trackers.append(tracker)
         current = AlertState() if states is None else states[j]
         value, low, high = win.value.tolist(), win.ci_low.tolist(), win.ci_high.tolist()
         evs = None if ev is None else ev.tolist()
@@ -236,6 +306,7 @@ def judge(
                 runs=window,
                 evidence=None if evs is None else evs[u],
                 level=None if lvs is None else lvs[u],
+                alarmed_at=None if alarms is None else alarms[i],
             )
             tr = step(rule, current, obs, offset + (i + 1) * tick)
             if tr.notify == "firing":
@@ -292,13 +363,22 @@ def steady(
     ticks = 0
     states: Sequence[AlertState] | None = None
     prefill: Sequence[BoolArray] | None = None
+    trackers: Sequence[ratecusum.Tracker | None] | None = None
     at = 0.0
     while at < duration - 1e-9:
         span = min(chunk, duration - at)
         got = judge(
-            rules, path, rates, duration=span, offset=at, states=states, prefill=prefill, **judging
+            rules,
+            path,
+            rates,
+            duration=span,
+            offset=at,
+            states=states,
+            prefill=prefill,
+            trackers=trackers,
+            **judging,
         )
-        states, prefill = got.states, got.tail
+        states, prefill, trackers = got.states, got.tail, got.trackers
         for j, f in enumerate(got.fired):
             pages[j] += f.size
             firing[j] += int(got.firing[j].sum())

@@ -14,6 +14,15 @@ verdict moves the shared state machine (``state.advance``).
   and only the upper bound can breach. The default follows the page-rate
   study (docs/studies.md): on a steady windowed suite the lower bound pages
   several times a day or stays firing, the detector pages a tenth as often.
+* ``trigger = "rate"`` breaches on an alarm of the rate statistics
+  (``stats.ratecusum``: each task's outcomes since the last tick against its
+  reference rate from a day of counts, with thresholds from Ville's inequality
+  for at most one false alarm per ``budget_days``), or on the CI upper bound
+  under ``below``. An alarm is a breach for ``hold`` seconds (a regression
+  that persists alarms again within its delay); a firing alert resolves when
+  the point estimate is back at ``resolve_above`` and no alarm holds. It needs
+  no window: the statistics difference each task's lifetime counts, which the
+  store keeps for every suite.
 * ``trigger = "ci-low"``, a gate's criterion, breaches when
   ``ci_low < below`` (equal is not a breach) and resolves only when
   ``ci_low >= resolve_above`` (hysteresis: a bound hovering between the two
@@ -46,10 +55,11 @@ from reliabilityd.rules.state import (
     advance,
 )
 from reliabilityd.stats.intervals import IntervalName
+from reliabilityd.stats.ratecusum import Knobs
 
 __all__ = ["Observation", "Rule", "Trigger", "for_slice", "step", "verdict"]
 
-Trigger = Literal["ci-low", "detector"]
+Trigger = Literal["ci-low", "detector", "rate"]
 
 
 class Rule(
@@ -84,8 +94,10 @@ class Rule(
     # What breaches: "detector" (the default: ``detector.evidence`` reaching
     # `evidence` nats that pass^k has moved to `below` or under it,
     # ``detector.level`` reaching `level_evidence`, or the CI upper bound under
-    # `below`; needs the suite's window) or "ci-low" (a gate's criterion: the CI
-    # lower bound under `below`); see reliabilityd/stats/detector.py.
+    # `below`; needs the suite's window; reliabilityd/stats/detector.py), "rate"
+    # (an alarm of the rate statistics, or the CI upper bound under `below`;
+    # pass^k only; reliabilityd/stats/ratecusum.py) or "ci-low" (a gate's
+    # criterion: the CI lower bound under `below`).
     trigger: Trigger = "detector"
     # The CI this rule judges (reliabilityd.INTERVALS); None = its suite's interval.
     interval: IntervalName | None = None
@@ -96,6 +108,20 @@ class Rule(
     level_evidence: Annotated[float, msgspec.Meta(ge=0)] = 1.0
     # How many of each task's most recent outcomes the detector scans.
     recent: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 5
+    # A "rate" rule's statistics (reliabilityd/stats/ratecusum.py): at most one false
+    # alarm per `budget_days` in expectation at the reference rates; change points
+    # every `grid` seconds; the share of tasks a drop is expected to touch; the share
+    # of a task's trials a new failure mode fails; the pseudo-trials that shrink a
+    # task's reference to the suite's; the half-life (seconds) of the reference counts.
+    budget_days: Annotated[float, msgspec.Meta(gt=0)] = 14.0
+    grid: Annotated[float, msgspec.Meta(ge=1)] = 60.0
+    share: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.3
+    kill: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.3
+    prior: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    half_life: Annotated[float, msgspec.Meta(gt=0)] = 86400.0
+    # Seconds an alarm of a "rate" rule is a breach; the evaluator must judge within
+    # it (a few ci_intervals at least).
+    hold: Annotated[float, msgspec.Meta(gt=0)] = 3600.0
     # Judge each slice of the suites the rule watches as well, each slice on
     # its own snapshot and with its own state (``for_slice``; docs/slices.md).
     slices: bool = False
@@ -103,6 +129,19 @@ class Rule(
     @property
     def resolve_at(self) -> float:
         return self.below if self.resolve_above is None else self.resolve_above
+
+    def knobs(self) -> Knobs:
+        """A "rate" rule's statistics, as ``stats.ratecusum`` takes them."""
+        return Knobs(
+            k=self.k,
+            below=self.below,
+            budget=self.budget_days * 86400.0,
+            grid=self.grid,
+            share=self.share,
+            kill=self.kill,
+            prior=self.prior,
+            half_life=self.half_life,
+        )
 
 
 def for_slice(rule: Rule, slice_id: str) -> Rule:
@@ -130,6 +169,8 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True):
     evidence: float | None = None
     # ``detector.level``: the whole windows' evidence that pass^k is under `below`.
     level: float | None = None
+    # Unix seconds of the rate statistics' last alarm (``trigger = "rate"`` rules).
+    alarmed_at: float | None = None
 
 
 def verdict(rule: Rule, obs: Observation, now: float) -> tuple[Verdict, Reason | None]:
@@ -146,6 +187,8 @@ def verdict(rule: Rule, obs: Observation, now: float) -> tuple[Verdict, Reason |
         return "none", None
     if rule.trigger == "detector":
         return _detector_verdict(rule, obs)
+    if rule.trigger == "rate":
+        return _rate_verdict(rule, obs, now)
     if obs.ci_low < rule.below:
         return "breach", "below"
     if obs.ci_low >= rule.resolve_at:
@@ -161,6 +204,18 @@ def _detector_verdict(rule: Rule, obs: Observation) -> tuple[Verdict, Reason | N
         or (rule.level_evidence > 0 and obs.level is not None and obs.level >= rule.level_evidence)
         or (obs.ci_high is not None and obs.ci_high < rule.below)
     ):
+        return "breach", "below"
+    assert obs.value is not None  # verdict() returned on UNKNOWN
+    if obs.value >= rule.resolve_at:
+        return "clear", None
+    return "between", None
+
+
+def _rate_verdict(rule: Rule, obs: Observation, now: float) -> tuple[Verdict, Reason | None]:
+    # An alarm breaches for `hold` seconds; then, as for every trigger, a firing alert
+    # stays firing until the point estimate is back at `resolve_above`.
+    held = obs.alarmed_at is not None and now - obs.alarmed_at < rule.hold
+    if held or (obs.ci_high is not None and obs.ci_high < rule.below):
         return "breach", "below"
     assert obs.value is not None  # verdict() returned on UNKNOWN
     if obs.value >= rule.resolve_at:

@@ -2,17 +2,22 @@
 
 Computed beside the CIs, from the same committed state (one version), so
 every replica that judges that snapshot sees the same evidence: the change
-detector's evidence (``detector``) for rules with ``trigger = "detector"``, and
-a rule's own estimate when it names another interval than the suite's. Pure:
-the daemon reads the state and writes the result. A rule's expected page rate
-is not computed here: ``reliabilityd forecast`` simulates it on demand.
+detector's evidence (``detector``) for rules with ``trigger = "detector"``,
+whether a rate alarm holds for rules with ``trigger = "rate"`` (``rate``, on
+the state the daemon keeps per series and rule), and a rule's own estimate
+when it names another interval than the suite's. Pure: the daemon reads the
+state and writes the result. A rule's expected page rate is not computed
+here: ``reliabilityd forecast`` simulates it on demand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from reliabilityd.rules.threshold import Rule
+from reliabilityd.stats import ratecusum
 from reliabilityd.stats.detector import evidence, level, recent_counts
 from reliabilityd.stats.estimate import Estimate, estimate
 from reliabilityd.stats.histogram import Histogram
@@ -38,6 +43,36 @@ def pace(
     return (trials - before) / tasks / elapsed * 86400.0
 
 
+def rate(
+    rule: Rule,
+    doc: bytes | None,
+    tasks: Sequence[str],
+    n: Sequence[int],
+    c: Sequence[int],
+    *,
+    version: int,
+    now: float,
+) -> ratecusum.Tracker:
+    """A "rate" rule's state advanced to the series' lifetime counts at ``now``; its
+    ``alarmed_at`` is the time of its last alarm.
+
+    ``doc`` is the stored state; none, one that does not decode, or one kept under
+    other settings starts afresh on these counts (a restart, as after an alarm).
+    """
+    knobs = rule.knobs()
+    counts = np.asarray(n, dtype=np.int64), np.asarray(c, dtype=np.int64)
+    tracker: ratecusum.Tracker | None = None
+    if doc is not None:
+        try:
+            tracker = ratecusum.decode(doc)
+        except ValueError:
+            tracker = None
+    if tracker is None or tracker.knobs != knobs:
+        return ratecusum.Tracker(knobs, tasks, *counts, now=now, version=version)
+    tracker.tick(tasks, *counts, now=now, version=version)
+    return tracker
+
+
 def rule_views(
     rules: Sequence[Rule],
     hist: Histogram,
@@ -45,9 +80,11 @@ def rule_views(
     *,
     window: int,
     settings: StatsSettings,
+    alarms: Mapping[str, float | None] | None = None,
 ) -> list[RuleView]:
-    """One view per rule: fresh evidence, and the rule's own estimate when it names
-    another interval than the suite's.
+    """One view per rule: fresh evidence, a rate rule's last alarm (``alarms``, by rule
+    name, from ``rate``), and the rule's own estimate when it names another interval
+    than the suite's.
 
     Without a window there is no evidence (the detector reads each task's
     last outcomes).
@@ -67,6 +104,7 @@ def rule_views(
                 rule=rule.name,
                 evidence=nats,
                 level=lvl,
+                alarmed_at=None if alarms is None else alarms.get(rule.name),
                 estimate=own,
             )
         )

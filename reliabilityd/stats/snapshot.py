@@ -37,6 +37,8 @@ class RuleView(msgspec.Struct, frozen=True, omit_defaults=True):
     evidence: float | None = None
     # ``detector.level``: the whole windows' nats that pass^k is under ``below``.
     level: float | None = None
+    # Unix seconds of the rate statistics' last alarm (``trigger = "rate"`` rules).
+    alarmed_at: float | None = None
     # The rule's own estimate when it names another interval than the suite's.
     estimate: Estimate | None = None
 

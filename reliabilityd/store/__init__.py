@@ -41,6 +41,7 @@ from reliabilityd.store._rows import Gauges, Row, RowPage
 from reliabilityd.store._runs import DEFAULT_RUNS, RunSummary
 from reliabilityd.store._snapshots import SnapshotWrite
 from reliabilityd.store._store import Store
+from reliabilityd.store._triggers import TriggerInput
 from reliabilityd.store.keys import ROW_STATES, Series
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "TaskHashes",
     "TaskTrials",
     "TrialRecord",
+    "TriggerInput",
     "Undecodable",
     "UndecodableLog",
     "connect",

@@ -17,7 +17,18 @@ from reliabilityd.store._scripts import EXPIRE_IDLE, FORGET, RELEASE
 from reliabilityd.store.keys import Keys, Series, glob_escape
 
 # KEYS of FORGET and EXPIRE_IDLE, in order (then each run's count hash).
-_FORGET_KEYS = ("meta", "tasks", "hist", "lottery", "touched", "recent", "failures", "runs", "run")
+_FORGET_KEYS = (
+    "meta",
+    "tasks",
+    "hist",
+    "lottery",
+    "touched",
+    "recent",
+    "failures",
+    "runs",
+    "run",
+    "totals",
+)
 
 
 @boundary
@@ -75,8 +86,7 @@ class Admin:
         marks = [suite]
         for raw in await self.client.hkeys(self.keys.slices(suite)):
             series = Series(suite, _text(raw))
-            keys = [self.keys.series(series, name) for name in _FORGET_KEYS[:-2]]
-            keys += [self.keys.series(series, "runs"), self.keys.series(series, "run")]
+            keys = [self.keys.series(series, name) for name in _FORGET_KEYS]
             if int(await self.client.eval(FORGET, len(keys), *keys, task)):
                 marks.append(series.member)
         await self.client.sadd(self.keys.changed, *marks)  # the CI loop recomputes them

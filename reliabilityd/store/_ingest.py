@@ -207,10 +207,12 @@ class Ingest:
         seen = _label_keys(chunk)
         keys = [self.keys.suite(suite, name) for name in ("meta", "tasks", "hist", "lottery")]
         keys += [self.keys.slices(suite), self.keys.labels(suite), self.keys.suite(suite, "trials")]
+        keys.append(self.keys.suite(suite, "totals"))
         for sid in positions:
             series = Series(suite, sid)
             keys += [
-                self.keys.series(series, name) for name in ("meta", "tasks", "hist", "lottery")
+                self.keys.series(series, name)
+                for name in ("meta", "tasks", "hist", "lottery", "totals")
             ]
         p = dedup.plan(width, dedup_ttl, float(stamp), lookback=lookback)
         keys += [self.keys.dedup_bucket(suite, width, b) for b in p.buckets]

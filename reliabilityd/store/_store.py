@@ -2,7 +2,8 @@
 
 Each part owns one concern and holds the client and the key schema; callers
 reach a command through its part (``store.ingest.apply``,
-``store.reads.read_state``, ``store.alerts.alert_cas``, ``store.history.read``),
+``store.reads.read_state``, ``store.alerts.alert_cas``, ``store.history.read``,
+``store.triggers.write``),
 so a newcomer finds a command by what it is for. The parts are the only code that names a key
 (``keys``) or sends a Redis command; the Lua scripts are in ``lua/``.
 """
@@ -19,6 +20,7 @@ from reliabilityd.store._reads import Reads
 from reliabilityd.store._rows import Rows
 from reliabilityd.store._snapshots import Snapshots
 from reliabilityd.store._streams import Streams
+from reliabilityd.store._triggers import Triggers
 from reliabilityd.store.keys import Keys
 
 __all__ = ["Store"]
@@ -36,6 +38,7 @@ class Store:
         self.snapshots = Snapshots(client, self.keys)
         self.history = Histories(client, self.keys)
         self.alerts = Alerts(client, self.keys)
+        self.triggers = Triggers(client, self.keys)
         self.streams = Streams(client, self.keys)
         self.imports = Imports(client, self.keys, self.ingest)
         self.rows = Rows(client, self.keys)

@@ -1,7 +1,8 @@
 -- Apply one suite's batch atomically, to the suite as a whole and to each
 -- event's slice. KEYS: meta, tasks, hist, lottery, the slice registry, the
--- labels-seen set, the trial log, then per slice named (meta, tasks, hist,
--- lottery), then the dedup bucket keys to look in (oldest first). ARGV:
+-- labels-seen set, the trial log, totals, then per slice named (meta, tasks,
+-- hist, lottery, totals), then the dedup bucket keys to look in (oldest
+-- first). ARGV:
 -- window, now, number of bucket keys, the position among them of the bucket
 -- to write, that bucket's lifetime in seconds, number of slices named (S),
 -- the most slices the suite may have, number of label keys (L), whether the
@@ -29,6 +30,11 @@
 -- than the most slices allowed; past that its events count in the whole only
 -- and in the whole's `slice_overflow`, never in another slice.
 --
+-- With a window, a task's value holds only its window's counts; its lifetime
+-- counts (`n:c`, what the rate trigger differences from tick to tick) go in
+-- the series' totals hash, one HMGET and one HSET per chunk. Without one the
+-- task's value is its lifetime counts and the totals hash is not written.
+--
 -- Every redis.call has a fixed cost, so nothing else is written per event;
 -- the counted events are grouped by task and each distinct task is read
 -- (one HMGET), brought to its final value in Lua (its events in order) and
@@ -42,7 +48,7 @@ local ns, most, nl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local keep, cap, records = ARGV[9] == '1', tonumber(ARGV[10]), ARGV[11]
 local head = 11 + ns + nl
 local total = (#ARGV - head) / 4
-local dk = 7 + 4 * ns
+local dk = 8 + 5 * ns
 -- Arguments are checked (_APPLY_CHECK, in front) and the reads that decide
 -- what is written done before the first write: Redis lets a script that has
 -- written go on, so a call that fails fails whole.
@@ -170,13 +176,27 @@ local function member(n, c, task)
 end
 -- One series' tasks, histogram and lottery index brought to their new values;
 -- returns (counted, passes).
-local function count(s, tasks, hist, lot)
+local function hmget(key, names)
+  local out = {}
+  for i = 1, #names, 1000 do
+    local got = redis.call('HMGET', key, unpack(names, i, math.min(i + 999, #names)))
+    for j = 1, #got do out[i + j - 1] = got[j] end
+  end
+  return out
+end
+local function count(s, tasks, hist, lot, totals)
   local names = s.names
   if #names == 0 then return 0, 0 end
-  local stored = {}
-  for i = 1, #names, 1000 do
-    local got = redis.call('HMGET', tasks, unpack(names, i, math.min(i + 999, #names)))
-    for j = 1, #got do stored[i + j - 1] = got[j] end
+  local stored = hmget(tasks, names)
+  local lifetime = {}
+  if window > 0 then
+    local had = hmget(totals, names)
+    for i, task in ipairs(names) do
+      local sn, sc = string.match(had[i] or '', '^(%d+):(%d+)$')
+      lifetime[#lifetime + 1] = task
+      lifetime[#lifetime + 1] = str((tonumber(sn) or 0) + #s.outs[task]) .. ':'
+        .. str((tonumber(sc) or 0) + s.hits[task])
+    end
   end
   local moves, cells = {}, {}
   local function move(cell, d)
@@ -224,6 +244,7 @@ local function count(s, tasks, hist, lot)
     passes = passes + hit
   end
   sliced('HSET', tasks, set)
+  sliced('HSET', totals, lifetime)
   sliced('ZREM', lot, rem)
   sliced('ZADD', lot, addl)
   for _, cell in ipairs(cells) do
@@ -250,12 +271,12 @@ end
 for j = 1, ns do
   local part = parts[j]
   if part then
-    local base = 7 + 4 * (j - 1)
-    local counted = count(part, KEYS[base + 2], KEYS[base + 3], KEYS[base + 4])
+    local base = 8 + 5 * (j - 1)
+    local counted = count(part, KEYS[base + 2], KEYS[base + 3], KEYS[base + 4], KEYS[base + 5])
     finish(part, KEYS[base + 1], counted, 0)
   end
 end
-local counted, passes = count(whole, KEYS[2], KEYS[3], KEYS[4])
+local counted, passes = count(whole, KEYS[2], KEYS[3], KEYS[4], KEYS[8])
 local version = finish(whole, KEYS[1], counted, overflow)
 local logged = 0
 if keep then

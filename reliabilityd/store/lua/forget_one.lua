@@ -3,12 +3,13 @@
 -- old trial of the task re-sent later is still a duplicate, a new one starts
 -- the task afresh. Its recent trials go too (KEYS[6], the recent hash, and
 -- its entries of KEYS[7], the failures list, by drop_failures once per call),
--- and its counts in every run (KEYS[8], the runs zset, KEYS[9], the run hash,
--- then each run's count hash): a run left without trials leaves.
+-- its counts in every run (KEYS[8], the runs zset, KEYS[9], the run hash,
+-- then from KEYS[11] on each run's count hash): a run left without trials
+-- leaves; and its lifetime counts (KEYS[10], the totals hash).
 local forgotten = {}
 local skip = #KEYS[9] + 2
 local function forget_runs(task)
-  for i = 10, #KEYS do
+  for i = 11, #KEYS do
     local got = redis.call('HGET', KEYS[i], task)
     if got then
       redis.call('HDEL', KEYS[i], task)
@@ -32,6 +33,7 @@ local function forget(task)
   local cur = redis.call('HGET', KEYS[2], task)
   redis.call('ZREM', KEYS[5], task)
   redis.call('HDEL', KEYS[6], task)
+  redis.call('HDEL', KEYS[10], task)
   forget_runs(task)
   forgotten[task] = true
   if not cur then return 0 end

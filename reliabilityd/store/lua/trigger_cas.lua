@@ -1,0 +1,11 @@
+-- A rate trigger's state by compare-and-set. KEYS: the state hash. ARGV: the
+-- seq the state was read at, the new document, its life in milliseconds.
+-- Refused (0) when another writer moved it on since, so a replica never
+-- feeds one tick twice; the life is renewed with every write, so the state
+-- of a rule no longer configured goes by itself.
+-- A damaged seq reads as -1, which a reader that found it damaged sends.
+local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0') or -1
+if seq ~= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'seq', math.max(seq, 0) + 1, 'doc', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1

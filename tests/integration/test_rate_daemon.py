@@ -1,0 +1,158 @@
+"""The rate trigger judged by a real daemon on real Redis: its inputs (each task's
+lifetime counts, kept beside a window), its state by compare-and-set, an alarm on a
+drop, the hold and the resolve, and a restart that goes on from the stored state."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
+from reliabilityd.events import TrialEvent
+from reliabilityd.rules import Rule
+from reliabilityd.stats import ratecusum
+from reliabilityd.store import Series, Store
+from reliabilityd.testing import TestingSource
+from tests.support.daemon import running
+from tests.support.helpers import judged, stored_snapshot, stored_state, wait_until
+from tests.support.servers import RedisServer
+
+RULE = Rule(
+    name="deploy-rate",
+    suite="deploy-*",
+    k=5,
+    below=0.75,
+    resolve_above=0.8,
+    trigger="rate",
+    grid=1.0,
+    hold=1.0,
+)
+TASKS = 40
+
+
+def config(redis_server: RedisServer, prefix: str, window: int) -> Config:
+    return Config(
+        redis=RedisConfig(url=redis_server.url, prefix=prefix),
+        mqtt=MqttConfig(enabled=False),
+        stats=StatsConfig(k=[1, 5], ci_interval=0.2, n_boot=200, window=window),
+        alerts=[RULE],
+    )
+
+
+def round_of(suite: str, r: int, failing: int) -> list[TrialEvent]:
+    """One trial per task; the first ``failing`` tasks fail it, and task 39 fails every
+    fifth round (so no reference is 1)."""
+    return [
+        TrialEvent(
+            suite,
+            f"task {t}",
+            f"r{r}",
+            "fail" if t < failing or (t == 39 and r % 5 == 0) else "pass",
+        )
+        for t in range(TASKS)
+    ]
+
+
+async def tracker(store: Store, suite: str) -> ratecusum.Tracker:
+    got = await store.triggers.read(Series(suite), [RULE.name], windowed=False)
+    doc = got.states[0][1]
+    assert doc is not None
+    return ratecusum.decode(doc)
+
+
+@pytest.mark.parametrize("window", [0, 20])
+async def test_a_drop_fires_holds_and_resolves(
+    redis_server: RedisServer, prefix: str, window: int
+) -> None:
+    cfg = config(redis_server, prefix, window)
+    suite = "deploy-bot"
+
+    async with running(cfg) as daemon:
+        store = daemon.store
+
+        async def commit(events: list[TrialEvent]) -> None:
+            await TestingSource([events]).run(daemon.commit)
+
+        async def state_is(want: str) -> bool:
+            return (await stored_state(store, suite, RULE.name)).state == want
+
+        # Healthy: 30 rounds over about 3 s, so the state sees several ticks and grids.
+        for r in range(30):
+            await commit(round_of(suite, r, failing=0))
+            await asyncio.sleep(0.1)
+        await judged(store, suite, daemon)
+        snap = await stored_snapshot(store, suite)
+        assert snap is not None
+        view = snap.rule(RULE.name)
+        assert view is not None
+        assert view.alarmed_at is None
+        assert await state_is("inactive")
+        healthy = await tracker(store, suite)
+        assert healthy.alarms == 0
+        assert sorted(healthy.tasks) == sorted(f"task {t}" for t in range(TASKS))
+        # Every task's lifetime counts reached the state, window or not.
+        assert healthy.seen_n.tolist() == [30] * TASKS
+        if window:
+            totals = await store.client.hgetall(store.key(suite, "totals"))
+            assert totals[b"task 39"] == b"30:24"
+            window_value = await store.client.hget(store.key(suite, "tasks"), "task 39")
+            assert isinstance(window_value, bytes)
+            assert window_value.startswith(b"20:16:")
+
+        # A fifth of the tasks start failing every trial.
+        for r in range(30, 36):
+            await commit(round_of(suite, r, failing=TASKS // 5))
+            await asyncio.sleep(0.1)
+        await wait_until(lambda: state_is("firing"), 30)
+        assert (await stored_state(store, suite, RULE.name)).reason == "below"
+        fired = await tracker(store, suite)
+        assert fired.alarms >= 1
+        assert fired.alarmed_at is not None
+
+    # A restart goes on from the stored state: nothing of it is fed twice.
+    async with running(cfg) as daemon:
+        store = daemon.store
+
+        async def commit_again(events: list[TrialEvent]) -> None:
+            await TestingSource([events]).run(daemon.commit)
+
+        # Healthy again: the alarm holds its second, then resolves where the point
+        # estimate is back at resolve_above (the window's at once; the lifetime's
+        # was never under it).
+        for r in range(36, 60 if window else 40):
+            await commit_again(round_of(suite, r, failing=0))
+            await asyncio.sleep(0.1)
+
+        async def resolved() -> bool:
+            return (await stored_state(store, suite, RULE.name)).state == "resolved"
+
+        await wait_until(resolved, 30)
+        after = await tracker(store, suite)
+        assert after.alarms >= fired.alarms
+        assert after.seen_n.tolist() == [60 if window else 40] * TASKS
+        assert np.all(after.ref_n > fired.ref_n)
+
+
+async def test_a_state_moved_on_by_another_writer_is_not_overwritten(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    cfg = config(redis_server, prefix, 0)
+    async with running(cfg) as daemon:
+        store = daemon.store
+        series = Series("deploy-cas")
+        got = await store.triggers.read(series, [RULE.name], windowed=False)
+        assert got.states == [(0, None)]
+        assert await store.triggers.write(series, RULE.name, 0, b"first")
+        assert not await store.triggers.write(series, RULE.name, 0, b"second")
+        got = await store.triggers.read(series, [RULE.name], windowed=False)
+        assert got.states == [(1, b"first")]
+        # A damaged seq is replaced by the next write, whose reader sent -1.
+        await store.client.hset(store.triggers.key(series, RULE.name), "seq", "x")
+        got = await store.triggers.read(series, [RULE.name], windowed=False)
+        assert got.states == [(-1, b"first")]
+        assert await store.triggers.write(series, RULE.name, -1, b"third")
+        assert (await store.triggers.read(series, [RULE.name], windowed=False)).states == [
+            (1, b"third")
+        ]
