@@ -274,13 +274,15 @@ def oracle_drift(
 
 
 def triggers() -> list[tuple[str, Rule]]:
-    """The triggers held against the oracle: the default detector, its faster level
-    threshold, the two lower-bound rules of the page-rate study, and the early warning."""
+    """The triggers held against the oracle: the rate trigger, the detector, its faster
+    level threshold, the two lower-bound rules of the page-rate study, and the early
+    warning."""
 
     def rule(**extra: Any) -> Rule:
         return Rule(**{"name": "r", "k": K, "below": BELOW, "resolve_above": RESOLVE, **extra})
 
     return [
+        ("rate", rule(trigger="rate")),
         ("detector", rule()),
         ("detector, level 0.5", rule(level_evidence=0.5)),
         ("detector, below=0.80", rule(below=0.8, resolve_above=0.85)),
@@ -332,13 +334,21 @@ def _step_cell(d: Delay, orc: Delay) -> str:
     )
 
 
-def run(grid: Grid, seed: int = SEED, budget_days: float = BUDGET_DAYS) -> list[str]:
+def run(
+    grid: Grid,
+    seed: int = SEED,
+    budget_days: float = BUDGET_DAYS,
+    only: Sequence[str] | None = None,
+) -> list[str]:
     """The study's markdown rows (printed as they come): per cell the oracle's row (its
     delays, and in the pages column the days between its false alarms, which the least
-    threshold on the grid makes at least the budget), then one row per trigger."""
+    threshold on the grid makes at least the budget), then one row per trigger (those
+    named in ``only``, or all)."""
     rng = np.random.default_rng(seed)
     budget = budget_days * 86400.0
-    named = triggers()
+    named = [(label, r) for label, r in triggers() if only is None or label in only]
+    if not named:
+        raise ValueError(f"no trigger is named {', '.join(only or [])}")
     rules = [r for _, r in named]
     print("\n".join(HEAD), flush=True)
     lines = list(HEAD)
@@ -456,10 +466,19 @@ def main(
     seed: int | None = None,
     sizes: Sequence[int] | None = None,
     days: float | None = None,
+    make_ups: Sequence[str] | None = None,
+    rates: Sequence[str] | None = None,
+    reps: int | None = None,
+    only: Sequence[str] | None = None,
 ) -> None:
     grid = QUICK if quick else FULL
-    if sizes is not None:
-        grid = Grid(tuple(sizes), grid.make_ups, grid.rates, grid.reps, grid.days)
+    grid = Grid(
+        grid.sizes if sizes is None else tuple(sizes),
+        grid.make_ups if make_ups is None else tuple(make_ups),
+        grid.rates if rates is None else tuple(rates),
+        grid.reps if reps is None else reps,
+        grid.days,
+    )
     if days is not None:
         grid = Grid(grid.sizes, grid.make_ups, grid.rates, grid.reps, days)
     seed = SEED if seed is None else seed
@@ -470,7 +489,7 @@ def main(
         f"per level, {grid.reps} regressions per shape; seed {seed}"
     )
     started = time.perf_counter()
-    run(grid, seed)
+    run(grid, seed, only=only)
     print(f"# {time.perf_counter() - started:.0f} s")
 
 
@@ -490,5 +509,24 @@ if __name__ == "__main__":
         help="suite sizes, comma-separated (default: 10,20,50)",
     )
     parser.add_argument("--days", type=float, help="simulated days of false pages per level")
+    listed = lambda text: tuple(text.split(","))  # noqa: E731
+    parser.add_argument("--make-ups", type=listed, help=f"of {', '.join(MAKE_UPS)}")
+    parser.add_argument("--rates", type=listed, help=f"of {', '.join(RATES)}")
+    parser.add_argument("--reps", type=int, help="regressions per shape (default: 20)")
+    parser.add_argument(
+        "--triggers",
+        type=listed,
+        help=f"the triggers to run, comma-separated labels (default: all of "
+        f"{', '.join(label for label, _ in triggers())})",
+    )
     a = parser.parse_args()
-    main(quick=a.quick, seed=a.seed, sizes=a.sizes, days=a.days)
+    main(
+        quick=a.quick,
+        seed=a.seed,
+        sizes=a.sizes,
+        days=a.days,
+        make_ups=a.make_ups,
+        rates=a.rates,
+        reps=a.reps,
+        only=a.triggers,
+    )

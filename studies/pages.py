@@ -66,7 +66,7 @@ def _rule(**extra: Any) -> Rule:
 
 def rules() -> list[tuple[str, Rule]]:
     """The CI-lower-bound rule beside the detector: the default, its level threshold moved
-    either way, the CUSUM alone, and an early-warning rule at 0.80."""
+    either way, the CUSUM alone, an early-warning rule at 0.80; and the rate trigger."""
     return [
         ("ci-low gaffke", _rule(trigger="ci-low")),
         ("ci-low percentile", _rule(trigger="ci-low", interval="percentile")),
@@ -76,6 +76,7 @@ def rules() -> list[tuple[str, Rule]]:
         ("detector, level 2", _rule(level_evidence=2.0)),
         ("detector, CUSUM only", _rule(level_evidence=0.0)),
         ("detector, below=0.80", _rule(below=0.8, resolve_above=0.85)),
+        ("rate", _rule(trigger="rate")),
     ]
 
 

@@ -21,6 +21,7 @@ from reliabilityd.rules.forecast import (
     DRAW_HOURS,
     ENOUGH,
     MIN_DRAWS,
+    RATE_WINDOW,
     STAYS_ON,
     expected_false_pages,
     window_level,
@@ -144,7 +145,8 @@ async def forecast(
             "Beta prior fitted to every task's counts, so a task that has not failed yet still "
             "may, and all are moved by one log-odds shift to that level; trials arrive at the "
             "pace shown; the rule is judged every ci_interval with its own interval and "
-            "trigger; 'at most' is the Poisson upper limit of the pages simulated; a forecast, "
+            "trigger, a rate rule's references from a day of counts at each draw's rates; "
+            "'at most' is the Poisson upper limit of the pages simulated; a forecast, "
             "not a measurement)"
         )
     return 0 if printed else 1
@@ -177,6 +179,10 @@ def _line(
     head = f"{suite}  {rule.name}: "
     if hist.tasks == 0:
         return head + "no tasks yet"
+    proxy = ""
+    if window < rule.k and rule.trigger == "rate":
+        window = RATE_WINDOW
+        proxy = f", its interval on a {RATE_WINDOW}-trial window"
     if window < rule.k:
         return head + (
             f"cannot simulate: the suite's window ({window}) is shorter than k={rule.k} "
@@ -204,13 +210,13 @@ def _line(
         # One page that never resolves: a rate of pages says nothing, the time firing does.
         return head + (
             f"firing {pages.firing_share:.0%} of the simulated time {where}, at {pace:.3g} "
-            f"trials/task/day ({hist.tasks} tasks, {pages.days * 24:.3g} h simulated): an alert "
-            "that stays on, not a rate of pages"
+            f"trials/task/day ({hist.tasks} tasks, {pages.days * 24:.3g} h simulated{proxy}): "
+            "an alert that stays on, not a rate of pages"
         )
     return head + (
         f"{_rate(pages.per_day)} expected false pages/day, at most {_rate(pages.upper)} "
         f"({pages.confidence:.0%}), {where}, at {pace:.3g} trials/task/day "
-        f"({hist.tasks} tasks, {pages.days * 24:.3g} h simulated"
+        f"({hist.tasks} tasks, {pages.days * 24:.3g} h simulated{proxy}"
         + (f", firing {pages.firing_share:.0%} of it" if pages.firing_share >= 0.25 else "")
         + ")"
     )

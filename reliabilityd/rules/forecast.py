@@ -46,12 +46,16 @@ from reliabilityd.stats.prior import beta_prior
 __all__ = [
     "DRAW_HOURS",
     "ENOUGH",
+    "RATE_WINDOW",
     "STAYS_ON",
     "expected_false_pages",
     "poisson_upper",
     "window_level",
 ]
 
+# The window a rate rule's forecast simulates on a suite without one: the suite's
+# estimate and interval only resolve its alerts and back up its alarms there.
+RATE_WINDOW = 20
 # Past this share of the simulated time firing, a rule stays on: one page that never
 # resolves, where the time firing says what a rate of pages cannot.
 STAYS_ON = 0.9
@@ -169,6 +173,8 @@ def expected_false_pages(
         # settles for its `for` as well, so an alert that stays on is on when counting
         # starts whatever its `for`.
         settle = SETTLE_HOURS * 3600.0 + (rule.for_seconds if states is None else 0.0)
+        # A rate rule's statistics start afresh on each draw, from a day of counts at its
+        # rates (``simulator.reference_counts``): a suite whose rates have held that long.
         lead = judge([rule], path, rates, duration=settle, offset=clock, states=states, **judging)
         got = judge(
             [rule],
@@ -178,6 +184,7 @@ def expected_false_pages(
             offset=clock + settle,
             states=lead.states,
             prefill=lead.tail,
+            trackers=lead.trackers,
             **judging,
         )
         states = got.states

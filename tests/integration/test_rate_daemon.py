@@ -9,9 +9,10 @@ import asyncio
 import numpy as np
 import pytest
 
+from reliabilityd.cli.forecast import forecast
 from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.events import TrialEvent
-from reliabilityd.rules import Rule
+from reliabilityd.rules import Rule, views
 from reliabilityd.stats import ratecusum
 from reliabilityd.store import Series, Store
 from reliabilityd.testing import TestingSource
@@ -64,8 +65,10 @@ async def tracker(store: Store, suite: str) -> ratecusum.Tracker:
 
 @pytest.mark.parametrize("window", [0, 20])
 async def test_a_drop_fires_holds_and_resolves(
-    redis_server: RedisServer, prefix: str, window: int
+    redis_server: RedisServer, prefix: str, window: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A pace from snapshots a second apart, for the forecast.
+    monkeypatch.setattr(views, "PACE_MIN_SECONDS", 0.5)
     cfg = config(redis_server, prefix, window)
     suite = "deploy-bot"
 
@@ -78,10 +81,11 @@ async def test_a_drop_fires_holds_and_resolves(
         async def state_is(want: str) -> bool:
             return (await stored_state(store, suite, RULE.name)).state == want
 
-        # Healthy: 30 rounds over about 3 s, so the state sees several ticks and grids.
+        # Healthy: 30 rounds over about 3 s, so the state sees several ticks and grids;
+        # the last after a pause past PACE_MIN_SECONDS, so the suite has a pace.
         for r in range(30):
             await commit(round_of(suite, r, failing=0))
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.7 if r == 28 else 0.1)
         await judged(store, suite, daemon)
         snap = await stored_snapshot(store, suite)
         assert snap is not None
@@ -100,6 +104,19 @@ async def test_a_drop_fires_holds_and_resolves(
             window_value = await store.client.hget(store.key(suite, "tasks"), "task 39")
             assert isinstance(window_value, bytes)
             assert window_value.startswith(b"20:16:")
+
+        # The forecast simulates the rule, on a 20-trial window where the suite has none.
+        async def paced() -> bool:
+            snap = await stored_snapshot(store, suite)
+            return snap is not None and snap.pace is not None and snap.pace > 0
+
+        await wait_until(paced, 30)
+        lines: list[str] = []
+        assert await forecast(store, cfg, suite, hours=0.5, out=lines.append) == 0
+        row = next(line for line in lines if RULE.name in line)
+        assert "expected false pages/day" in row, row
+        assert ("its interval on a 20-trial window" in row) == (window == 0), row
+        assert "a rate rule's references from a day of counts" in lines[-1]
 
         # A fifth of the tasks start failing every trial.
         for r in range(30, 36):
@@ -129,9 +146,14 @@ async def test_a_drop_fires_holds_and_resolves(
             return (await stored_state(store, suite, RULE.name)).state == "resolved"
 
         await wait_until(resolved, 30)
+        rounds = 60 if window else 40
+
+        async def all_fed() -> bool:
+            return (await tracker(store, suite)).seen_n.tolist() == [rounds] * TASKS
+
+        await wait_until(all_fed, 30)
         after = await tracker(store, suite)
         assert after.alarms >= fired.alarms
-        assert after.seen_n.tolist() == [60 if window else 40] * TASKS
         assert np.all(after.ref_n > fired.ref_n)
 
 
