@@ -149,7 +149,8 @@ async def test_a_drop_fires_holds_and_resolves(
         rounds = 60 if window else 40
 
         async def all_fed() -> bool:
-            return (await tracker(store, suite)).seen_n.tolist() == [rounds] * TASKS
+            seen: list[int] = (await tracker(store, suite)).seen_n.tolist()
+            return seen == [rounds] * TASKS
 
         await wait_until(all_fed, 30)
         after = await tracker(store, suite)
