@@ -9,7 +9,17 @@ the daemon's whole tick: the snapshots, then the evaluator's verdicts and
 the summary rows of every suite. The start-up reconcile runs before the
 clock starts.
 
+With ``--rules`` (comma-separated: ``none``, ``ci-low``, ``detector``,
+``rate``) the drain runs once per rule, each time with that one rule watching
+every suite, on a fresh Redis holding the same suites, each task's counts in
+its tasks hash (and with ``detector``, a 20-trial window of outcomes). A
+first drain, untimed, computes every snapshot and writes every rate rule's
+first state; then ten tasks of each suite gain a trial and the timed drain
+recomputes them, so a rate rule's figure is a tick of its statistics (the
+read, the advance, the compare-and-set), beside the others' in the same run.
+
     .venv/bin/python -m benchmarks.bench_tick_phases --suites 1000
+    .venv/bin/python -m benchmarks.bench_tick_phases --suites 1000 --rules ci-low,rate
 """
 
 from __future__ import annotations
@@ -23,20 +33,34 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
-from benchmarks.bench_ci import PREFIX, config, live_like, seed
+from benchmarks.bench_ci import PREFIX, config, live_like, name, seed
 from reliabilityd.daemon import _recompute
 from reliabilityd.daemon._daemon import Daemon
 from reliabilityd.embedded.processes import RedisServer, free_port
+from reliabilityd.rules import Rule
 from reliabilityd.stats import snapshot
+from reliabilityd.stats.histogram import Histogram
 from reliabilityd.store import Store, connect
 
+RULES = {
+    "none": None,
+    "ci-low": Rule(name="watch", suite="*", k=5, below=0.05, trigger="ci-low"),
+    "detector": Rule(name="watch", suite="*", k=5, below=0.05, trigger="detector"),
+    "rate": Rule(name="watch", suite="*", k=5, below=0.05, trigger="rate"),
+}
+WINDOW = 20
+
 SPENT: dict[str, float] = defaultdict(float)
+# What each timer replaced, put back after a run (a run per rule in one process).
+REPLACED: list[tuple[Any, str, Any]] = []
 
 
 def timed_async(owner: Any, name: str, label: str) -> None:
     inner: Callable[..., Awaitable[Any]] = getattr(owner, name)
+    REPLACED.append((owner, name, inner))
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         started = time.process_time()
@@ -50,6 +74,7 @@ def timed_async(owner: Any, name: str, label: str) -> None:
 
 def timed(owner: Any, name: str, label: str) -> None:
     inner: Callable[..., Any] = getattr(owner, name)
+    REPLACED.append((owner, name, inner))
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         started = time.process_time()
@@ -73,18 +98,79 @@ async def whole_ticks(daemon: Daemon) -> None:
             return
 
 
-async def run(workdir: Path, suites: int) -> None:
+async def tasks_hashes(
+    store: Store, hists: list[Histogram], rng: np.random.Generator, *, window: int
+) -> list[list[tuple[int, int]]]:
+    """Each suite's tasks hash from its histogram (``t<i>`` -> ``n:c``, with ``window`` a
+    window's outcomes after them); returns each suite's tasks' (n, c)."""
+    out = []
+    pipe = store.client.pipeline(transaction=False)
+    for i, hist in enumerate(hists):
+        pairs = [(int(n), int(c)) for n, c, count in hist.cells() for _ in range(count)]
+        values: list[str] = []
+        for t, (n, c) in enumerate(pairs):
+            if window:
+                bits = "".join("1" if x else "0" for x in rng.random(min(n, window)) < c / n)
+                values += [f"t{t}", f"{len(bits)}:{bits.count('1')}:{bits}"]
+            else:
+                values += [f"t{t}", f"{n}:{c}"]
+        pipe.hset(store.key(name(i), "tasks"), items=values)
+        out.append(pairs)
+        if i % 200 == 199:
+            await pipe.execute()
+    await pipe.execute()
+    return out
+
+
+async def one_more_trial(
+    store: Store, pairs: list[list[tuple[int, int]]], rng: np.random.Generator, *, version: int
+) -> None:
+    """Ten tasks of each suite gain a trial (its lifetime counts, as APPLY leaves them), and
+    every suite is marked changed at ``version``."""
+    pipe = store.client.pipeline(transaction=False)
+    for i, tasks in enumerate(pairs):
+        values: list[str] = []
+        for t in rng.choice(len(tasks), size=min(10, len(tasks)), replace=False):
+            n, c = tasks[t]
+            tasks[t] = (n + 1, c + int(rng.random() < 0.8))
+            values += [f"t{t}", f"{tasks[t][0]}:{tasks[t][1]}"]
+        pipe.hset(store.key(name(i), "tasks"), items=values)
+        pipe.hset(store.key(name(i), "meta"), "version", version)
+        if i % 200 == 199:
+            await pipe.execute()
+    pipe.sadd(store.keys.changed, *(name(i) for i in range(len(pairs))))
+    await pipe.execute()
+
+
+async def run(workdir: Path, suites: int, rule: str | None = None) -> float:
+    """The drain's CPU seconds a series, with its phases printed."""
     server = RedisServer("redis", workdir / "redis", free_port())
     server.workdir.mkdir(parents=True)
     server.start()
+    SPENT.clear()
     try:
         rng = np.random.default_rng(20261201)
         store = Store(connect(server.url), PREFIX)
-        await seed(store, [live_like(rng, 200) for _ in range(suites)], 1)
-        daemon = Daemon(config(server.url), store)
+        hists = [live_like(rng, 200) for _ in range(suites)]
+        await seed(store, hists, 1)
+        cfg = config(server.url)
+        watch = RULES[rule] if rule is not None else None
+        if watch is not None:
+            window = WINDOW if watch.trigger == "detector" else 0
+            cfg = msgspec.structs.replace(
+                cfg,
+                alerts=[watch],
+                stats=msgspec.structs.replace(cfg.stats, window=window),
+            )
+        daemon = Daemon(cfg, store)
         await store.snapshots.mark_stale(await store.reads.suites(), daemon.recompute.fingerprint)
         daemon.recompute._next_reconcile = time.monotonic() + _recompute.RECONCILE_EVERY
         _recompute.RECOMPUTE_LANES = 1
+        if rule is not None:
+            pairs = await tasks_hashes(store, hists, rng, window=cfg.stats.window)
+            await whole_ticks(daemon)  # every snapshot, and a rate rule's first state
+            await one_more_trial(store, pairs, rng, version=2)
+            print(f"rule: {rule}")
         timed_async(store.reads, "read_states", "read scripts (read_states)")
         timed_async(store.reads, "lottery_rows_many", "lottery ranges (lottery_rows_many)")
         timed_async(store.snapshots, "write_snapshots", "write scripts (write_snapshots)")
@@ -110,14 +196,31 @@ async def run(workdir: Path, suites: int) -> None:
         await store.client.aclose()
     finally:
         server.stop()
+        while REPLACED:
+            owner, attr, inner = REPLACED.pop()
+            setattr(owner, attr, inner)
+    return cpu / suites
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suites", type=int, default=1000)
+    parser.add_argument(
+        "--rules",
+        type=lambda text: [x for x in text.split(",") if x],
+        help=f"one drain per rule, comma-separated, of {', '.join(RULES)}",
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="reliabilityd-bench-phases-") as tmp:
-        asyncio.run(run(Path(tmp), args.suites))
+    spent: dict[str | None, float] = {}
+    for rule in args.rules or [None]:
+        if rule is not None and rule not in RULES:
+            parser.error(f"--rules: {rule!r} is not one of {', '.join(RULES)}")
+        with tempfile.TemporaryDirectory(prefix="reliabilityd-bench-phases-") as tmp:
+            spent[rule] = asyncio.run(run(Path(tmp), args.suites, rule))
+    if len(spent) > 1:
+        first, base = next(iter(spent.items()))
+        for rule, cpu in spent.items():
+            print(f"{rule}: {cpu * 1e3:.2f} ms a series, {cpu / base:.2f}x the {first} rule's")
 
 
 if __name__ == "__main__":

@@ -313,6 +313,8 @@ class Grid:
     rates: tuple[str, ...]
     reps: int
     days: float
+    # Seconds after a step that a trigger (and the oracle) is given to page.
+    horizon: float = STEP_HORIZON
 
 
 FULL = Grid((10, 20, 50), tuple(MAKE_UPS), tuple(RATES), reps=20, days=14.0)
@@ -382,7 +384,13 @@ def run(
                 for sname in ("concentrated", "spread"):
                     shape = SHAPES[sname]
                     between, orc = oracle_step(
-                        before, shape.after(before, K), rates, budget=budget, reps=400, rng=rng
+                        before,
+                        shape.after(before, K),
+                        rates,
+                        budget=budget,
+                        reps=400,
+                        rng=rng,
+                        horizon=grid.horizon,
                     )
                     oracle.append(orc)
                     quiet.append(between / 86400.0)
@@ -393,7 +401,7 @@ def run(
                             path,
                             rates,
                             reps=grid.reps,
-                            horizon=STEP_HORIZON,
+                            horizon=grid.horizon,
                             crossing=path.crossing(BELOW),
                             rng=rng,
                             window=WINDOW,
@@ -444,8 +452,8 @@ def run(
                     ]
                     verdict = "yes" if not misses else "no: " + ", ".join(misses)
                     rows.append(
-                        f"{cell} {label} | {pages[0][j]:.0f} ({shares[0][j]:.0%}) / "
-                        f"{pages[1][j]:.0f} ({shares[1][j]:.0%}) | "
+                        f"{cell} {label} | {round(pages[0][j], 2):g} ({shares[0][j]:.0%}) / "
+                        f"{round(pages[1][j], 2):g} ({shares[1][j]:.0%}) | "
                         f"{_step_cell(ds[0], oracle[0])} | {_step_cell(ds[1], oracle[1])} | "
                         f"{minutes_text(ds[2].median)} / {minutes_text(ds[2].p90)} | "
                         f"{on:.0%} | {verdict} |"
@@ -470,6 +478,7 @@ def main(
     rates: Sequence[str] | None = None,
     reps: int | None = None,
     only: Sequence[str] | None = None,
+    horizon: float | None = None,
 ) -> None:
     grid = QUICK if quick else FULL
     grid = Grid(
@@ -477,16 +486,16 @@ def main(
         grid.make_ups if make_ups is None else tuple(make_ups),
         grid.rates if rates is None else tuple(rates),
         grid.reps if reps is None else reps,
-        grid.days,
+        grid.days if days is None else days,
+        grid.horizon if horizon is None else horizon,
     )
-    if days is not None:
-        grid = Grid(grid.sizes, grid.make_ups, grid.rates, grid.reps, days)
     seed = SEED if seed is None else seed
     print(
         f"# below = {BELOW}, resolve_above = {RESOLVE}, k = {K}, window = {WINDOW}, judged every "
         f"{TICK:g} s, a mean of 1 trial per task per minute; the oracle calibrated to one false "
-        f"alarm in {BUDGET_DAYS:g} days; detector false pages over {grid.days:g} simulated days "
-        f"per level, {grid.reps} regressions per shape; seed {seed}"
+        f"alarm in {BUDGET_DAYS:g} days; false pages over {grid.days:g} simulated days "
+        f"per level, {grid.reps} regressions per shape, steps given {grid.horizon / 60:g} min; "
+        f"seed {seed}"
     )
     started = time.perf_counter()
     run(grid, seed, only=only)
@@ -514,6 +523,11 @@ if __name__ == "__main__":
     parser.add_argument("--rates", type=listed, help=f"of {', '.join(RATES)}")
     parser.add_argument("--reps", type=int, help="regressions per shape (default: 20)")
     parser.add_argument(
+        "--step-horizon",
+        type=float,
+        help=f"seconds after a step a trigger is given to page (default: {STEP_HORIZON:g})",
+    )
+    parser.add_argument(
         "--triggers",
         type=listed,
         help=f"the triggers to run, comma-separated labels (default: all of "
@@ -529,4 +543,5 @@ if __name__ == "__main__":
         rates=a.rates,
         reps=a.reps,
         only=a.triggers,
+        horizon=a.step_horizon,
     )

@@ -3,11 +3,13 @@
 For each series a tick recomputes and each ``trigger = "rate"`` rule watching
 it: read the series' lifetime counts and the rule's stored state in one
 transaction (``store.triggers.read``), advance the state on them off the event
-loop (``rules.views.rate``), and store it back by compare-and-set, so that two
-replicas never feed one tick twice. What comes back, by rule, is the time of
-its last alarm; the snapshot carries it to the evaluator in the rule's view.
-A series whose state cannot be advanced (bad data) is logged and its rate rules
-judge without an alarm until the next tick.
+loop (``rules.views.rate``, every series of the batch in one worker call), and
+store it back by compare-and-set, so that two replicas never feed one tick
+twice. What comes back, by rule, is the time of its last alarm; the snapshot
+carries it to the evaluator in the rule's view. A stored state this version
+cannot decode is logged and replaced by a fresh one; a series whose state
+cannot be advanced (bad data) is logged and its rate rules judge without an
+alarm until the next tick.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from collections.abc import Sequence
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.rules import Rule, views
 from reliabilityd.stats import ratecusum
-from reliabilityd.store import Series, Store, StoreError
+from reliabilityd.store import Series, Store, TriggerInput, Undecodable, UndecodableLog
 
 __all__ = ["RateStates"]
+
+Alarms = dict[str, float | None]
 
 
 class RateStates:
@@ -30,58 +34,76 @@ class RateStates:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._lost = RateLimited(60.0)
+        self._undecodable = UndecodableLog()
 
     async def advance(
-        self,
-        series: Series,
-        rules: Sequence[Rule],
-        *,
-        windowed: bool,
-        now: float,
-    ) -> dict[str, float | None]:
-        """Each rate rule's last alarm after this tick (unix seconds), by rule name."""
-        rate = [r for r in rules if r.trigger == "rate"]
-        if not rate:
-            return {}
-        got = await self.store.triggers.read(series, [r.name for r in rate], windowed=windowed)
-
-        def run() -> list[ratecusum.Tracker]:
-            return [
-                views.rate(
-                    rule,
-                    doc,
-                    got.tasks,
-                    got.n,
-                    got.c,
-                    version=got.version,
-                    now=now,
-                )
-                for rule, (_, doc) in zip(rate, got.states, strict=True)
-            ]
-
-        try:
-            advanced = await asyncio.to_thread(run)
-        except StoreError:
-            raise
-        except Exception:
-            log.exception("%s", kv("rate_state_failed", suite=series.label))
-            return {}
-        out: dict[str, float | None] = {}
-        for rule, (seq, _), tracker in zip(rate, got.states, advanced, strict=True):
-            if tracker.alarmed_at == now:
-                emit(
-                    logging.INFO,
-                    "rate_alarm",
-                    suite=series.label,
-                    rule=rule.name,
-                    alarms=tracker.alarms,
-                )
-            doc = ratecusum.encode(tracker)
-            if not await self.store.triggers.write(series, rule.name, seq, doc):
+        self, batch: Sequence[tuple[Series, Sequence[Rule], bool]], *, now: float
+    ) -> list[Alarms]:
+        """Per (series, its rules, whether it has a window): each rate rule's last alarm
+        after this tick (unix seconds), by rule name."""
+        rated = [
+            (one, [r for r in rules if r.trigger == "rate"], windowed)
+            for one, rules, windowed in batch
+        ]
+        work = [(i, one, rate, w) for i, (one, rate, w) in enumerate(rated) if rate]
+        reads = await asyncio.gather(
+            *(
+                self.store.triggers.read(one, [r.name for r in rate], windowed=w)
+                for _, one, rate, w in work
+            )
+        )
+        inputs = [(one, rate, got) for (_, one, rate, _), got in zip(work, reads, strict=True)]
+        for _, _, got in inputs:
+            for _, state in got.states:
+                if isinstance(state, Undecodable):
+                    self._undecodable.note(state)
+        advanced = await asyncio.to_thread(_advance_all, inputs, now)
+        writes = []
+        for (one, rate, got), trackers in zip(inputs, advanced, strict=True):
+            for rule, (seq, _), tracker in zip(rate, got.states, trackers or [], strict=False):
+                if tracker.alarmed_at == now:
+                    emit(
+                        logging.INFO,
+                        "rate_alarm",
+                        suite=one.label,
+                        rule=rule.name,
+                        alarms=tracker.alarms,
+                    )
+                writes.append((one, rule.name, seq, tracker))
+        won = await asyncio.gather(*(self.store.triggers.write(*w) for w in writes))
+        for (one, rule_name, _, _), ok in zip(writes, won, strict=True):
+            if not ok:
                 # Another replica advanced it since: its state goes on, this tick's view
                 # stands for this snapshot only.
-                self._lost.emit(
-                    logging.DEBUG, "rate_state_lost", suite=series.label, rule=rule.name
-                )
-            out[rule.name] = tracker.alarmed_at
+                self._lost.emit(logging.DEBUG, "rate_state_lost", suite=one.label, rule=rule_name)
+        out: list[Alarms] = [{} for _ in batch]
+        for (i, _, rate, _), trackers in zip(work, advanced, strict=True):
+            out[i] = {r.name: t.alarmed_at for r, t in zip(rate, trackers or [], strict=False)}
         return out
+
+
+def _advance_all(
+    inputs: Sequence[tuple[Series, Sequence[Rule], TriggerInput]], now: float
+) -> list[list[ratecusum.Tracker] | None]:
+    """Every series' rate rules advanced; None for a series whose data stops it (logged)."""
+    out: list[list[ratecusum.Tracker] | None] = []
+    for one, rate, got in inputs:
+        try:
+            out.append(
+                [
+                    views.rate(
+                        rule,
+                        None if isinstance(state, Undecodable) else state,
+                        got.tasks,
+                        got.n,
+                        got.c,
+                        version=got.version,
+                        now=now,
+                    )
+                    for rule, (_, state) in zip(rate, got.states, strict=True)
+                ]
+            )
+        except Exception:
+            log.exception("%s", kv("rate_state_failed", suite=one.label))
+            out.append(None)
+    return out

@@ -269,6 +269,17 @@ class Recompute:
             limit,
             slices=[s.slice for s in series],
         )
+        # The rate rules' states, every series' at once (the reads, one advance off the
+        # event loop, the compare-and-sets).
+        alarms = await self.rates.advance(
+            [
+                (one, rules[i], settings[i].window > 0)
+                for i, one in enumerate(series)
+                if estimates[i] is not None
+            ],
+            now=now,
+        )
+        alarms_of = iter(alarms)
         snaps: list[snapshot.Snapshot | None] = []
         for i, one in enumerate(series):
             est = estimates[i]
@@ -285,9 +296,7 @@ class Recompute:
                     rows=rows[i],
                     now=now,
                     slices=0 if one.slice is not None else len(slice_ids.get(one.suite, [])),
-                    alarms=await self.rates.advance(
-                        one, rules[i], windowed=settings[i].window > 0, now=now
-                    ),
+                    alarms=next(alarms_of),
                 )
             )
         writes: list[SnapshotWrite] = []

@@ -201,7 +201,9 @@ def _rate_alarms(
     """A rate rule's last alarm at each tick, and its statistics after the last."""
     names = [str(j) for j in range(rates.size)]
     if tracker is None:
-        base_n, base_c = reference_counts(path, rates, rng, at=offset)
+        # From a child of ``rng``: the trials every rule sees are the same draws with a
+        # rate rule among them or not.
+        base_n, base_c = reference_counts(path, rates, rng.spawn(1)[0], at=offset)
         tracker = ratecusum.Tracker(rule.knobs(), names, base_n, base_c, now=offset)
     base_n, base_c = tracker.seen_n.copy(), tracker.seen_c.copy()
     since_n, since_c = since

@@ -45,7 +45,7 @@ def pace(
 
 def rate(
     rule: Rule,
-    doc: bytes | None,
+    stored: ratecusum.Tracker | None,
     tasks: Sequence[str],
     n: Sequence[int],
     c: Sequence[int],
@@ -56,17 +56,12 @@ def rate(
     """A "rate" rule's state advanced to the series' lifetime counts at ``now``; its
     ``alarmed_at`` is the time of its last alarm.
 
-    ``doc`` is the stored state; none, one that does not decode, or one kept under
-    other settings starts afresh on these counts (a restart, as after an alarm).
+    ``stored`` is the stored state (it is advanced in place); none, or one kept under
+    other settings, starts afresh on these counts (a restart, as after an alarm).
     """
     knobs = rule.knobs()
     counts = np.asarray(n, dtype=np.int64), np.asarray(c, dtype=np.int64)
-    tracker: ratecusum.Tracker | None = None
-    if doc is not None:
-        try:
-            tracker = ratecusum.decode(doc)
-        except ValueError:
-            tracker = None
+    tracker = stored
     if tracker is None or tracker.knobs != knobs:
         return ratecusum.Tracker(knobs, tasks, *counts, now=now, version=version)
     tracker.tick(tasks, *counts, now=now, version=version)

@@ -1,7 +1,9 @@
-"""The documents the store keeps, decoded once: snapshots and alert states, or why not.
+"""The documents the store keeps, decoded once: snapshots, alert states and rate trigger
+states, or why not.
 
 Every document the store hands out is decoded here, into the record of the
-layer below (``stats.snapshot.Snapshot``, ``rules.AlertState``). One that
+layer below (``stats.snapshot.Snapshot``, ``rules.AlertState``,
+``stats.ratecusum.Tracker``). One that
 does not decode (written by another version of reliabilityd, or damaged)
 comes back as ``Undecodable``, never as an exception and never as bytes, so
 each reader decides what it shows and no reader can stop on it.
@@ -17,11 +19,12 @@ import msgspec
 
 from reliabilityd.logs import RateLimited
 from reliabilityd.rules import AlertState
+from reliabilityd.stats import ratecusum
 from reliabilityd.stats.snapshot import Snapshot
 
-__all__ = ["Undecodable", "UndecodableLog", "alert_state_of", "snapshot_of"]
+__all__ = ["Undecodable", "UndecodableLog", "alert_state_of", "snapshot_of", "trigger_state_of"]
 
-Document = Literal["snapshot", "alert_state", "row"]
+Document = Literal["snapshot", "alert_state", "row", "trigger_state"]
 
 
 class Undecodable(msgspec.Struct, frozen=True):
@@ -87,3 +90,13 @@ def alert_state_of(
     except msgspec.DecodeError as exc:
         return Undecodable("alert_state", key, str(exc), seq=seq, snapshot_version=snap)
     return msgspec.structs.replace(state, seq=seq, snapshot_version=snap)
+
+
+def trigger_state_of(key: str, raw: bytes | None) -> ratecusum.Tracker | Undecodable | None:
+    """A rate rule's stored statistics (its ``doc`` field); None when there is none."""
+    if raw is None:
+        return None
+    try:
+        return ratecusum.decode(raw)
+    except ValueError as exc:  # msgspec's errors are ones, and so are arrays out of shape
+        return Undecodable("trigger_state", key, str(exc))

@@ -15,8 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
+import numpy as np
 
+from reliabilityd.stats import ratecusum
 from reliabilityd.store._base import Redis, _text
+from reliabilityd.store._documents import Undecodable, trigger_state_of
 from reliabilityd.store._scripts import TRIGGER_CAS
 from reliabilityd.store.keys import Keys, Series
 
@@ -29,13 +32,14 @@ STATE_LIFE_MS = 7 * 86400 * 1000
 
 class TriggerInput(msgspec.Struct, frozen=True):
     """One series at one version: its tasks' lifetime counts, and each rule's stored
-    state (the seq to write back with, and the document, None when there is none)."""
+    state (the seq to write back with, and the state: None when there is none,
+    ``Undecodable`` when it does not decode)."""
 
     version: int
     tasks: list[str]
     n: list[int]
     c: list[int]
-    states: list[tuple[int, bytes | None]]
+    states: list[tuple[int, ratecusum.Tracker | Undecodable | None]]
 
 
 def _counts(raw: Any) -> tuple[int, int] | None:
@@ -46,6 +50,23 @@ def _counts(raw: Any) -> tuple[int, int] | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return (n, c) if 0 <= c <= n else None
+
+
+def _all_counts(stored: dict[Any, Any]) -> tuple[list[str], list[int], list[int]] | None:
+    """Every value ``n:c`` at once (one split, one conversion), the common case; None when
+    any is not that, so each is parsed alone."""
+    try:
+        tasks = [_text(t) for t in stored]
+        fields = b":".join(stored.values()).split(b":")
+        counts = np.array(fields, dtype=np.bytes_).astype(np.int64)
+    except (ValueError, TypeError, OverflowError, UnicodeDecodeError):
+        return None
+    if counts.size != 2 * len(tasks):
+        return None
+    n, c = counts[0::2], counts[1::2]
+    if not bool(((c >= 0) & (c <= n)).all()):
+        return None
+    return tasks, n.tolist(), c.tolist()
 
 
 class Triggers:
@@ -74,12 +95,17 @@ class Triggers:
             replies = await pipe.execute()
         version = int(replies[0] or 0)
         stored: dict[Any, Any] = replies[1]
-        totals: dict[Any, Any] | None = replies[2] if windowed else None
+        if windowed:
+            totals: dict[Any, Any] = replies[2]
+            stored = {task: totals.get(task, b"0:0") for task in stored}
         tasks: list[str] = []
         n: list[int] = []
         c: list[int] = []
-        for raw_task, value in stored.items():
-            got = _counts(value if totals is None else totals.get(raw_task, b"0:0"))
+        fast = _all_counts(stored)
+        if fast is not None:
+            tasks, n, c = fast
+        for raw_task, value in stored.items() if fast is None else ():
+            got = _counts(value)
             if got is None:
                 continue
             try:
@@ -88,18 +114,20 @@ class Triggers:
                 continue
             n.append(got[0])
             c.append(got[1])
-        states: list[tuple[int, bytes | None]] = []
-        for seq_raw, doc in replies[2 if totals is None else 3 :]:
+        states: list[tuple[int, ratecusum.Tracker | Undecodable | None]] = []
+        for rule, (seq_raw, doc) in zip(rules, replies[3 if windowed else 2 :], strict=True):
             try:
                 seq = int(seq_raw or 0)
             except ValueError:
                 seq = -1  # damaged: the next write replaces it (trigger_cas)
-            states.append((seq, doc if isinstance(doc, bytes) else None))
+            raw = doc if isinstance(doc, bytes) else None
+            states.append((seq, trigger_state_of(self.key(series, rule), raw)))
         return TriggerInput(version, tasks, n, c, states)
 
-    async def write(self, series: Series, rule: str, seq: int, doc: bytes) -> bool:
-        """Store ``doc`` as the rule's state if it is still at ``seq``; False when another
+    async def write(self, series: Series, rule: str, seq: int, state: ratecusum.Tracker) -> bool:
+        """Store ``state`` as the rule's if it is still at ``seq``; False when another
         writer stored one since."""
+        doc = ratecusum.encode(state)
         got = await self.client.eval(
             TRIGGER_CAS, 1, self.key(series, rule), seq, doc, STATE_LIFE_MS
         )

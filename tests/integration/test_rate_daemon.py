@@ -14,7 +14,7 @@ from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.events import TrialEvent
 from reliabilityd.rules import Rule, views
 from reliabilityd.stats import ratecusum
-from reliabilityd.store import Series, Store
+from reliabilityd.store import Series, Store, Undecodable
 from reliabilityd.testing import TestingSource
 from tests.support.daemon import running
 from tests.support.helpers import judged, stored_snapshot, stored_state, wait_until
@@ -58,9 +58,9 @@ def round_of(suite: str, r: int, failing: int) -> list[TrialEvent]:
 
 async def tracker(store: Store, suite: str) -> ratecusum.Tracker:
     got = await store.triggers.read(Series(suite), [RULE.name], windowed=False)
-    doc = got.states[0][1]
-    assert doc is not None
-    return ratecusum.decode(doc)
+    state = got.states[0][1]
+    assert isinstance(state, ratecusum.Tracker)
+    return state
 
 
 @pytest.mark.parametrize("window", [0, 20])
@@ -162,20 +162,41 @@ async def test_a_state_moved_on_by_another_writer_is_not_overwritten(
     redis_server: RedisServer, prefix: str
 ) -> None:
     cfg = config(redis_server, prefix, 0)
+    first, second, third = (
+        ratecusum.Tracker(RULE.knobs(), ["a"], np.array([n]), np.array([n]), now=0.0)
+        for n in (1, 2, 3)
+    )
+
+    def seen(state: object) -> list[int]:
+        assert isinstance(state, ratecusum.Tracker)
+        got: list[int] = state.seen_n.tolist()
+        return got
+
     async with running(cfg) as daemon:
         store = daemon.store
         series = Series("deploy-cas")
         got = await store.triggers.read(series, [RULE.name], windowed=False)
         assert got.states == [(0, None)]
-        assert await store.triggers.write(series, RULE.name, 0, b"first")
-        assert not await store.triggers.write(series, RULE.name, 0, b"second")
+        assert await store.triggers.write(series, RULE.name, 0, first)
+        assert not await store.triggers.write(series, RULE.name, 0, second)
         got = await store.triggers.read(series, [RULE.name], windowed=False)
-        assert got.states == [(1, b"first")]
+        assert got.states[0][0] == 1
+        assert seen(got.states[0][1]) == [1]
         # A damaged seq is replaced by the next write, whose reader sent -1.
-        await store.client.hset(store.triggers.key(series, RULE.name), "seq", "x")
+        key = store.triggers.key(series, RULE.name)
+        await store.client.hset(key, "seq", "x")
         got = await store.triggers.read(series, [RULE.name], windowed=False)
-        assert got.states == [(-1, b"first")]
-        assert await store.triggers.write(series, RULE.name, -1, b"third")
-        assert (await store.triggers.read(series, [RULE.name], windowed=False)).states == [
-            (1, b"third")
-        ]
+        assert got.states[0][0] == -1
+        assert await store.triggers.write(series, RULE.name, -1, third)
+        got = await store.triggers.read(series, [RULE.name], windowed=False)
+        assert got.states[0][0] == 1
+        assert seen(got.states[0][1]) == [3]
+        # A damaged document reads as undecodable, with its key, and the next write
+        # replaces it.
+        await store.client.hset(key, "doc", b"\x93garbage")
+        got = await store.triggers.read(series, [RULE.name], windowed=False)
+        state = got.states[0][1]
+        assert isinstance(state, Undecodable)
+        assert state.key == key
+        assert state.document == "trigger_state"
+        assert await store.triggers.write(series, RULE.name, 1, first)

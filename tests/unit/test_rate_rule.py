@@ -20,6 +20,8 @@ from reliabilityd.rules import views
 from reliabilityd.rules.state import AlertState
 from reliabilityd.rules.threshold import Observation, Rule, step, verdict
 from reliabilityd.stats import ratecusum
+from reliabilityd.store import Undecodable
+from reliabilityd.store._documents import trigger_state_of
 
 RATE = Rule(name="r", k=5, below=0.75, resolve_above=0.8, trigger="rate", hold=600.0)
 
@@ -113,18 +115,20 @@ def test_a_lost_damaged_or_resettled_state_starts_afresh() -> None:
     assert fresh.seen_n.tolist() == n
     doc = ratecusum.encode(fresh)
     # Stored: it goes on from there (two more fails of "a" are judged).
-    on = views.rate(RATE, doc, tasks, [12, 10], [9, 8], version=4, now=105.0)
+    stored = ratecusum.decode(doc)
+    on = views.rate(RATE, stored, tasks, [12, 10], [9, 8], version=4, now=105.0)
+    assert on is stored
     assert on.seen_n.tolist() == [12, 10]
     assert float(on.own[0]) > 0.0
     assert on.ref_n[0] > fresh.ref_n[0]
-    # Damaged, or kept under another `below`: a fresh state on these counts.
-    for stored, rule in (
-        (b"\x00garbage", RATE),
-        (doc, msgspec.structs.replace(RATE, below=0.7)),
-    ):
-        again = views.rate(rule, stored, tasks, [12, 10], [9, 8], version=4, now=105.0)
-        assert again.seen_n.tolist() == [12, 10]
-        assert np.all(again.own == 0.0)
+    # Kept under another `below`: a fresh state on these counts.
+    other = msgspec.structs.replace(RATE, below=0.7)
+    again = views.rate(other, ratecusum.decode(doc), tasks, [12, 10], [9, 8], version=4, now=105.0)
+    assert again.seen_n.tolist() == [12, 10]
+    assert np.all(again.own == 0.0)
+    # Damaged: the store says so, and the daemon starts afresh.
+    assert isinstance(trigger_state_of("k", b"\x00garbage"), Undecodable)
+    assert trigger_state_of("k", None) is None
 
 
 _VALID = ratecusum.encode(
@@ -147,9 +151,13 @@ _VALID = ratecusum.encode(
     )
 )
 def test_whatever_the_store_holds_the_state_advances(doc: bytes) -> None:
-    """A stored document is outside input: none stops the advance, and one that does not
-    decode into a state of these settings starts afresh."""
-    t = views.rate(RATE, doc, ["a", "b", "d"], [12, 11, 3], [10, 8, 1], version=2, now=30.0)
+    """A stored document is outside input: it decodes into a state or is undecodable,
+    never an exception, and a decoded one advances (or, kept under other settings,
+    starts afresh)."""
+    got = trigger_state_of("k", doc)
+    assert got is None or isinstance(got, (ratecusum.Tracker, Undecodable))
+    state = got if isinstance(got, ratecusum.Tracker) else None
+    t = views.rate(RATE, state, ["a", "b", "d"], [12, 11, 3], [10, 8, 1], version=2, now=30.0)
     assert t.tasks == ["a", "b", "d"]
     assert t.seen_n.tolist() == [12, 11, 3]
     assert np.isfinite(t.s)

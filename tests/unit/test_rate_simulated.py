@@ -27,7 +27,7 @@ def test_the_tracker_sees_every_trial_once_across_chunks() -> None:
     tracker = first.trackers[0]
     assert isinstance(tracker, ratecusum.Tracker)
     start = tracker.seen_n.copy()
-    assert tracker.last == pytest.approx(1800.0, abs=5.0)
+    assert 1700.0 < tracker.last <= 1800.0
     second = judge(
         [RATE],
         path,
@@ -45,7 +45,7 @@ def test_the_tracker_sees_every_trial_once_across_chunks() -> None:
     gained = tracker.seen_n - start
     # About a trial a task per 30 s over the half hour: 60 each, give or take.
     assert 30 < float(gained.mean()) < 90
-    assert tracker.last == pytest.approx(3600.0, abs=5.0)
+    assert 3500.0 < tracker.last <= 3600.0  # the last tick that brought a trial
 
 
 def test_a_perfect_suite_never_pages_and_a_run_replays() -> None:

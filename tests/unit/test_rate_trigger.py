@@ -8,8 +8,11 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from reliabilityd.stats.ratecusum import Knobs, Tracker, decode, encode, threshold
+from reliabilityd.store._triggers import _all_counts, _counts
 from studies.commonpoint import Tracker as StudyTracker
 from studies.ratestat import Design, weights
 
@@ -117,3 +120,27 @@ def test_an_undecodable_state_is_a_value_error() -> None:
         decode(bytes(raw[:-3]))
     with pytest.raises(ValueError, match=r"Expected|length"):
         decode(b"\x93\x01\x02\x03")
+
+
+@given(
+    st.dictionaries(
+        st.binary(min_size=1, max_size=6),
+        st.one_of(
+            st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)).map(
+                lambda nc: f"{max(nc)}:{min(nc)}".encode()
+            ),
+            st.binary(max_size=12),
+            st.text("0123456789:-", max_size=30).map(str.encode),
+        ),
+        max_size=20,
+    )
+)
+def test_the_counts_read_at_once_are_those_read_one_by_one(stored: dict[bytes, bytes]) -> None:
+    """The fast read of a tasks hash (one split) gives what the per-task parse gives, or
+    hands over to it."""
+    fast = _all_counts(stored)
+    if fast is None:
+        return
+    slow = [(t, got) for t, v in stored.items() if (got := _counts(v)) is not None]
+    assert fast[0] == [t.decode() for t, _ in slow]
+    assert list(zip(fast[1], fast[2], strict=True)) == [got for _, got in slow]
