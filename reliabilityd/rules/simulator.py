@@ -204,7 +204,9 @@ def _rate_alarms(
         # From a child of ``rng``: the trials every rule sees are the same draws with a
         # rate rule among them or not.
         base_n, base_c = reference_counts(path, rates, rng.spawn(1)[0], at=offset)
-        tracker = ratecusum.Tracker(rule.knobs(), names, base_n, base_c, now=offset)
+        tracker = ratecusum.Tracker(
+            rule.knobs(), names, base_n, base_c, now=offset, started=offset - REFERENCE_SECONDS
+        )
     base_n, base_c = tracker.seen_n.copy(), tracker.seen_c.copy()
     since_n, since_c = since
     out: list[float | None] = []

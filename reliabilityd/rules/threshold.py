@@ -119,6 +119,10 @@ class Rule(
     kill: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.3
     prior: Annotated[float, msgspec.Meta(gt=0)] = 5.0
     half_life: Annotated[float, msgspec.Meta(gt=0)] = 86400.0
+    # Seconds a "rate" rule's statistics run before their alarms count (its references
+    # refresh at every tick until then); a new suite breaches only on the interval's
+    # upper bound meanwhile.
+    warmup: Seconds = 6 * 3600.0
     # Seconds an alarm of a "rate" rule is a breach; the evaluator must judge within
     # it (a few ci_intervals at least).
     hold: Annotated[float, msgspec.Meta(gt=0)] = 3600.0
@@ -141,6 +145,7 @@ class Rule(
             kill=self.kill,
             prior=self.prior,
             half_life=self.half_life,
+            warmup=self.warmup,
         )
 
 

@@ -33,7 +33,10 @@ alarm restarts both statistics at 0 with change points after it only.
 The references are refreshed every ``refresh`` seconds from counts decayed
 with a half-life of ``half_life`` seconds; between refreshes the weights are
 fixed, so each tick's factor is set before its outcomes. The bound holds at the
-references; an error in them (a suite with little history) is outside it.
+references; an error in them (a suite with little history) is outside it, so
+a state's first ``warmup`` seconds refresh the references at every tick and
+raise no alarm (``Tracker.warm``): a new suite's first trials would otherwise
+be judged against references from a handful of trials.
 
 Pure: ``Tracker`` is the state one (series, rule) keeps; the daemon stores it
 (``encode``/``decode``) with the series version it consumed, so a replica
@@ -86,6 +89,7 @@ class Knobs(msgspec.Struct, frozen=True, kw_only=True):
     prior: float = 5.0
     half_life: float = 86400.0
     refresh: float = 3600.0
+    warmup: float = 6 * 3600.0
 
 
 def threshold(knobs: Knobs) -> float:
@@ -152,11 +156,14 @@ class Tracker:
         *,
         now: float,
         version: int = 0,
+        started: float | None = None,
     ) -> None:
         """A fresh state at ``now``: the totals are its baseline (nothing is judged on
-        them) and its references."""
+        them) and its references. ``started`` (default ``now``) is when its references
+        began: a simulation of a suite with history starts it that far back."""
         self.knobs = knobs
         self.version = version
+        self.started = now if started is None else started
         self.last = now
         self.refreshed = now
         self.tasks = list(tasks)
@@ -186,6 +193,10 @@ class Tracker:
             self._weights = (up_g, down_g, up_l, down_l)
         up_g, down_g, up_l, down_l = self._weights
         return up_g, down_g, up_l, down_l
+
+    def warm(self, now: float) -> bool:
+        """Whether the references have ``warmup`` seconds behind them: alarms count."""
+        return now - self.started >= self.knobs.warmup
 
     def _point(self, now: float) -> float:
         g = self.knobs.grid
@@ -254,7 +265,7 @@ class Tracker:
         alarm = False
         if passes.any() or fails.any():
             alarm = self._judge(passes, fails, now)
-        if now - self.refreshed >= knobs.refresh:
+        if now - self.refreshed >= knobs.refresh or not self.warm(now):
             self.p0 = reference(self.ref_n, self.ref_c, knobs.prior)
             self._weights = None
             self.refreshed = now
@@ -280,6 +291,8 @@ class Tracker:
             # Change points after the alarm only: the next is the grid's next.
             self.points = []
             self.starts = np.zeros((0, self.cum.size))
+            if not self.warm(now):
+                return False
             self.alarmed_at = now
             self.alarms += 1
         return bool(alarm)
@@ -298,6 +311,7 @@ def _mixture(x: FloatArray, share: float) -> FloatArray:
 class _Wire(msgspec.Struct, frozen=True, array_like=True):
     knobs: Knobs
     version: int
+    started: float
     last: float
     refreshed: float
     tasks: list[str]
@@ -332,6 +346,7 @@ def encode(t: Tracker) -> bytes:
         _Wire(
             t.knobs,
             t.version,
+            t.started,
             t.last,
             t.refreshed,
             t.tasks,
@@ -362,7 +377,8 @@ def decode(raw: bytes) -> Tracker:
     if len(w.seen_n) != size or len(w.seen_c) != size:
         raise ValueError("totals and tasks disagree in size")
     t = Tracker.__new__(Tracker)
-    t.knobs, t.version, t.last, t.refreshed = w.knobs, w.version, w.last, w.refreshed
+    t.knobs, t.version, t.started = w.knobs, w.version, w.started
+    t.last, t.refreshed = w.last, w.refreshed
     t.tasks = list(w.tasks)
     t.seen_n = np.asarray(w.seen_n, dtype=np.int64).reshape(size)
     t.seen_c = np.asarray(w.seen_c, dtype=np.int64).reshape(size)
@@ -379,7 +395,7 @@ def decode(raw: bytes) -> Tracker:
 
 def _check(t: Tracker) -> None:
     """Raise ``ValueError`` unless a decoded state is one ``Tracker`` could have made."""
-    floats = [t.last, t.refreshed, t.s, *t.points]
+    floats = [t.started, t.last, t.refreshed, t.s, *t.points]
     arrays = (t.ref_n, t.ref_c, t.p0, t.cum, t.own, t.starts)
     if not all(math.isfinite(x) for x in floats) or not all(np.isfinite(a).all() for a in arrays):
         raise ValueError("a state holds a number that is not finite")

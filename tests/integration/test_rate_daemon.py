@@ -29,6 +29,8 @@ RULE = Rule(
     trigger="rate",
     grid=1.0,
     hold=1.0,
+    # The references refresh at every tick for the first second, then hourly.
+    warmup=1.0,
 )
 TASKS = 40
 

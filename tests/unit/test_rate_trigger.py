@@ -59,7 +59,7 @@ def test_the_study_tracker_tick_for_tick(rng: np.random.Generator, grid: int) ->
     names = [f"t{i}" for i in range(tasks)]
     # Made a grid before tick 0, so that tick 0 makes the first change point as the
     # study's first tick does (the state's own first one holds the same zeros).
-    ours = Tracker(knobs, names, n0, c0, now=-grid * TICK)
+    ours = Tracker(knobs, names, n0, c0, now=-grid * TICK, started=-1e9)
     n, c = n0.copy(), c0.copy()
     theirs, mine = [], []
     for t in range(ticks):
@@ -80,8 +80,8 @@ def test_a_round_trip_through_the_store_changes_nothing(rng: np.random.Generator
     n0, c0, passes, fails = _suite(rng, tasks, ticks, change=800)
     knobs = Knobs(k=5, below=0.75, grid=60.0, refresh=600.0, budget=86400.0)
     names = [f"t{i}" for i in range(tasks)]
-    kept = Tracker(knobs, names, n0, c0, now=0.0)
-    stored = Tracker(knobs, names, n0, c0, now=0.0)
+    kept = Tracker(knobs, names, n0, c0, now=0.0, started=-1e9)
+    stored = Tracker(knobs, names, n0, c0, now=0.0, started=-1e9)
     n, c = n0.copy(), c0.copy()
     alarms = 0
     for t in range(ticks):
@@ -144,3 +144,27 @@ def test_the_counts_read_at_once_are_those_read_one_by_one(stored: dict[bytes, b
     slow = [(t, got) for t, v in stored.items() if (got := _counts(v)) is not None]
     assert fast[0] == [t.decode() for t, _ in slow]
     assert list(zip(fast[1], fast[2], strict=True)) == [got for _, got in slow]
+
+
+def test_a_new_state_raises_no_alarm_while_its_references_warm_up() -> None:
+    """Started on one trial a task, a task that fails half its trials would alarm at once
+    against references from that trial; in the warm-up the references follow every tick
+    and nothing alarms, and after it a real drop does."""
+    knobs = Knobs(k=1, below=0.3, grid=60.0, warmup=1800.0)
+    t = Tracker(knobs, ["a", "b"], np.array([1, 1]), np.array([1, 1]), now=0.0)
+    assert not t.warm(0.0)
+    n, c = np.array([1, 1]), np.array([1, 1])
+    alarms = []
+    for i in range(1, 720):  # a trial a task every 5 s for an hour
+        now = i * 5.0
+        n = n + 1
+        c = c + np.array([i % 2, 1])  # "a" passes half its trials, "b" all
+        if now >= 3000.0:
+            c[0] -= i % 2  # from 50 minutes on, "a" fails every trial
+        if t.tick(["a", "b"], n, c, now=now):
+            alarms.append(now)
+    assert alarms
+    assert min(alarms) >= 3000.0  # none in the warm-up, nor at "a"'s steady half
+    assert t.warm(1800.0)
+    assert t.alarms == len(alarms)
+    assert t.p0[0] < 0.65  # the warm-up's references followed "a" down to its half
