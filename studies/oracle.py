@@ -283,9 +283,9 @@ def triggers() -> list[tuple[str, Rule]]:
 
     return [
         ("rate", rule(trigger="rate")),
-        ("detector", rule()),
-        ("detector, level 0.5", rule(level_evidence=0.5)),
-        ("detector, below=0.80", rule(below=0.8, resolve_above=0.85)),
+        ("detector", rule(trigger="detector")),
+        ("detector, level 0.5", rule(trigger="detector", level_evidence=0.5)),
+        ("detector, below=0.80", rule(trigger="detector", below=0.8, resolve_above=0.85)),
         ("ci-low gaffke", rule(trigger="ci-low")),
         ("ci-low percentile", rule(trigger="ci-low", interval="percentile")),
     ]

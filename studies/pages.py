@@ -71,11 +71,11 @@ def rules() -> list[tuple[str, Rule]]:
         ("ci-low gaffke", _rule(trigger="ci-low")),
         ("ci-low percentile", _rule(trigger="ci-low", interval="percentile")),
         ("ci-low gaffke for=300s", _rule(trigger="ci-low", for_seconds=300.0)),
-        ("detector", _rule()),
-        ("detector, level 0.5", _rule(level_evidence=0.5)),
-        ("detector, level 2", _rule(level_evidence=2.0)),
-        ("detector, CUSUM only", _rule(level_evidence=0.0)),
-        ("detector, below=0.80", _rule(below=0.8, resolve_above=0.85)),
+        ("detector", _rule(trigger="detector")),
+        ("detector, level 0.5", _rule(trigger="detector", level_evidence=0.5)),
+        ("detector, level 2", _rule(trigger="detector", level_evidence=2.0)),
+        ("detector, CUSUM only", _rule(trigger="detector", level_evidence=0.0)),
+        ("detector, below=0.80", _rule(trigger="detector", below=0.8, resolve_above=0.85)),
         ("rate", _rule(trigger="rate")),
     ]
 

@@ -91,23 +91,23 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
             raise ConfigError(
                 path,
                 f"$.alerts[{i}].trigger",
-                'the detector (the default trigger) watches pass^k; set trigger = "ci-low" '
-                "for a pass@k rule",
+                'the detector watches pass^k; set trigger = "ci-low" for a pass@k rule',
             )
         if alert.trigger == "rate" and alert.metric != "pass^k":
             raise ConfigError(
                 path,
                 f"$.alerts[{i}].trigger",
-                'the rate trigger watches pass^k; set trigger = "ci-low" for a pass@k rule',
+                'the rate trigger (the default) watches pass^k; set trigger = "ci-low" for a '
+                "pass@k rule",
             )
         windowed = config.stats.window > 0 or any(o.window for o in config.suites)
         if alert.trigger == "detector" and not windowed:
             raise ConfigError(
                 path,
                 f"$.alerts[{i}].trigger",
-                "the detector (the default trigger) reads each task's last outcomes: set "
-                "stats.window (or a [[suites]] window) for the suites it watches, or "
-                'trigger = "ci-low" to judge the lifetime CI lower bound',
+                "the detector reads each task's last outcomes: set stats.window (or a "
+                '[[suites]] window) for the suites it watches, or use trigger = "rate" (the '
+                "default), which needs no window",
             )
     for field, url in (
         ("$.sinks.alertmanager.url", config.sinks.alertmanager.url),

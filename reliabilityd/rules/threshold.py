@@ -4,25 +4,28 @@ A threshold rule is an ``[[alerts]]`` table without ``compare``. It never
 fires on the point estimate alone; its trigger says what breaches, and the
 verdict moves the shared state machine (``state.advance``).
 
-* ``trigger = "detector"``, the default, breaches on ``Observation.evidence``
+* ``trigger = "rate"``, the default, breaches on an alarm of the rate
+  statistics (``stats.ratecusum``: each task's outcomes since the last tick
+  against its reference rate from counts with a ``half_life`` of a day, with
+  thresholds from Ville's inequality for at most one false alarm per
+  ``budget_days``; no alarm counts in its first ``warmup`` seconds), or on
+  the CI upper bound under ``below``. An alarm is a breach for ``hold``
+  seconds (a regression that persists alarms again within its delay); a
+  firing alert resolves when the point estimate is back at
+  ``resolve_above`` and no alarm holds. It needs no window: the statistics
+  difference each task's lifetime counts, which the store keeps for every
+  suite. It is the default because the oracle study measured it within 2x
+  of the fastest detector there can be, at one false page in two weeks
+  (docs/studies.md, "The oracle").
+* ``trigger = "detector"`` breaches on ``Observation.evidence``
   (nats, from ``detector.evidence`` over the suite's committed windows: a
   recent change) reaching ``evidence``, on ``Observation.level``
   (``detector.level``: the whole windows against ``below``, which catches
   drifts and small suites) reaching ``level_evidence``, or on the CI upper
   bound under ``below``; a firing alert resolves when the point estimate is
   back at ``resolve_above``. Without a window there is no evidence (None),
-  and only the upper bound can breach. The default follows the page-rate
-  study (docs/studies.md): on a steady windowed suite the lower bound pages
-  several times a day or stays firing, the detector pages a tenth as often.
-* ``trigger = "rate"`` breaches on an alarm of the rate statistics
-  (``stats.ratecusum``: each task's outcomes since the last tick against its
-  reference rate from a day of counts, with thresholds from Ville's inequality
-  for at most one false alarm per ``budget_days``), or on the CI upper bound
-  under ``below``. An alarm is a breach for ``hold`` seconds (a regression
-  that persists alarms again within its delay); a firing alert resolves when
-  the point estimate is back at ``resolve_above`` and no alarm holds. It needs
-  no window: the statistics difference each task's lifetime counts, which the
-  store keeps for every suite.
+  and only the upper bound can breach. On a steady windowed suite
+  it pages a tenth as often as the lower bound (docs/studies.md).
 * ``trigger = "ci-low"``, a gate's criterion, breaches when
   ``ci_low < below`` (equal is not a breach) and resolves only when
   ``ci_low >= resolve_above`` (hysteresis: a bound hovering between the two
@@ -91,14 +94,14 @@ class Rule(
     severity: Annotated[str, msgspec.Meta(min_length=1)] = "page"
     # Notify when the suite has had no counted trial for this many seconds.
     stale_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
-    # What breaches: "detector" (the default: ``detector.evidence`` reaching
-    # `evidence` nats that pass^k has moved to `below` or under it,
-    # ``detector.level`` reaching `level_evidence`, or the CI upper bound under
-    # `below`; needs the suite's window; reliabilityd/stats/detector.py), "rate"
-    # (an alarm of the rate statistics, or the CI upper bound under `below`;
-    # pass^k only; reliabilityd/stats/ratecusum.py) or "ci-low" (a gate's
-    # criterion: the CI lower bound under `below`).
-    trigger: Trigger = "detector"
+    # What breaches: "rate" (the default: an alarm of the rate statistics, or the
+    # CI upper bound under `below`; pass^k only; reliabilityd/stats/ratecusum.py),
+    # "detector" (``detector.evidence`` reaching `evidence` nats that pass^k has
+    # moved to `below` or under it, ``detector.level`` reaching `level_evidence`,
+    # or the CI upper bound under `below`; needs the suite's window;
+    # reliabilityd/stats/detector.py) or "ci-low" (a gate's criterion: the CI
+    # lower bound under `below`).
+    trigger: Trigger = "rate"
     # The CI this rule judges (reliabilityd.INTERVALS); None = its suite's interval.
     interval: IntervalName | None = None
     # Nats of evidence a "detector" rule needs to breach.

@@ -42,8 +42,15 @@ TASKS = [f"checkout {i}" for i in range(12)]
 WINDOW = 10
 KS = [1, 3]
 PAST = 90  # minutes of history written before the daemon starts
+# The windowed detector: the scenario's drop must page within seconds of a fresh start.
 RULE = Rule(
-    name="checkout-reliability", k=3, below=0.6, resolve_above=0.7, min_tasks=5, severity="page"
+    name="checkout-reliability",
+    k=3,
+    below=0.6,
+    resolve_above=0.7,
+    min_tasks=5,
+    severity="page",
+    trigger="detector",
 )
 DESKTOP = (1280, 900)
 PHONE = (375, 812)

@@ -36,9 +36,10 @@ def test_the_warning_names_the_rule_the_suite_and_the_share() -> None:
     assert "rule 'gate' (trigger ci-low, pass^k at k=1 below 0.75)" in text
     assert "suite 'deploy-x' (10 tasks" in text
     assert "at a true pass^k of 0.85" in text
-    # A detector rule, a large suite or too few tasks for a verdict: nothing to say.
-    detector = Rule(name="d", k=1, below=0.75)
-    assert unprovable(detector, "s", [(20, 17)] * 10, interval="gaffke") is None
+    # A detector or rate rule, a large suite or too few tasks for a verdict: nothing to say.
+    for trigger in ("detector", "rate"):
+        pager = Rule(name="d", k=1, below=0.75, trigger=trigger)
+        assert unprovable(pager, "s", [(20, 17)] * 10, interval="gaffke") is None
     assert unprovable(GATE, "s", [(20, 17)] * 300, interval="gaffke") is None
     strict = Rule(name="g", k=5, below=0.75, trigger="ci-low", min_tasks=20)
     assert unprovable(strict, "s", [(20, 17)] * 10, interval="gaffke") is None

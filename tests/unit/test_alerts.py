@@ -172,9 +172,12 @@ def dobs(
     return Observation(value=value, ci_low=low, ci_high=high, tasks=50, runs=20, evidence=evidence)
 
 
-def test_the_detector_is_the_default_and_ci_low_ignores_evidence() -> None:
-    assert Rule(name="r", k=5, below=0.75).trigger == "detector"
-    assert verdict(Rule(name="r", k=5, below=0.75), dobs(100.0, low=0.8), now=0.0)[0] == "breach"
+def test_the_rate_trigger_is_the_default_and_ci_low_ignores_evidence() -> None:
+    assert Rule(name="r", k=5, below=0.75).trigger == "rate"
+    detector = Rule(name="r", k=5, below=0.75, trigger="detector")
+    assert verdict(detector, dobs(100.0, low=0.8), now=0.0)[0] == "breach"
+    # Evidence is the detector's alone: the default rule ignores it.
+    assert verdict(Rule(name="r", k=5, below=0.75), dobs(100.0, low=0.8), now=0.0)[0] == "clear"
     gate = Rule(name="r", k=5, below=0.75, trigger="ci-low")
     # Evidence is ignored by a ci-low rule: only the bound counts.
     assert verdict(gate, dobs(100.0, low=0.8), now=0.0)[0] == "clear"

@@ -162,7 +162,7 @@ def test_alert_rules_decode_with_defaults(tmp_path: Path) -> None:
         "page",
     )
     assert (canary.resolve_at, canary.stale_after, canary.on_unknown) == (0.6, 600.0, "alert")
-    assert (deploy.trigger, canary.trigger) == ("detector", "ci-low")
+    assert (deploy.trigger, canary.trigger) == ("rate", "ci-low")
     assert cfg.alerts_key == "rel:alerts"
 
 
@@ -194,11 +194,11 @@ def test_alert_rules_decode_with_defaults(tmp_path: Path) -> None:
             "set stats.window",
         ),
         (
-            "[[alerts]]\nname = 'a'\nk = 5\nbelow = 0.5\n",
+            "[[alerts]]\nname = 'a'\nk = 5\nbelow = 0.5\ntrigger = 'detector'\n",
             "$.alerts[0].trigger",
-            "the detector (the default trigger) reads each task's last outcomes: set "
-            "stats.window (or a [[suites]] window) for the suites it watches, or "
-            'trigger = "ci-low"',
+            "the detector reads each task's last outcomes: set stats.window (or a "
+            '[[suites]] window) for the suites it watches, or use trigger = "rate" (the '
+            "default), which needs no window",
         ),
         (
             "[stats]\nwindow = 20\n[[alerts]]\nname = 'a'\nk = 1\nbelow = 0.5\nmetric = 'pass@k'\n",

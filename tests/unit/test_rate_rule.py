@@ -101,7 +101,9 @@ def test_the_rule_config_names_the_knobs(tmp_path: Path) -> None:
     path.write_text(
         '[[alerts]]\nname = "r"\nk = 5\nbelow = 0.75\nmetric = "pass@k"\ntrigger = "rate"\n'
     )
-    with pytest.raises(ConfigError, match=r"alerts\[0\]\.trigger.*rate trigger watches pass\^k"):
+    with pytest.raises(
+        ConfigError, match=r"alerts\[0\]\.trigger.*rate trigger \(the default\) watches pass\^k"
+    ):
         load(path, environ={})
     # Needs no window, which a detector rule does.
     path.write_text('[[alerts]]\nname = "r"\nk = 5\nbelow = 0.75\ntrigger = "rate"\n')

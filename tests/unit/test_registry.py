@@ -6,7 +6,16 @@ from reliabilityd.rules import CanaryRule, Rule
 from reliabilityd.rules.canary import Compare
 from reliabilityd.rules.registry import describe, involving, sliced_suites, watches
 
-THRESHOLD = Rule(name="low", suite="deploy-*", k=5, below=0.75, resolve_above=0.8, slices=True)
+THRESHOLD = Rule(
+    name="low",
+    suite="deploy-*",
+    k=5,
+    below=0.75,
+    resolve_above=0.8,
+    slices=True,
+    trigger="detector",
+)
+RATE = Rule(name="rate", suite="deploy-*", k=5, below=0.75, resolve_above=0.8)
 GATE = Rule(name="gate", suite="deploy-a", k=5, below=0.75, trigger="ci-low")
 CANARY = CanaryRule(
     name="canary",
@@ -42,6 +51,12 @@ def test_each_rule_is_described_by_its_trigger() -> None:
     assert "lower bound" not in detector
     assert "75.0%" in detector
     assert "back at 80.0% or above" in detector
+    rate = describe(RATE)
+    assert rate.startswith("Fires when each task's outcomes, against its reference rate from ")
+    assert "24 h half-life" in rate
+    assert "at most one false alarm in 14 days" in rate
+    assert "an alarm holds 3600 s" in rate
+    assert "back at 80.0% or above" in rate
     gate = describe(GATE)
     assert gate.startswith("Fires when the lower bound of pass^5's interval is under 75.0%")
     (watch,) = watches([CANARY], [], {})
