@@ -21,7 +21,14 @@ from collections.abc import Sequence
 from reliabilityd.logs import RateLimited, emit, kv, log
 from reliabilityd.rules import Rule, views
 from reliabilityd.stats import ratecusum
-from reliabilityd.store import Series, Store, TriggerInput, Undecodable, UndecodableLog
+from reliabilityd.store import (
+    Series,
+    Store,
+    StoreError,
+    TriggerInput,
+    Undecodable,
+    UndecodableLog,
+)
 
 __all__ = ["RateStates"]
 
@@ -46,13 +53,13 @@ class RateStates:
             for one, rules, windowed in batch
         ]
         work = [(i, one, rate, w) for i, (one, rate, w) in enumerate(rated) if rate]
-        reads = await asyncio.gather(
-            *(
-                self.store.triggers.read(one, [r.name for r in rate], windowed=w)
-                for _, one, rate, w in work
-            )
-        )
-        inputs = [(one, rate, got) for (_, one, rate, _), got in zip(work, reads, strict=True)]
+        out: list[Alarms] = [{} for _ in batch]
+        if not work:
+            return out
+        reads = await asyncio.gather(*(self._read(one, rate, w) for _, one, rate, w in work))
+        read = [(item, got) for item, got in zip(work, reads, strict=True) if got is not None]
+        work = [item for item, _ in read]
+        inputs = [(one, rate, got) for (_, one, rate, _), got in read]
         for _, _, got in inputs:
             for _, state in got.states:
                 if isinstance(state, Undecodable):
@@ -76,10 +83,20 @@ class RateStates:
                 # Another replica advanced it since: its state goes on, this tick's view
                 # stands for this snapshot only.
                 self._lost.emit(logging.DEBUG, "rate_state_lost", suite=one.label, rule=rule_name)
-        out: list[Alarms] = [{} for _ in batch]
         for (i, _, rate, _), trackers in zip(work, advanced, strict=True):
             out[i] = {r.name: t.alarmed_at for r, t in zip(rate, trackers or [], strict=False)}
         return out
+
+    async def _read(self, one: Series, rate: Sequence[Rule], windowed: bool) -> TriggerInput | None:
+        """The series' counts and states; None (logged) when what Redis holds stops the
+        read, so that series' rate rules judge without an alarm this tick."""
+        try:
+            return await self.store.triggers.read(one, [r.name for r in rate], windowed=windowed)
+        except StoreError:
+            raise
+        except Exception:
+            log.exception("%s", kv("rate_state_failed", suite=one.label))
+            return None
 
 
 def _advance_all(

@@ -93,7 +93,10 @@ class Triggers:
             for rule in rules:
                 pipe.hmget(self.key(series, rule), "seq", "doc")
             replies = await pipe.execute()
-        version = int(replies[0] or 0)
+        try:
+            version = int(replies[0] or 0)
+        except ValueError:
+            version = 0  # a damaged counter: the state's version says nothing then
         stored: dict[Any, Any] = replies[1]
         if windowed:
             totals: dict[Any, Any] = replies[2]

@@ -5,6 +5,7 @@ drop, the hold and the resolve, and a restart that goes on from the stored state
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import numpy as np
 import pytest
@@ -202,3 +203,40 @@ async def test_a_state_moved_on_by_another_writer_is_not_overwritten(
         assert state.key == key
         assert state.document == "trigger_state"
         assert await store.triggers.write(series, RULE.name, 1, first)
+
+
+async def test_damaged_counts_and_state_never_stop_the_tick(
+    redis_server: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What Redis holds is outside input: a task's value that is not counts is left out,
+    a state that does not decode is logged and replaced, and the suite's rule is judged."""
+    cfg = config(redis_server, prefix, 0)
+    suite = "deploy-damaged"
+    async with running(cfg) as daemon:
+        store = daemon.store
+
+        async def commit(r: int) -> None:
+            await TestingSource([round_of(suite, r, failing=0)]).run(daemon.commit)
+
+        await commit(0)
+        await judged(store, suite, daemon)
+        key = store.triggers.key(Series(suite), RULE.name)
+        await store.client.hset(key, mapping={"doc": b"\x93damaged", "seq": "x"})
+        await store.client.hset(store.key(suite, "tasks"), "task 7", "not counts")
+        with caplog.at_level(logging.WARNING, logger="reliabilityd"):
+            await commit(1)
+
+            async def replaced() -> bool:
+                got = await store.triggers.read(Series(suite), [RULE.name], windowed=False)
+                return isinstance(got.states[0][1], ratecusum.Tracker)
+
+            await wait_until(replaced, 30)
+        assert "event=trigger_state_undecodable" in caplog.text
+        state = await tracker(store, suite)
+        assert "task 7" not in state.tasks
+        assert len(state.tasks) == TASKS - 1
+        await judged(store, suite, daemon)
+        snap = await stored_snapshot(store, suite)
+        assert snap is not None
+        assert snap.rule(RULE.name) is not None
+        assert (await stored_state(store, suite, RULE.name)).state == "inactive"
