@@ -49,6 +49,7 @@ import numpy.typing as npt
 
 from reliabilityd.rules.pagerate import MAKE_UPS, SHAPES
 from reliabilityd.rules.simulator import RATES, Path
+from reliabilityd.stats.ratecusum import llr, shifted
 from studies.commonpoint import advance_common, calibrate_common
 from studies.oracle import (
     BELOW,
@@ -59,7 +60,6 @@ from studies.oracle import (
     TICK,
     Delay,
     K,
-    llr,
     minutes_text,
     oracle_step,
     ratio_text,
@@ -71,7 +71,6 @@ from studies.ratestat import (
     advance,
     calibrate,
     increments,
-    shifted,
 )
 
 FloatArray = npt.NDArray[np.float64]

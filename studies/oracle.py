@@ -52,6 +52,7 @@ from reliabilityd.rules.simulator import (
     false_pages_per_day,
     regressions,
 )
+from reliabilityd.stats.ratecusum import llr
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -68,18 +69,6 @@ DRIFT = 7200.0
 DRIFT_HORIZON = 4 * 3600.0
 BUDGET_DAYS = 14.0
 CHAINS = 100
-
-
-def llr(p0: FloatArray, p1: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Per task, the log-likelihood ratio (post over pre) of a pass and of a fail.
-
-    Rates are held inside [1e-9, 1 - 1e-9]: an outcome impossible under one law
-    then moves the statistic by about 20 nats, which resets or alarms it as the
-    infinite ratio would, without infinities in the sums.
-    """
-    a = np.clip(p0, 1e-9, 1.0 - 1e-9)
-    b = np.clip(p1, 1e-9, 1.0 - 1e-9)
-    return np.log(b / a), np.log((1.0 - b) / (1.0 - a))
 
 
 def marks(

@@ -28,9 +28,10 @@ import numpy.typing as npt
 
 from reliabilityd.rules.pagerate import MAKE_UPS
 from reliabilityd.rules.simulator import RATES
+from reliabilityd.stats.ratecusum import reference
 from studies.oracle import TICK, K
 from studies.ratecusum import _rates_estimate, history
-from studies.ratestat import DAY, HS, Design, calibrate, first_passages, reference, weights
+from studies.ratestat import DAY, HS, Design, calibrate, first_passages, weights
 
 SEED = 20261206
 BUDGET = 14 * DAY

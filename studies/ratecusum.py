@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from reliabilityd.rules.pagerate import MAKE_UPS, SHAPES, Shape
 from reliabilityd.rules.simulator import RATES, Path
+from reliabilityd.stats.ratecusum import reference
 from studies.commonpoint import advance_common, calibrate_common
 from studies.oracle import (
     BELOW,
@@ -59,7 +60,6 @@ from studies.ratestat import (
     advance,
     calibrate,
     increments,
-    reference,
     ville,
     weights,
 )

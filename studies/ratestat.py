@@ -31,7 +31,8 @@ import numpy as np
 import numpy.typing as npt
 
 from reliabilityd.rules.simulator import Path
-from studies.oracle import BELOW, TICK, K, cusum, llr
+from reliabilityd.stats.ratecusum import llr, reference, shifted, sigmoid
+from studies.oracle import BELOW, TICK, K, cusum
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -39,7 +40,6 @@ IntArray = npt.NDArray[np.int64]
 DAY = 86400.0
 # The thresholds (nats) a calibration considers.
 HS = np.arange(0.5, 60.0, 0.05)
-_SHIFT_BOUND = 30.0
 
 
 @dataclass(frozen=True)
@@ -74,41 +74,6 @@ class Design:
 # --- the statistic: what a daemon would run ------------------------------------
 
 
-def reference(n: IntArray, c: IntArray, prior: float) -> FloatArray:
-    """Per task, the pre-change rate: its counts shrunk toward the suite's pooled rate.
-
-    ``(c + prior * pooled) / (n + prior)`` with ``pooled = (sum c + 1/2) / (sum n + 1)``:
-    never 0 or 1, so no outcome has an infinite log-likelihood ratio.
-    """
-    pooled = (float(c.sum()) + 0.5) / (float(n.sum()) + 1.0)
-    out: FloatArray = (c + prior * pooled) / (n + prior)
-    return out
-
-
-def _sigmoid(x: FloatArray) -> FloatArray:
-    out: FloatArray = 1.0 / (1.0 + np.exp(-x))
-    return out
-
-
-def shifted(p0: FloatArray, k: int, target: float) -> FloatArray:
-    """``p0`` moved by the one common log-odds shift that puts the mean of p^k at ``target``.
-
-    Where the mean is already at or under ``target`` the rates come back unchanged
-    (no drop to look for).
-    """
-    if float(np.mean(p0**k)) <= target:
-        return p0.copy()
-    lp = np.log(p0) - np.log1p(-p0)
-    lo, hi = 0.0, _SHIFT_BOUND
-    for _ in range(60):
-        mid = (lo + hi) / 2.0
-        if float(np.mean(_sigmoid(lp - mid) ** k)) > target:
-            lo = mid
-        else:
-            hi = mid
-    return _sigmoid(lp - (lo + hi) / 2.0)
-
-
 @dataclass(frozen=True)
 class Weights:
     """Nats a pass (``up``) and a fail (``down``) of each task add, per statistic."""
@@ -131,7 +96,7 @@ def weights(
         up_g, down_g = np.zeros_like(p0), np.zeros_like(p0)
     lp = np.log(p0) - np.log1p(-p0)
     pairs = [llr(p0, p0 * (1.0 - q)) for q in design.local_kill]
-    pairs += [llr(p0, _sigmoid(lp - np.log(f))) for f in design.local_odds]
+    pairs += [llr(p0, sigmoid(lp - np.log(f))) for f in design.local_odds]
     if pairs:
         up_l = np.stack([u for u, _ in pairs], axis=-1)
         down_l = np.stack([d for _, d in pairs], axis=-1)

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -61,6 +62,7 @@ __all__ = [
     "llr",
     "reference",
     "shifted",
+    "sigmoid",
     "threshold",
 ]
 
@@ -97,7 +99,7 @@ def threshold(knobs: Knobs) -> float:
     return math.log(2.0 * knobs.budget / knobs.grid)
 
 
-def reference(n: FloatArray, c: FloatArray, prior: float) -> FloatArray:
+def reference(n: npt.NDArray[Any], c: npt.NDArray[Any], prior: float) -> FloatArray:
     """Per task, the pre-change rate: its counts shrunk toward the suite's pooled rate.
 
     ``(c + prior * pooled) / (n + prior)`` with ``pooled = (sum c + 1/2) / (sum n + 1)``:
@@ -108,7 +110,8 @@ def reference(n: FloatArray, c: FloatArray, prior: float) -> FloatArray:
     return out
 
 
-def _sigmoid(x: FloatArray) -> FloatArray:
+def sigmoid(x: FloatArray) -> FloatArray:
+    """The logistic function, elementwise."""
     out: FloatArray = 1.0 / (1.0 + np.exp(-x))
     return out
 
@@ -122,11 +125,11 @@ def shifted(p0: FloatArray, k: int, target: float) -> FloatArray:
     lo, hi = 0.0, _SHIFT_BOUND
     for _ in range(_BISECT):
         mid = (lo + hi) / 2.0
-        if float(np.mean(_sigmoid(lp - mid) ** k)) > target:
+        if float(np.mean(sigmoid(lp - mid) ** k)) > target:
             lo = mid
         else:
             hi = mid
-    return _sigmoid(lp - (lo + hi) / 2.0)
+    return sigmoid(lp - (lo + hi) / 2.0)
 
 
 def llr(p0: FloatArray, p1: FloatArray) -> tuple[FloatArray, FloatArray]:

@@ -10,10 +10,11 @@ import pytest
 
 from reliabilityd.rules.pagerate import MAKE_UPS
 from reliabilityd.rules.simulator import RATES, Path
+from reliabilityd.stats.ratecusum import reference
 from studies.commonpoint import advance_common
 from studies.oracle import PER_MINUTE, TICK, K
 from studies.ratecusum import prepare
-from studies.ratestat import DAY, Design, Running, increments, reference, ville
+from studies.ratestat import DAY, Design, Running, increments, ville
 
 SEED = 20261208
 

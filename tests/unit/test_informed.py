@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from reliabilityd.rules.pagerate import MAKE_UPS, SHAPES
+from reliabilityd.stats.ratecusum import llr, shifted
 from studies.commonpoint import common_mixture
 from studies.informed import informed
-from studies.oracle import BELOW, K, llr
-from studies.ratestat import shifted
+from studies.oracle import BELOW, K
 
 # Candidates per make-up: the 80% of a `mix` suite at 0.98 before the fit to 0.90, every
 # task of an `alike` one, the reliable half of a `lottery` one at 10 tasks and 80% at 50.

@@ -7,7 +7,8 @@ import pytest
 
 from reliabilityd.rules.pagerate import MAKE_UPS, SHAPES, Shape
 from reliabilityd.rules.simulator import RATES
-from studies.oracle import PER_MINUTE, K, cusum, first_passage, llr, marks, oracle_step, threshold
+from reliabilityd.stats.ratecusum import llr
+from studies.oracle import PER_MINUTE, K, cusum, first_passage, marks, oracle_step, threshold
 
 
 def _loop(x: np.ndarray, start: float = 0.0) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from reliabilityd.stats.ratecusum import reference, shifted
 from studies.oracle import TICK
 from studies.ratecalib import fitted
 from studies.ratestat import (
@@ -15,8 +16,6 @@ from studies.ratestat import (
     Weights,
     advance,
     combine,
-    reference,
-    shifted,
     tick,
     weights,
 )
