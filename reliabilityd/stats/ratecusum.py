@@ -182,7 +182,7 @@ class Tracker:
         self.own = np.zeros(size)
         self.points: list[float] = [self._point(now)]
         self.starts = np.zeros((1, size))
-        # Set by an alarm; the daemon clears it (``latched`` views).
+        # The time of the last alarm that counted (None before the first).
         self.alarmed_at: float | None = None
         self.alarms = 0
 
