@@ -18,6 +18,8 @@ from reliabilityd.config._tls import HttpTlsProblem, http_tls_context
 from reliabilityd.errors import ConfigError
 from reliabilityd.names import suite_name_problem
 from reliabilityd.rules.canary import CanaryRule, side_parts
+from reliabilityd.rules.threshold import Rule
+from reliabilityd.stats import ratecusum
 from reliabilityd.store import url_problem
 from reliabilityd.topics import Binding
 
@@ -93,13 +95,8 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
                 f"$.alerts[{i}].trigger",
                 'the detector watches pass^k; set trigger = "ci-low" for a pass@k rule',
             )
-        if alert.trigger == "rate" and alert.metric != "pass^k":
-            raise ConfigError(
-                path,
-                f"$.alerts[{i}].trigger",
-                'the rate trigger (the default) watches pass^k; set trigger = "ci-low" for a '
-                "pass@k rule",
-            )
+        if alert.trigger == "rate":
+            _check_rate(alert, f"$.alerts[{i}]", path, config)
         windowed = config.stats.window > 0 or any(o.window for o in config.suites)
         if alert.trigger == "detector" and not windowed:
             raise ConfigError(
@@ -162,6 +159,40 @@ def _check(config: Config, path: str, env: Mapping[str, str]) -> None:
                 f"$.suites[{i}].window",
                 f"window {override.window} is shorter than {k_from}",
             )
+
+
+def _check_rate(alert: Rule, at: str, path: str, config: Config) -> None:
+    """A rate rule's knobs: pass^k, a threshold worth the name, a hold the ticks see."""
+    if alert.metric != "pass^k":
+        raise ConfigError(
+            path,
+            f"{at}.trigger",
+            'the rate trigger (the default) watches pass^k; set trigger = "ci-low" for a '
+            "pass@k rule",
+        )
+    h = ratecusum.threshold(alert.knobs())
+    if h < 1.0:
+        raise ConfigError(
+            path,
+            f"{at}.budget_days",
+            f"{alert.budget_days:g} days with change points every {alert.grid:g} s gives a "
+            f"threshold of {h:.2f} nats: a budget of at least {alert.grid / 86400:g} days "
+            "is needed",
+        )
+    if alert.hold < config.stats.ci_interval:
+        raise ConfigError(
+            path,
+            f"{at}.hold",
+            f"{alert.hold:g} s is shorter than stats.ci_interval ({config.stats.ci_interval:g} "
+            "s): an alarm could pass between two verdicts",
+        )
+    if alert.for_seconds >= alert.hold:
+        raise ConfigError(
+            path,
+            f"{at}.for",
+            f"{alert.for_seconds:g} s is not shorter than hold ({alert.hold:g} s): an alarm "
+            "would never hold long enough to fire",
+        )
 
 
 def _check_canary(rule: CanaryRule, field: str, path: str, config: Config) -> None:

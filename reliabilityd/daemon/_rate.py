@@ -64,11 +64,17 @@ class RateStates:
             for _, state in got.states:
                 if isinstance(state, Undecodable):
                     self._undecodable.note(state)
+        before = [
+            [s.alarms if isinstance(s, ratecusum.Tracker) else 0 for _, s in got.states]
+            for _, _, got in inputs
+        ]
         advanced = await asyncio.to_thread(_advance_all, inputs, now)
         writes = []
-        for (one, rate, got), trackers in zip(inputs, advanced, strict=True):
-            for rule, (seq, _), tracker in zip(rate, got.states, trackers or [], strict=False):
-                if tracker.alarmed_at == now:
+        for (one, rate, got), trackers, had in zip(inputs, advanced, before, strict=True):
+            for rule, (seq, _), tracker, was in zip(
+                rate, got.states, trackers or [], had, strict=False
+            ):
+                if tracker.alarms > was:
                     emit(
                         logging.INFO,
                         "rate_alarm",

@@ -117,7 +117,7 @@ class Rule(
     # of a task's trials a new failure mode fails; the pseudo-trials that shrink a
     # task's reference to the suite's; the half-life (seconds) of the reference counts.
     budget_days: Annotated[float, msgspec.Meta(gt=0)] = 14.0
-    grid: Annotated[float, msgspec.Meta(ge=1)] = 60.0
+    grid: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 60.0
     share: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.3
     kill: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.3
     prior: Annotated[float, msgspec.Meta(gt=0)] = 5.0
@@ -225,8 +225,7 @@ def _rate_verdict(rule: Rule, obs: Observation, now: float) -> tuple[Verdict, Re
     held = obs.alarmed_at is not None and now - obs.alarmed_at < rule.hold
     if held or (obs.ci_high is not None and obs.ci_high < rule.below):
         return "breach", "below"
-    assert obs.value is not None  # verdict() returned on UNKNOWN
-    if obs.value >= rule.resolve_at:
+    if obs.value is not None and obs.value >= rule.resolve_at:
         return "clear", None
     return "between", None
 

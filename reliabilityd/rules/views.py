@@ -25,6 +25,9 @@ from reliabilityd.stats.snapshot import RuleView, StatsSettings
 
 # A suite's pace counts only once a snapshot is this much older than the last.
 PACE_MIN_SECONDS = 30.0
+# A rate rule's state last judged further ahead of this replica's clock than this is
+# damage or a clock gone wrong: judging would follow it, so the state starts afresh.
+FUTURE = 3600.0
 
 
 def pace(
@@ -56,13 +59,14 @@ def rate(
     """A "rate" rule's state advanced to the series' lifetime counts at ``now``; its
     ``alarmed_at`` is the time of its last alarm.
 
-    ``stored`` is the stored state (it is advanced in place); none, or one kept under
-    other settings, starts afresh on these counts (a restart, as after an alarm).
+    ``stored`` is the stored state (it is advanced in place); none, one kept under
+    other settings, or one from a clock more than ``FUTURE`` seconds ahead starts
+    afresh on these counts, with a warm-up.
     """
     knobs = rule.knobs()
     counts = np.asarray(n, dtype=np.int64), np.asarray(c, dtype=np.int64)
     tracker = stored
-    if tracker is None or tracker.knobs != knobs:
+    if tracker is None or tracker.knobs != knobs or tracker.last > now + FUTURE:
         return ratecusum.Tracker(knobs, tasks, *counts, now=now, version=version)
     tracker.tick(tasks, *counts, now=now, version=version)
     return tracker

@@ -33,15 +33,16 @@ alarm restarts both statistics at 0 with change points after it only.
 The references are refreshed every ``refresh`` seconds from counts decayed
 with a half-life of ``half_life`` seconds; between refreshes the weights are
 fixed, so each tick's factor is set before its outcomes. The bound holds at the
-references; an error in them (a suite with little history) is outside it, so
-a state's first ``warmup`` seconds refresh the references at every tick and
-raise no alarm (``Tracker.warm``): a new suite's first trials would otherwise
-be judged against references from a handful of trials.
+references; an error in them is outside it. A new state starts its
+references from at most ``START_TRIALS`` of each task's counts (a long-lived
+suite's lifetime counts would outweigh its present for weeks), and for its
+first ``warmup`` seconds refreshes them at every tick and raises no alarm
+(``Tracker.warm``): a new suite's first trials would otherwise be judged
+against references from a handful of trials.
 
 Pure: ``Tracker`` is the state one (series, rule) keeps; the daemon stores it
-(``encode``/``decode``) with the series version it consumed, so a replica
-never feeds one tick twice, and a lost state restarts the statistics as an
-alarm does.
+(``encode``/``decode``) and writes it back by compare-and-set, so a replica
+never feeds one tick twice, and a lost state starts again with a warm-up.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
+# A new state's references start from at most this many trials of each task, at the
+# rate of its counts: a window's worth, which the warm-up's trials soon outweigh.
+START_TRIALS = 20.0
 _SHIFT_BOUND = 30.0
 _BISECT = 60
 # Rates inside [_CLIP, 1 - _CLIP]: an outcome impossible under one law moves a
@@ -162,8 +166,10 @@ class Tracker:
         started: float | None = None,
     ) -> None:
         """A fresh state at ``now``: the totals are its baseline (nothing is judged on
-        them) and its references. ``started`` (default ``now``) is when its references
-        began: a simulation of a suite with history starts it that far back."""
+        them), and its references start from at most ``START_TRIALS`` of each task's
+        counts. ``started`` (default ``now``) is when its references began: a
+        simulation of a suite with that much history (the counts being it) passes it,
+        and its references start from the counts whole."""
         self.knobs = knobs
         self.version = version
         self.started = now if started is None else started
@@ -175,6 +181,9 @@ class Tracker:
         self.seen_c = np.asarray(c, dtype=np.int64).copy()
         self.ref_n = self.seen_n.astype(np.float64)
         self.ref_c = self.seen_c.astype(np.float64)
+        if started is None:
+            scale = np.minimum(1.0, START_TRIALS / np.maximum(self.ref_n, 1.0))
+            self.ref_n, self.ref_c = self.ref_n * scale, self.ref_c * scale
         self.p0 = reference(self.ref_n, self.ref_c, knobs.prior)
         self._weights: tuple[FloatArray, ...] | None = None
         self.s = 0.0
@@ -374,7 +383,14 @@ _decoder = msgspec.msgpack.Decoder(_Wire)
 
 def decode(raw: bytes) -> Tracker:
     """A stored state; raises ``ValueError`` (msgspec's errors are ones) when it does not
-    decode or its arrays disagree in size."""
+    decode or is not one ``Tracker`` could have made."""
+    try:
+        return _decode(raw)
+    except (OverflowError, TypeError) as exc:
+        raise ValueError(f"a state out of range: {exc}") from exc
+
+
+def _decode(raw: bytes) -> Tracker:
     w = _decoder.decode(raw)
     size = len(w.tasks)
     if len(w.seen_n) != size or len(w.seen_c) != size:
@@ -406,7 +422,9 @@ def _check(t: Tracker) -> None:
         raise ValueError("a state holds counts out of order")
     if (t.ref_c > t.ref_n).any() or (t.p0 <= 0).any() or (t.p0 >= 1).any() or (t.own < 0).any():
         raise ValueError("a state holds rates or counts out of range")
-    if t.points != sorted(t.points) or (
-        t.alarmed_at is not None and not math.isfinite(t.alarmed_at)
-    ):
+    if t.points != sorted(t.points):
         raise ValueError("a state holds change points out of order")
+    if t.alarmed_at is not None and not math.isfinite(t.alarmed_at):
+        raise ValueError("a state holds an alarm time that is not finite")
+    if t.started > t.last or t.refreshed > t.last or t.alarms < 0:
+        raise ValueError("a state holds times or counts out of order")

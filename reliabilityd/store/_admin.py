@@ -123,7 +123,7 @@ class Admin:
         """
         core = [
             self.keys.suite(suite, name)
-            for name in ("meta", "tasks", "hist", "lottery", "snapshot", "runs", "run")
+            for name in ("meta", "tasks", "totals", "hist", "lottery", "snapshot", "runs", "run")
         ]
         slice_ids = [_text(s) for s in await self.client.hkeys(self.keys.slices(suite))]
         deleted = int(await self.client.delete(*core))

@@ -11,6 +11,7 @@ if no other writer stored one since it was read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,14 +21,19 @@ import numpy as np
 from reliabilityd.stats import ratecusum
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._documents import Undecodable, trigger_state_of
+from reliabilityd.store._errors import boundary
 from reliabilityd.store._scripts import TRIGGER_CAS
 from reliabilityd.store.keys import Keys, Series
 
-__all__ = ["TriggerInput", "Triggers"]
+__all__ = ["TriggerInput", "Triggers", "all_counts_of", "counts_of", "seq_of"]
 
 # A state no tick has written for this long goes (its rule was removed, or its
-# series went quiet): the next tick starts afresh, as after an alarm.
+# series went quiet): the next tick starts afresh, with a warm-up.
 STATE_LIFE_MS = 7 * 86400 * 1000
+# Counts and seqs past this are damage, not data (and past what Lua's numbers hold
+# exactly, which trigger_cas compares).
+_MOST = 2**53
+_SEQ = re.compile(rb"-?[0-9]{1,15}")
 
 
 class TriggerInput(msgspec.Struct, frozen=True):
@@ -42,33 +48,42 @@ class TriggerInput(msgspec.Struct, frozen=True):
     states: list[tuple[int, ratecusum.Tracker | Undecodable | None]]
 
 
-def _counts(raw: Any) -> tuple[int, int] | None:
+def counts_of(raw: Any) -> tuple[int, int] | None:
     """``n:c`` at the front of a stored value; None when it is not that."""
     try:
         n_text, c_text = _text(raw).split(":", 2)[:2]
         n, c = int(n_text), int(c_text)
     except (ValueError, UnicodeDecodeError):
         return None
-    return (n, c) if 0 <= c <= n else None
+    return (n, c) if 0 <= c <= n < _MOST else None
 
 
-def _all_counts(stored: dict[Any, Any]) -> tuple[list[str], list[int], list[int]] | None:
-    """Every value ``n:c`` at once (one split, one conversion), the common case; None when
-    any is not that, so each is parsed alone."""
+def all_counts_of(stored: dict[Any, Any]) -> tuple[list[str], list[int], list[int]] | None:
+    """Every value exactly ``n:c`` at once (one split, one conversion), the common case;
+    None when any is not that, so each is parsed alone (``counts_of``)."""
     try:
+        values = list(stored.values())
+        if not all(isinstance(v, bytes) and v.count(b":") == 1 for v in values):
+            return None
         tasks = [_text(t) for t in stored]
-        fields = b":".join(stored.values()).split(b":")
-        counts = np.array(fields, dtype=np.bytes_).astype(np.int64)
+        counts = np.array(b":".join(values).split(b":"), dtype=np.bytes_).astype(np.int64)
     except (ValueError, TypeError, OverflowError, UnicodeDecodeError):
         return None
-    if counts.size != 2 * len(tasks):
-        return None
     n, c = counts[0::2], counts[1::2]
-    if not bool(((c >= 0) & (c <= n)).all()):
+    if not bool(((c >= 0) & (c <= n) & (n < _MOST)).all()):
         return None
     return tasks, n.tolist(), c.tolist()
 
 
+def seq_of(raw: Any) -> int:
+    """A state's stored seq: 0 when there is none, -1 when it is damaged (not an integer
+    of at most 15 digits), as trigger_cas reads it."""
+    if raw is None:
+        return 0
+    return int(raw) if isinstance(raw, bytes) and _SEQ.fullmatch(raw) else -1
+
+
+@boundary
 class Triggers:
     """Reads and writes of the rate trigger's per-(series, rule) state."""
 
@@ -77,6 +92,7 @@ class Triggers:
         self.keys = keys
 
     def key(self, series: Series, rule: str) -> str:
+        """The rule's state on the series (a slice's rule is named ``<rule>[<slice id>]``)."""
         return self.keys.series(series, f"trigger:{rule}")
 
     async def read(self, series: Series, rules: Sequence[str], *, windowed: bool) -> TriggerInput:
@@ -104,11 +120,11 @@ class Triggers:
         tasks: list[str] = []
         n: list[int] = []
         c: list[int] = []
-        fast = _all_counts(stored)
+        fast = all_counts_of(stored)
         if fast is not None:
             tasks, n, c = fast
         for raw_task, value in stored.items() if fast is None else ():
-            got = _counts(value)
+            got = counts_of(value)
             if got is None:
                 continue
             try:
@@ -119,12 +135,9 @@ class Triggers:
             c.append(got[1])
         states: list[tuple[int, ratecusum.Tracker | Undecodable | None]] = []
         for rule, (seq_raw, doc) in zip(rules, replies[3 if windowed else 2 :], strict=True):
-            try:
-                seq = int(seq_raw or 0)
-            except ValueError:
-                seq = -1  # damaged: the next write replaces it (trigger_cas)
             raw = doc if isinstance(doc, bytes) else None
-            states.append((seq, trigger_state_of(self.key(series, rule), raw)))
+            # A damaged seq reads as -1, which the next write sends (trigger_cas).
+            states.append((seq_of(seq_raw), trigger_state_of(self.key(series, rule), raw)))
         return TriggerInput(version, tasks, n, c, states)
 
     async def write(self, series: Series, rule: str, seq: int, state: ratecusum.Tracker) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from reliabilityd.config import load
@@ -94,7 +94,14 @@ def test_the_rule_config_names_the_knobs(tmp_path: Path) -> None:
     knobs = rule.knobs()
     assert (knobs.budget, knobs.grid, knobs.share, knobs.kill) == (28 * 86400.0, 30.0, 0.1, 0.5)
     assert (knobs.prior, knobs.half_life, rule.hold) == (2.0, 43200.0, 120.0)
-    for bad in (b"share = 1", b"kill = 0", b"grid = 0.5", b"hold = 0", b"budget_days = 0"):
+    for bad in (
+        b"share = 1",
+        b"kill = 0",
+        b"grid = 0.5",
+        b"grid = 3601",
+        b"hold = 0",
+        b"budget_days = 0",
+    ):
         with pytest.raises(msgspec.ValidationError):
             msgspec.toml.decode(b'name = "r"\nk = 5\nbelow = 0.75\n' + bad + b"\n", type=Rule)
     path = tmp_path / "c.toml"
@@ -108,6 +115,16 @@ def test_the_rule_config_names_the_knobs(tmp_path: Path) -> None:
     # Needs no window, which a detector rule does.
     path.write_text('[[alerts]]\nname = "r"\nk = 5\nbelow = 0.75\ntrigger = "rate"\n')
     assert load(path, environ={}).stats.window == 0
+    # Knobs that would make the rule meaningless are refused, naming the key.
+    for extra, field, words in (
+        ("budget_days = 0.0001", "budget_days", "threshold of"),
+        ("hold = 2", "hold", "shorter than stats.ci_interval"),
+        ("for = 3600", "for", "not shorter than hold"),
+    ):
+        path.write_text(f'[[alerts]]\nname = "r"\nk = 5\nbelow = 0.75\n{extra}\n')
+        with pytest.raises(ConfigError, match=words) as info:
+            load(path, environ={})
+        assert info.value.field == f"$.alerts[0].{field}"
 
 
 def test_a_lost_damaged_or_resettled_state_starts_afresh() -> None:
@@ -138,6 +155,13 @@ _VALID = ratecusum.encode(
 )
 
 
+def _with(at: int, value: object) -> bytes:
+    """The valid state with one of its fields (in the stored order) replaced."""
+    fields = msgspec.msgpack.decode(_VALID)
+    fields[at] = value
+    return msgspec.msgpack.encode(fields)
+
+
 @given(
     st.one_of(
         st.binary(max_size=400),
@@ -152,6 +176,11 @@ _VALID = ratecusum.encode(
         ),
     )
 )
+@example(_with(6, [2**64 - 1, 1, 1]))  # counts past int64
+@example(_with(6, [-(2**63), 1, 1]))
+@example(_with(2, 1e18))  # started in the far future: never warm
+@example(_with(3, 1e18))  # last judged in the far future: judging would follow it
+@example(_with(16, -1))  # alarms
 def test_whatever_the_store_holds_the_state_advances(doc: bytes) -> None:
     """A stored document is outside input: it decodes into a state or is undecodable,
     never an exception, and a decoded one advances (or, kept under other settings,
@@ -160,6 +189,8 @@ def test_whatever_the_store_holds_the_state_advances(doc: bytes) -> None:
     assert got is None or isinstance(got, (ratecusum.Tracker, Undecodable))
     state = got if isinstance(got, ratecusum.Tracker) else None
     t = views.rate(RATE, state, ["a", "b", "d"], [12, 11, 3], [10, 8, 1], version=2, now=30.0)
+    assert t.last <= 30.0  # a state from a clock far ahead started afresh
+    assert t.started <= 30.0
     assert t.tasks == ["a", "b", "d"]
     assert t.seen_n.tolist() == [12, 11, 3]
     assert np.isfinite(t.s)

@@ -8,11 +8,11 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from reliabilityd.stats.ratecusum import Knobs, Tracker, decode, encode, threshold
-from reliabilityd.store._triggers import _all_counts, _counts
+from reliabilityd.stats.ratecusum import START_TRIALS, Knobs, Tracker, decode, encode, threshold
+from reliabilityd.store._triggers import all_counts_of, counts_of, seq_of
 from studies.commonpoint import Tracker as StudyTracker
 from studies.ratestat import Design, weights
 
@@ -135,13 +135,15 @@ def test_an_undecodable_state_is_a_value_error() -> None:
         max_size=20,
     )
 )
+@example({b"a": b"5", b"b": b"3:2:1"})  # fields that pair up only across tasks
+@example({b"a": b"18446744073709551617:1"})  # past int64
 def test_the_counts_read_at_once_are_those_read_one_by_one(stored: dict[bytes, bytes]) -> None:
     """The fast read of a tasks hash (one split) gives what the per-task parse gives, or
     hands over to it."""
-    fast = _all_counts(stored)
+    fast = all_counts_of(stored)
     if fast is None:
         return
-    slow = [(t, got) for t, v in stored.items() if (got := _counts(v)) is not None]
+    slow = [(t, got) for t, v in stored.items() if (got := counts_of(v)) is not None]
     assert fast[0] == [t.decode() for t, _ in slow]
     assert list(zip(fast[1], fast[2], strict=True)) == [got for _, got in slow]
 
@@ -168,3 +170,36 @@ def test_a_new_state_raises_no_alarm_while_its_references_warm_up() -> None:
     assert t.warm(1800.0)
     assert t.alarms == len(alarms)
     assert t.p0[0] < 0.65  # the warm-up's references followed "a" down to its half
+
+
+def test_a_new_state_starts_from_a_window_of_each_tasks_counts() -> None:
+    """A suite's lifetime counts would outweigh its present for weeks: a new state takes
+    at most START_TRIALS of them, at their rate; a simulation's suite with history
+    (``started`` given) takes them whole."""
+    knobs = Knobs(k=1, below=0.5)
+    n, c = np.array([20_000, 10]), np.array([19_400, 9])
+    fresh = Tracker(knobs, ["a", "b"], n, c, now=0.0)
+    assert fresh.ref_n.tolist() == pytest.approx([START_TRIALS, 10.0])
+    assert fresh.ref_c.tolist() == pytest.approx([START_TRIALS * 0.97, 9.0])
+    assert fresh.seen_n.tolist() == [20_000, 10]  # the baseline is the counts whole
+    kept = Tracker(knobs, ["a", "b"], n, c, now=0.0, started=-86400.0)
+    assert kept.ref_n.tolist() == [20_000.0, 10.0]
+
+
+@pytest.mark.parametrize(
+    ("raw", "seq"),
+    [
+        (None, 0),
+        (b"7", 7),
+        (b"-1", -1),
+        (b"x", -1),
+        (b"1.5", -1),
+        (b"nan", -1),
+        (b"1e1", -1),
+        (b" 5", -1),
+        (b"1234567890123456", -1),
+        (b"123456789012345", 123456789012345),
+    ],
+)
+def test_a_seq_reads_as_trigger_cas_reads_it(raw: bytes | None, seq: int) -> None:
+    assert seq_of(raw) == seq

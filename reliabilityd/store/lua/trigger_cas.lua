@@ -3,8 +3,14 @@
 -- Refused (0) when another writer moved it on since, so a replica never
 -- feeds one tick twice; the life is renewed with every write, so the state
 -- of a rule no longer configured goes by itself.
--- A damaged seq reads as -1, which a reader that found it damaged sends.
-local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0') or -1
+-- A damaged seq (not an integer of at most 15 digits) reads as -1, as the
+-- reader's (store/_triggers.py, seq_of), which then sends -1.
+local raw = redis.call('HGET', KEYS[1], 'seq')
+local seq = 0
+if raw then
+  local digits = string.match(raw, '^%-?(%d+)$')
+  seq = (digits and #digits <= 15) and tonumber(raw) or -1
+end
 if seq ~= tonumber(ARGV[1]) then return 0 end
 redis.call('HSET', KEYS[1], 'seq', math.max(seq, 0) + 1, 'doc', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
