@@ -85,6 +85,7 @@ def rules() -> list[tuple[str, Rule]]:
 # bound sits under resolve_above), so few "pages" there mean no quiet.
 REFERENCE = 1
 DETECTOR = 3
+RATE = 8
 
 
 @dataclass(frozen=True)
@@ -322,8 +323,8 @@ def forecast_error(
     """The forecast from one window and a day of history against a long simulation at
     the truth, per cell.
 
-    For each size, make-up and rule (the two lower-bound rules and the
-    detector) at a steady truth 0.85, uniform rates: ``days`` simulated at
+    For each size, make-up and rule (the two lower-bound rules, the detector
+    and the rate trigger) at a steady truth 0.85, uniform rates: ``days`` simulated at
     the true rates, and the forecast the CLI prints from ``reps`` windows
     drawn from the same truth (``forecasts``: at most ``hours`` simulated
     each, fewer once it has counted ``forecast.ENOUGH`` pages, as the CLI
@@ -335,7 +336,7 @@ def forecast_error(
     of the grid gives the whole grid's rows for it.
     """
     named = rules()
-    chosen = [named[0], named[REFERENCE], named[DETECTOR]]
+    chosen = [named[0], named[REFERENCE], named[DETECTOR], named[RATE]]
     rates_of = RATES["uniform"][1]
     out = [
         "| tasks | make-up | rule | simulated /day | forecasts /day (median) | upper (90%) | met |",
