@@ -482,9 +482,9 @@ def main(
     print(
         f"# below = {BELOW}, resolve_above = {RESOLVE}, k = {K}, window = {WINDOW}, judged every "
         f"{TICK:g} s, a mean of 1 trial per task per minute; the oracle calibrated to one false "
-        f"alarm in {BUDGET_DAYS:g} days; false pages over {grid.days:g} simulated days "
-        f"per level, {grid.reps} regressions per shape, steps given {grid.horizon / 60:g} min; "
-        f"seed {seed}"
+        f"alarm in {BUDGET_DAYS:g} days; false pages over {grid.days:g} simulated days at "
+        f"0.85 and {grid.days / 2:g} at 0.80, {grid.reps} regressions per shape, steps "
+        f"followed {grid.horizon / 60:g} min; seed {seed}"
     )
     started = time.perf_counter()
     run(grid, seed, only=only)
