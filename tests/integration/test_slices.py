@@ -192,8 +192,12 @@ async def test_every_slice_key_sits_in_the_suites_hash_slot(
         async def every_slice_has_its_snapshot() -> bool:
             got = await s.snapshots.documents([Series(SUITE, sid) for sid in truth])
             states = [k async for k in s.client.scan_iter(match=f"{prefix}:*:alert:low[[]*")]
+            # The rule's trigger (the default, rate) keeps its statistics per slice.
+            rate = [
+                k async for k in s.client.scan_iter(match=f"{prefix}:*:slice:*:trigger:low[[]*")
+            ]
             # A slice whose tasks all have k trials gets a state (strict UNKNOWN gives none).
-            return all(doc is not None for doc in got) and len(states) > 0
+            return all(doc is not None for doc in got) and len(states) > 0 and len(rate) > 0
 
         await wait_until(every_slice_has_its_snapshot, 60)
         keys = [k.decode() async for k in s.client.scan_iter(match=f"{prefix}:*")]
@@ -201,6 +205,7 @@ async def test_every_slice_key_sits_in_the_suites_hash_slot(
     tagged = [k for k in keys if "{" in k and not k.startswith(shared)]
     assert any(":slice:" in k and k.endswith(":snapshot") for k in tagged)
     assert any(":alert:low[" in k for k in tagged)
+    assert any(":slice:" in k and ":trigger:low[" in k for k in tagged)
     assert {hash_tag(k) for k in tagged} == {SUITE}
 
 
@@ -624,3 +629,34 @@ async def test_http_answers_rejected_for_elements_the_commit_dead_letters(
         assert sorted(answer["suites"]) == ["kept", "sliced"]
         assert (await daemon.store.reads.read_state("third")).counters.trials == 0
         assert (await daemon.store.reads.read_state("sliced")).counters.trials == 1
+
+
+async def test_a_windowed_suite_keeps_each_tasks_lifetime_counts_in_the_whole_and_its_slice(
+    redis_server: RedisServer, prefix: str, rng: np.random.Generator
+) -> None:
+    """Beside a 3-trial window, each task's lifetime counts (what the rate trigger
+    differences) in the whole and in every slice, exact over chunks of any size; the rate
+    trigger reads them as the lifetime counts of each series."""
+    events = labelled_events(rng, 2000, tasks=6)
+    truth, _ = tally(events)
+    async with store_for(make_config(redis_url=redis_server.url, mqtt_url="", prefix=prefix)) as s:
+        for start in range(0, len(events), 333):
+            await s.ingest.apply(
+                {SUITE: events[start : start + 333]},
+                windows={SUITE: 3},
+                dedup_ttl=3600,
+                slicing={SUITE: Slicing(BY, 50)},
+            )
+        whole: dict[str, tuple[int, int]] = {}
+        for counts in truth.values():
+            for task, (n, c) in counts.items():
+                n0, c0 = whole.get(task, (0, 0))
+                whole[task] = (n0 + n, c0 + c)
+        for series, want in [(Series(SUITE), whole)] + [
+            (Series(SUITE, sid), counts) for sid, counts in truth.items() if counts
+        ]:
+            got = await s.triggers.read(series, [], windowed=True)
+            assert dict(zip(got.tasks, zip(got.n, got.c, strict=True), strict=True)) == want
+            # The window itself holds at most 3 outcomes a task.
+            values: list[bytes] = await s.client.hvals(s.keys.series(series, "tasks"))
+            assert all(int(v.split(b":")[0]) <= 3 for v in values)
