@@ -244,10 +244,9 @@ class Tracker:
             self.starts = take(self.starts, 0.0, axis=1)
             self.tasks = list(tasks)
         back = (n < self.seen_n) | (c < self.seen_c)
-        self.seen_n = np.where(back, n, self.seen_n)
-        self.seen_c = np.where(back, c, self.seen_c)
-        passes = c - self.seen_c
-        fails = np.maximum(0, (n - self.seen_n) - passes)
+        passes = np.where(back, 0, c - self.seen_c)
+        fails = np.where(back, 0, np.maximum(0, (n - self.seen_n) - passes))
+        self.seen_n, self.seen_c = n.copy(), c.copy()
         return passes, fails
 
     def tick(
@@ -261,8 +260,6 @@ class Tracker:
         """
         knobs = self.knobs
         passes, fails = self.align(tasks, n, c)
-        self.seen_n = np.maximum(self.seen_n, np.asarray(n, dtype=np.int64))
-        self.seen_c = np.maximum(self.seen_c, np.asarray(c, dtype=np.int64))
         self.version = max(self.version, version)
         now = max(now, self.last)  # a clock that went back judges at the last tick's time
         decay = 0.5 ** ((now - self.last) / knobs.half_life)

@@ -4,9 +4,10 @@
 A series without a window keeps each task's lifetime counts in its tasks hash
 (``n:c``); one with a window keeps them beside it, in its totals hash (written
 by the same APPLY call). ``read`` takes them together with the series version
-and the rules' stored states in one transaction, so the counts a state is
-advanced on are those of that version; ``write`` stores the advanced state only
-if no other writer stored one since it was read.
+and the rules' stored states in one script call per series (``trigger_read``),
+so the counts a state is advanced on are those of that version; ``write``
+stores the advanced state only if no other writer stored one since it was
+read. Either takes a tick's whole batch in one round trip.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from reliabilityd.stats import ratecusum
 from reliabilityd.store._base import Redis, _text
 from reliabilityd.store._documents import Undecodable, trigger_state_of
 from reliabilityd.store._errors import boundary
-from reliabilityd.store._scripts import TRIGGER_CAS
+from reliabilityd.store._scripts import TRIGGER_CAS, TRIGGER_READ
+from reliabilityd.store._wire import pipelined
 from reliabilityd.store.keys import Keys, Series
 
 __all__ = ["TriggerInput", "Triggers", "all_counts_of", "counts_of", "seq_of"]
@@ -95,27 +97,41 @@ class Triggers:
         """The rule's state on the series (a slice's rule is named ``<rule>[<slice id>]``)."""
         return self.keys.series(series, f"trigger:{rule}")
 
-    async def read(self, series: Series, rules: Sequence[str], *, windowed: bool) -> TriggerInput:
-        """The series' counts and the rules' states, in one transaction.
+    async def read(
+        self, requests: Sequence[tuple[Series, Sequence[str], bool]]
+    ) -> list[TriggerInput | None]:
+        """Per (series, its rate rules' names, whether it has a window): its counts and
+        the rules' states, each series read atomically (``trigger_read``), every series in
+        one round trip; None for a series whose reply is not of the script's shape.
 
         A task whose stored value is not counts is left out (and so starts afresh
         when it reads again); with a window, a task without totals counts from 0.
         """
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.hget(self.keys.series(series, "meta"), "version")
-            pipe.hgetall(self.keys.series(series, "tasks"))
-            if windowed:
-                pipe.hgetall(self.keys.series(series, "totals"))
-            for rule in rules:
-                pipe.hmget(self.key(series, rule), "seq", "doc")
-            replies = await pipe.execute()
+        commands = []
+        for series, rules, windowed in requests:
+            keys = [self.keys.series(series, name) for name in ("meta", "tasks", "totals")]
+            keys += [self.key(series, rule) for rule in rules]
+            commands.append(("EVAL", TRIGGER_READ, len(keys), *keys, int(windowed)))
+        replies = await pipelined(self.client, commands) if commands else []
+        out: list[TriggerInput | None] = []
+        for (series, rules, windowed), reply in zip(requests, replies, strict=True):
+            try:
+                out.append(self._input(series, rules, windowed, reply))
+            except (ValueError, TypeError):
+                out.append(None)
+        return out
+
+    def _input(
+        self, series: Series, rules: Sequence[str], windowed: bool, reply: Any
+    ) -> TriggerInput:
+        version_raw, flat, flat_totals, *raw_states = reply
         try:
-            version = int(replies[0] or 0)
+            version = int(version_raw or 0)
         except ValueError:
             version = 0  # a damaged counter: the state's version says nothing then
-        stored: dict[Any, Any] = replies[1]
+        stored: dict[Any, Any] = dict(zip(flat[0::2], flat[1::2], strict=True))
         if windowed:
-            totals: dict[Any, Any] = replies[2]
+            totals = dict(zip(flat_totals[0::2], flat_totals[1::2], strict=True))
             stored = {task: totals.get(task, b"0:0") for task in stored}
         tasks: list[str] = []
         n: list[int] = []
@@ -134,17 +150,29 @@ class Triggers:
             n.append(got[0])
             c.append(got[1])
         states: list[tuple[int, ratecusum.Tracker | Undecodable | None]] = []
-        for rule, (seq_raw, doc) in zip(rules, replies[3 if windowed else 2 :], strict=True):
+        for rule, (seq_raw, doc) in zip(rules, raw_states, strict=True):
             raw = doc if isinstance(doc, bytes) else None
             # A damaged seq reads as -1, which the next write sends (trigger_cas).
             states.append((seq_of(seq_raw), trigger_state_of(self.key(series, rule), raw)))
         return TriggerInput(version, tasks, n, c, states)
 
-    async def write(self, series: Series, rule: str, seq: int, state: ratecusum.Tracker) -> bool:
-        """Store ``state`` as the rule's if it is still at ``seq``; False when another
-        writer stored one since."""
-        doc = ratecusum.encode(state)
-        got = await self.client.eval(
-            TRIGGER_CAS, 1, self.key(series, rule), seq, doc, STATE_LIFE_MS
-        )
-        return int(got) == 1
+    async def write(
+        self, writes: Sequence[tuple[Series, str, int, ratecusum.Tracker]]
+    ) -> list[bool]:
+        """Per (series, rule, the seq it was read at, its new state): stored if the rule's
+        state is still at that seq (True), or left as another writer stored it since; every
+        write in one round trip."""
+        commands = [
+            (
+                "EVAL",
+                TRIGGER_CAS,
+                1,
+                self.key(series, rule),
+                seq,
+                ratecusum.encode(state),
+                STATE_LIFE_MS,
+            )
+            for series, rule, seq, state in writes
+        ]
+        replies = await pipelined(self.client, commands) if commands else []
+        return [int(r) == 1 for r in replies]

@@ -15,7 +15,7 @@ from reliabilityd.config import Config, MqttConfig, RedisConfig, StatsConfig
 from reliabilityd.events import TrialEvent
 from reliabilityd.rules import Rule, views
 from reliabilityd.stats import ratecusum
-from reliabilityd.store import Series, Store, Undecodable
+from reliabilityd.store import Series, Store, TriggerInput, Undecodable
 from reliabilityd.testing import TestingSource
 from tests.support.daemon import running
 from tests.support.helpers import judged, stored_snapshot, stored_state, wait_until
@@ -59,8 +59,21 @@ def round_of(suite: str, r: int, failing: int) -> list[TrialEvent]:
     ]
 
 
+async def read_one(store: Store, series: Series) -> TriggerInput:
+    """The rule's inputs on one series (``store.triggers.read`` of a batch of one)."""
+    (got,) = await store.triggers.read([(series, [RULE.name], False)])
+    assert got is not None
+    return got
+
+
+async def write_one(store: Store, series: Series, seq: int, state: ratecusum.Tracker) -> bool:
+    """``store.triggers.write`` of a batch of one."""
+    (won,) = await store.triggers.write([(series, RULE.name, seq, state)])
+    return won
+
+
 async def tracker(store: Store, suite: str) -> ratecusum.Tracker:
-    got = await store.triggers.read(Series(suite), [RULE.name], windowed=False)
+    got = await read_one(store, Series(suite))
     state = got.states[0][1]
     assert isinstance(state, ratecusum.Tracker)
     return state
@@ -181,11 +194,11 @@ async def test_a_state_moved_on_by_another_writer_is_not_overwritten(
     async with running(cfg) as daemon:
         store = daemon.store
         series = Series("deploy-cas")
-        got = await store.triggers.read(series, [RULE.name], windowed=False)
+        got = await read_one(store, series)
         assert got.states == [(0, None)]
-        assert await store.triggers.write(series, RULE.name, 0, first)
-        assert not await store.triggers.write(series, RULE.name, 0, second)
-        got = await store.triggers.read(series, [RULE.name], windowed=False)
+        assert await write_one(store, series, 0, first)
+        assert not await write_one(store, series, 0, second)
+        got = await read_one(store, series)
         assert got.states[0][0] == 1
         assert seen(got.states[0][1]) == [1]
         # A damaged seq is replaced by the next write, whose reader sent -1: the script
@@ -193,21 +206,27 @@ async def test_a_state_moved_on_by_another_writer_is_not_overwritten(
         key = store.triggers.key(series, RULE.name)
         for damaged in ("x", "1.5", "nan", "1e1", " 5", "1234567890123456"):
             await store.client.hset(key, "seq", damaged)
-            got = await store.triggers.read(series, [RULE.name], windowed=False)
+            got = await read_one(store, series)
             assert got.states[0][0] == -1, damaged
-            assert await store.triggers.write(series, RULE.name, -1, third), damaged
-            got = await store.triggers.read(series, [RULE.name], windowed=False)
+            assert await write_one(store, series, -1, third), damaged
+            got = await read_one(store, series)
             assert got.states[0][0] == 1
             assert seen(got.states[0][1]) == [3]
         # A damaged document reads as undecodable, with its key, and the next write
         # replaces it.
         await store.client.hset(key, "doc", b"\x93garbage")
-        got = await store.triggers.read(series, [RULE.name], windowed=False)
+        got = await read_one(store, series)
         state = got.states[0][1]
         assert isinstance(state, Undecodable)
         assert state.key == key
         assert state.document == "trigger_state"
-        assert await store.triggers.write(series, RULE.name, 1, first)
+        assert await write_one(store, series, 1, first)
+        # A key of another type (damage) reads as no state, and a write replaces it.
+        await store.client.set(key, "damaged")
+        got = await read_one(store, series)
+        assert got.states == [(0, None)]
+        assert await write_one(store, series, 0, second)
+        assert seen((await read_one(store, series)).states[0][1]) == [2]
 
 
 async def test_damaged_counts_and_state_never_stop_the_tick(
@@ -232,7 +251,7 @@ async def test_damaged_counts_and_state_never_stop_the_tick(
             await commit(1)
 
             async def replaced() -> bool:
-                got = await store.triggers.read(Series(suite), [RULE.name], windowed=False)
+                got = await read_one(store, Series(suite))
                 return isinstance(got.states[0][1], ratecusum.Tracker)
 
             await wait_until(replaced, 30)

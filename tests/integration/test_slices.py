@@ -655,7 +655,8 @@ async def test_a_windowed_suite_keeps_each_tasks_lifetime_counts_in_the_whole_an
         for series, want in [(Series(SUITE), whole)] + [
             (Series(SUITE, sid), counts) for sid, counts in truth.items() if counts
         ]:
-            got = await s.triggers.read(series, [], windowed=True)
+            (got,) = await s.triggers.read([(series, [], True)])
+            assert got is not None
             assert dict(zip(got.tasks, zip(got.n, got.c, strict=True), strict=True)) == want
             # The window itself holds at most 3 outcomes a task.
             values = await s.client.hvals(s.keys.series(series, "tasks"))

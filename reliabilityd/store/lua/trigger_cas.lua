@@ -4,7 +4,10 @@
 -- feeds one tick twice; the life is renewed with every write, so the state
 -- of a rule no longer configured goes by itself.
 -- A damaged seq (not an integer of at most 15 digits) reads as -1, as the
--- reader's (store/_triggers.py, seq_of), which then sends -1.
+-- reader's (store/_triggers.py, seq_of), which then sends -1; a key of another
+-- type than a hash reads as no state, which trigger_read does too.
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
 local raw = redis.call('HGET', KEYS[1], 'seq')
 local seq = 0
 if raw then
